@@ -1,0 +1,150 @@
+//! The gRPC surface: one file per service, mapping proto messages to domain
+//! calls and domain errors to statuses (in [`status`]).
+
+pub mod cluster;
+pub mod kind;
+pub mod operation;
+pub mod provider_config;
+pub mod reactor_binding;
+pub mod resource;
+pub mod status;
+pub mod worker;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use converge_proto::v1::cluster_service_server::ClusterServiceServer;
+use converge_proto::v1::kind_service_server::KindServiceServer;
+use converge_proto::v1::operation_service_server::OperationServiceServer;
+use converge_proto::v1::provider_config_service_server::ProviderConfigServiceServer;
+use converge_proto::v1::reactor_binding_service_server::ReactorBindingServiceServer;
+use converge_proto::v1::resource_service_server::ResourceServiceServer;
+use converge_proto::worker_v1::worker_service_server::WorkerServiceServer;
+use sqlx::PgPool;
+use tokio_stream::Stream;
+use tonic::server::NamedService;
+use tonic::transport::Server;
+use tonic::transport::server::Router;
+
+use crate::config::Role;
+
+/// Largest request or response message accepted, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A server-streaming response.
+pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+
+/// What every service handler shares.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// The database pool.
+    pub pool: PgPool,
+    /// This process's cluster member id.
+    pub member_id: String,
+    /// Cluster liveness window.
+    pub liveness: Duration,
+}
+
+impl ApiState {
+    /// Shared state for the services.
+    pub fn new(pool: PgPool, member_id: String, liveness: Duration) -> Self {
+        Self {
+            pool,
+            member_id,
+            liveness,
+        }
+    }
+
+    fn liveness_secs(&self) -> i32 {
+        i32::try_from(self.liveness.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+}
+
+/// The assembled router and the names of the services it serves (for health).
+pub struct Routes {
+    /// The router, ready to serve.
+    pub router: Router,
+    /// Fully-qualified names of the application services served.
+    pub names: Vec<&'static str>,
+}
+
+/// Builds the router for `role`: health and reflection always, the
+/// control-plane API on API roles, the worker contract on broker roles.
+pub fn routes<H>(state: ApiState, role: Role, health: H) -> Result<Routes, tonic_reflection::server::Error>
+where
+    H: tonic::codegen::Service<
+            tonic::codegen::http::Request<tonic::body::Body>,
+            Response = tonic::codegen::http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    H::Future: Send + 'static,
+{
+    let mut names: Vec<&'static str> = Vec::new();
+    let api = role.serves_api();
+    let workers = role.serves_workers();
+
+    macro_rules! service {
+        ($enabled:expr, $server:ident, $inner:expr) => {{
+            if $enabled {
+                let inner = $inner;
+                names.push(service_name(&inner, $server::new));
+                Some(
+                    $server::new(inner)
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                )
+            } else {
+                None
+            }
+        }};
+    }
+    let resource = service!(api, ResourceServiceServer, resource::ResourceApi);
+    let operation = service!(api, OperationServiceServer, operation::OperationApi);
+    let kind = service!(api, KindServiceServer, kind::KindApi);
+    let provider_config = service!(api, ProviderConfigServiceServer, provider_config::ProviderConfigApi);
+    let reactor_binding = service!(api, ReactorBindingServiceServer, reactor_binding::ReactorBindingApi);
+    let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
+    let worker = service!(workers, WorkerServiceServer, worker::WorkerApi);
+
+    let reflection_v1 = reflection(&names).build_v1()?;
+    let reflection_v1alpha = reflection(&names).build_v1alpha()?;
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_optional_service(resource)
+        .add_optional_service(operation)
+        .add_optional_service(kind)
+        .add_optional_service(provider_config)
+        .add_optional_service(reactor_binding)
+        .add_optional_service(cluster)
+        .add_optional_service(worker);
+    Ok(Routes { router, names })
+}
+
+/// The gRPC name of the server type `wrap` builds around `inner`.
+fn service_name<T, S: NamedService>(_inner: &T, _wrap: fn(T) -> S) -> &'static str {
+    S::NAME
+}
+
+/// A reflection builder (v1 for `buf curl`, v1alpha for grpcurl) advertising
+/// exactly the services this process serves.
+fn reflection(names: &[&'static str]) -> tonic_reflection::server::Builder<'static> {
+    let mut builder = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(converge_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name("grpc.health.v1.Health")
+        .with_service_name("grpc.reflection.v1.ServerReflection")
+        .with_service_name("grpc.reflection.v1alpha.ServerReflection");
+    for name in names {
+        builder = builder.with_service_name(*name);
+    }
+    builder
+}

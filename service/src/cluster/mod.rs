@@ -1,0 +1,201 @@
+//! Cluster membership and leaderless sharding.
+//!
+//! Every process registers in `cluster_members` and heartbeats. From the live
+//! members of its role it computes its own contiguous range of the
+//! [`SHARD_COUNT`] logical shards; joins and leaves wake every member through
+//! `LISTEN cluster_changed`, a crashed member drops out when its heartbeat
+//! lapses (the periodic tick re-reads membership).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::cluster::{self as store, MemberRegistration};
+
+/// Number of logical shards. Must equal the database's `shard_count()`.
+pub const SHARD_COUNT: i32 = 256;
+
+/// A contiguous, inclusive range of shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardRange {
+    /// First shard.
+    pub lo: i16,
+    /// Last shard (inclusive).
+    pub hi: i16,
+}
+
+/// Membership timing.
+#[derive(Debug, Clone, Copy)]
+pub struct MembershipTiming {
+    /// How often a member heartbeats and re-reads its shard range.
+    pub heartbeat: Duration,
+    /// A member whose heartbeat is older than this is not live.
+    pub liveness: Duration,
+    /// A member whose heartbeat is older than this is deleted from the registry.
+    pub gc_after: Duration,
+}
+
+impl Default for MembershipTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(5),
+            liveness: Duration::from_secs(15),
+            gc_after: Duration::from_secs(300),
+        }
+    }
+}
+
+impl MembershipTiming {
+    fn liveness_secs(&self) -> i32 {
+        i32::try_from(self.liveness.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+}
+
+/// This process's membership: keeps the registry row alive and publishes the
+/// shard range as it changes.
+#[derive(Debug)]
+pub struct Membership {
+    member_id: String,
+    pool: PgPool,
+    shards: watch::Receiver<Option<ShardRange>>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Membership {
+    /// Registers this process and starts heartbeating.
+    pub async fn join(
+        pool: PgPool,
+        registration: MemberRegistration,
+        timing: MembershipTiming,
+    ) -> Result<Self, sqlx::Error> {
+        store::heartbeat(&pool, &registration).await?;
+        let range = store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await?;
+        let (shards_tx, shards) = watch::channel(range);
+        let (stop, stop_rx) = watch::channel(false);
+        let member_id = registration.member_id.clone();
+        let task = tokio::spawn(heartbeat_loop(pool.clone(), registration, timing, shards_tx, stop_rx));
+        tracing::info!(member_id, ?range, "joined the cluster");
+        Ok(Self {
+            member_id,
+            pool,
+            shards,
+            stop,
+            task,
+        })
+    }
+
+    /// This member's id.
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The current shard range, updated as membership changes.
+    pub fn shards(&self) -> watch::Receiver<Option<ShardRange>> {
+        self.shards.clone()
+    }
+
+    /// Stops heartbeating, leaves the shard tiling (draining) and then the registry.
+    pub async fn leave(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        if let Err(e) = store::mark_draining(&self.pool, &self.member_id).await {
+            tracing::warn!(error = %e, "could not mark this member draining");
+        }
+        match store::leave(&self.pool, &self.member_id).await {
+            Ok(()) => tracing::info!(member_id = %self.member_id, "left the cluster"),
+            Err(e) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
+        }
+    }
+}
+
+/// A member id unique across hosts and restarts: "host-pid-random".
+pub fn new_member_id() -> String {
+    let host = hostname();
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+/// This machine's host name (or "unknown").
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn heartbeat_loop(
+    pool: PgPool,
+    registration: MemberRegistration,
+    timing: MembershipTiming,
+    shards: watch::Sender<Option<ShardRange>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut listener = match PgListener::connect_with(&pool).await {
+        Ok(mut l) => match l.listen("cluster_changed").await {
+            Ok(()) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "LISTEN cluster_changed failed; relying on the heartbeat tick");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "no LISTEN connection; relying on the heartbeat tick");
+            None
+        }
+    };
+    let mut tick = tokio::time::interval(timing.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let gc_secs = i32::try_from(timing.gc_after.as_secs()).unwrap_or(i32::MAX);
+    loop {
+        let beat = tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => true,
+            woke = recv(&mut listener) => {
+                if !woke {
+                    listener = None;
+                }
+                false
+            }
+        };
+        if beat {
+            if let Err(e) = store::heartbeat(&pool, &registration).await {
+                tracing::warn!(error = %e, "cluster heartbeat failed");
+                continue;
+            }
+            if let Err(e) = store::delete_stale(&pool, gc_secs).await {
+                tracing::debug!(error = %e, "member GC failed");
+            }
+        }
+        match store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await {
+            Ok(range) => {
+                shards.send_if_modified(|current| {
+                    let changed = *current != range;
+                    if changed {
+                        tracing::info!(?range, "shard range changed");
+                        *current = range;
+                    }
+                    changed
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
+        }
+    }
+}
+
+/// Waits for a notification; `false` when the listener is gone for good.
+async fn recv(listener: &mut Option<PgListener>) -> bool {
+    match listener {
+        Some(l) => match l.recv().await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster_changed listener failed; relying on the heartbeat tick");
+                false
+            }
+        },
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,202 @@
+//! Process configuration: command-line flags with environment fallbacks.
+//!
+//! Every value is parsed and validated before anything starts, so a bad value
+//! fails fast at boot with a message naming the flag and its variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The `converge` command line.
+#[derive(Debug, Parser)]
+#[command(name = "converge", version = crate::version::VERSION, about = "Declarative control plane on PostgreSQL, served over gRPC.")]
+pub struct Cli {
+    /// What to run; `serve` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Options shared by every command.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Options of the server (also accepted without the `serve` word).
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// The subcommands of `converge`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the control plane (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print the build version and exit.
+    Version,
+}
+
+/// Options every command understands.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// PostgreSQL URL. When unset, converge runs a private embedded cluster in `--data-dir`.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Directory of the embedded PostgreSQL cluster (used only without `DATABASE_URL`).
+    /// Defaults to `/var/lib/converge` as root, else `$XDG_DATA_HOME/converge`
+    /// (or `~/.local/share/converge`).
+    #[arg(long, env = "CONVERGE_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+
+    /// Maximum connections in the database pool.
+    #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16, global = true,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub database_max_connections: u32,
+
+    /// Log output format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (`error`, `warn`, `info`, `debug`, `trace`) or
+    /// `tracing` directives such as `info,converge_service=debug`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", global = true,
+          value_parser = parse_log_filter)]
+    pub log_level: String,
+}
+
+/// Options of `converge serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:50051", global = true)]
+    pub listen_addr: SocketAddr,
+
+    /// Which duties this process runs.
+    #[arg(long, env = "ROLE", value_enum, default_value_t = Role::All, global = true)]
+    pub role: Role,
+
+    /// Upper bound, in seconds, on graceful shutdown after SIGTERM/SIGINT:
+    /// in-flight calls get this long to finish before they are cut.
+    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECS", default_value_t = 10, global = true,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        Self {
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            role: Role::All,
+            shutdown_timeout_secs: 10,
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The graceful-shutdown bound as a duration.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+/// The duties a process runs (`ROLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// Everything: the API, the control sweepers and the worker broker.
+    All,
+    /// The API and the control sweepers.
+    Control,
+    /// The worker-facing broker only.
+    Broker,
+}
+
+impl Role {
+    /// Whether this role serves the control-plane API (`converge.v1`).
+    pub fn serves_api(self) -> bool {
+        matches!(self, Role::All | Role::Control)
+    }
+
+    /// Whether this role serves the worker contract (`converge.worker.v1`).
+    pub fn serves_workers(self) -> bool {
+        matches!(self, Role::All | Role::Broker)
+    }
+
+    /// The lower-case name used in config, logs and the cluster registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Control => "control",
+            Role::Broker => "broker",
+        }
+    }
+}
+
+/// Log output format (`LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+fn parse_log_filter(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| format!("not a valid log filter: {e}"))
+}
+
+/// The default embedded data directory for the current user.
+pub fn default_data_dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        // Root's home is not traversable by the `postgres` user the server runs as.
+        return PathBuf::from("/var/lib/converge");
+    }
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("converge");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/converge"),
+        None => PathBuf::from(".converge"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_role_is_rejected_with_a_clear_message() {
+        let err = Cli::try_parse_from(["converge", "serve", "--role", "boss"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("invalid value 'boss'"), "{err}");
+        assert!(err.contains("control"), "{err}");
+    }
+
+    #[test]
+    fn bad_log_level_is_rejected() {
+        let err = Cli::try_parse_from(["converge", "--log-level", "info,=[", "version"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("not a valid log filter"), "{err}");
+    }
+
+    #[test]
+    fn serve_is_the_default_command_and_takes_its_flags_without_the_word() {
+        let cli = Cli::try_parse_from(["converge", "--role", "broker"]).expect("parses");
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.role, Role::Broker);
+    }
+
+    #[test]
+    fn roles_select_duties() {
+        assert!(Role::All.serves_api() && Role::All.serves_workers());
+        assert!(Role::Control.serves_api() && !Role::Control.serves_workers());
+        assert!(!Role::Broker.serves_api() && Role::Broker.serves_workers());
+    }
+}

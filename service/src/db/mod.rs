@@ -1,0 +1,149 @@
+//! Database access: the connection pool, the embedded PostgreSQL default and
+//! the migration runner.
+
+pub mod embedded;
+pub mod migrate;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+use self::embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres};
+
+/// Name of the application database inside an embedded cluster.
+pub const EMBEDDED_DATABASE: &str = "converge";
+
+/// Where the database is.
+#[derive(Debug, Clone)]
+pub enum DatabaseTarget {
+    /// An existing PostgreSQL server (`DATABASE_URL`).
+    Url(String),
+    /// A private cluster in this directory, started and stopped with the process.
+    Embedded(PathBuf),
+}
+
+/// Why the database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    /// `DATABASE_URL` is not a PostgreSQL URL.
+    #[error("DATABASE_URL is not a valid PostgreSQL URL: {0}")]
+    InvalidUrl(#[source] sqlx::Error),
+    /// The embedded cluster failed.
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    /// Connecting or a setup statement failed.
+    #[error("cannot reach PostgreSQL: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// The embedded launcher's worker thread died.
+    #[error("the embedded PostgreSQL launcher failed: {0}")]
+    Launcher(String),
+}
+
+/// An open database: the pool and, for the embedded default, the server that
+/// must outlive it.
+#[derive(Debug)]
+pub struct Database {
+    pool: PgPool,
+    embedded: Option<EmbeddedPostgres>,
+}
+
+impl Database {
+    /// Opens `target` with a pool of at most `max_connections`.
+    pub async fn open(target: &DatabaseTarget, max_connections: u32) -> Result<Self, DatabaseError> {
+        let (options, embedded) = match target {
+            DatabaseTarget::Url(url) => {
+                let options: PgConnectOptions = url.parse().map_err(DatabaseError::InvalidUrl)?;
+                (options, None)
+            }
+            DatabaseTarget::Embedded(dir) => {
+                let launch = EmbeddedOptions::durable(dir.clone());
+                let server = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&launch))
+                    .await
+                    .map_err(|e| DatabaseError::Launcher(e.to_string()))??;
+                ensure_database(&server.connect_options("postgres"), EMBEDDED_DATABASE).await?;
+                (server.connect_options(EMBEDDED_DATABASE), Some(server))
+            }
+        };
+        let pool = pool_options(max_connections)
+            .connect_with(options.application_name("converge"))
+            .await
+            .map_err(DatabaseError::Connect)?;
+        Ok(Self { pool, embedded })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The embedded server, when this database is the embedded default.
+    pub fn embedded(&self) -> Option<&EmbeddedPostgres> {
+        self.embedded.as_ref()
+    }
+
+    /// Whether the embedded server (if any) has exited; always `false` for an
+    /// external database.
+    pub fn embedded_has_exited(&mut self) -> bool {
+        self.embedded.as_mut().is_some_and(EmbeddedPostgres::has_exited)
+    }
+
+    /// Closes the pool, then stops the embedded server (if any) and waits for it.
+    pub async fn close(self) {
+        self.pool.close().await;
+        if let Some(server) = self.embedded {
+            let stopped = tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(30))).await;
+            match stopped {
+                Ok(Ok(())) => tracing::info!("embedded PostgreSQL stopped"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "embedded PostgreSQL did not stop cleanly"),
+                Err(e) => tracing::warn!(error = %e, "stopping embedded PostgreSQL failed"),
+            }
+        }
+    }
+}
+
+/// Pool settings shared by the server and the test harness.
+pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(Some(Duration::from_secs(300)))
+}
+
+/// Creates `database` unless it exists (connecting with `admin`).
+pub async fn ensure_database(admin: &PgConnectOptions, database: &str) -> Result<(), DatabaseError> {
+    let mut conn = admin.connect().await.map_err(DatabaseError::Connect)?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(database)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(DatabaseError::Connect)?;
+    if !exists {
+        let statement = format!("CREATE DATABASE {}", quote_ident(database));
+        match sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
+            Ok(_) => {}
+            // A concurrent creator won the race: the database exists, which is all we need.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => return Err(DatabaseError::Connect(e)),
+        }
+    }
+    conn.close().await.map_err(DatabaseError::Connect)
+}
+
+/// Quotes an SQL identifier.
+pub fn quote_ident(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("converge"), "\"converge\"");
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

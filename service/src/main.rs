@@ -1,0 +1,61 @@
+//! The `converge` binary: parses configuration, then serves, migrates or
+//! prints its version.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use converge_service::config::{Cli, Command};
+use converge_service::db::{Database, migrate};
+use converge_service::server::{self, ServerConfig};
+use converge_service::{telemetry, version};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.common.log_format, &cli.common.log_level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("converge: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("converge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let target = server::database_target(&cli.common);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Version => {
+            println!("converge {}", version::VERSION);
+            Ok(())
+        }
+        Command::Migrate => {
+            let db = Database::open(&target, 2).await.context("opening the database")?;
+            let report = migrate::run(db.pool()).await;
+            db.close().await;
+            let report = report.context("applying migrations")?;
+            tracing::info!(
+                applied = report.applied,
+                total = report.total,
+                "migrations are up to date"
+            );
+            Ok(())
+        }
+        Command::Serve => {
+            let config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve);
+            let running = server::start(config).await.context("starting the server")?;
+            tracing::info!(addr = %running.local_addr(), "converge is serving");
+            server::shutdown_signal().await;
+            tracing::info!("shutdown requested; draining");
+            running.shutdown().await.context("shutting down")
+        }
+    }
+}

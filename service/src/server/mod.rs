@@ -1,0 +1,287 @@
+//! Process assembly: opens the database, migrates, joins the cluster and serves
+//! gRPC (API, worker contract, health, reflection) until asked to stop, then
+//! drains within a bounded time.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::ServingStatus;
+
+use crate::api::{self, ApiState};
+use crate::cluster::{self, Membership, MembershipTiming, SHARD_COUNT};
+use crate::config::{CommonArgs, ServeArgs, default_data_dir};
+use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
+use crate::store::cluster::{self as cluster_store, MemberRegistration};
+use crate::version;
+
+/// Everything `start` needs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where the database is.
+    pub database: DatabaseTarget,
+    /// Pool size.
+    pub max_connections: u32,
+    /// Server options.
+    pub serve: ServeArgs,
+    /// Cluster membership timing.
+    pub membership: MembershipTiming,
+}
+
+impl ServerConfig {
+    /// A configuration with default membership timing.
+    pub fn new(database: DatabaseTarget, max_connections: u32, serve: ServeArgs) -> Self {
+        Self {
+            database,
+            max_connections,
+            serve,
+            membership: MembershipTiming::default(),
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The database could not be opened.
+    #[error(transparent)]
+    Database(#[from] DatabaseError),
+    /// Migrations failed.
+    #[error("applying migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A setup statement failed.
+    #[error("database error during startup: {0}")]
+    Sql(#[from] sqlx::Error),
+    /// Service and schema disagree on the shard count.
+    #[error(
+        "the database has {database} shards but this build expects {SHARD_COUNT}; refusing to run mismatched versions"
+    )]
+    ShardCountMismatch {
+        /// The database's `shard_count()`.
+        database: i32,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Building the reflection service failed.
+    #[error("cannot build server reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The gRPC transport failed.
+    #[error("the gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The embedded PostgreSQL server died.
+    #[error("the embedded PostgreSQL server exited unexpectedly; see postgres.log in the data directory")]
+    EmbeddedDatabaseExited,
+    /// The server task panicked or was cancelled.
+    #[error("the server task failed: {0}")]
+    Task(String),
+}
+
+/// Chooses the database from the common options: `DATABASE_URL`, else the
+/// embedded cluster in the data directory.
+pub fn database_target(common: &CommonArgs) -> DatabaseTarget {
+    match &common.database_url {
+        Some(url) if !url.trim().is_empty() => DatabaseTarget::Url(url.clone()),
+        _ => DatabaseTarget::Embedded(common.data_dir.clone().unwrap_or_else(default_data_dir)),
+    }
+}
+
+/// A started server.
+#[derive(Debug)]
+pub struct RunningServer {
+    local_addr: SocketAddr,
+    member_id: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl RunningServer {
+    /// The bound gRPC address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This process's cluster member id.
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// Drains and stops: health flips to NOT_SERVING, the listener closes,
+    /// in-flight calls get the shutdown timeout, then the cluster registry entry
+    /// and the database (embedded server included) are released.
+    pub async fn shutdown(mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.wait().await
+    }
+
+    /// Waits for the server to stop on its own (it only does on a fatal error).
+    pub async fn wait(self) -> Result<(), ServeError> {
+        self.task.await.map_err(|e| ServeError::Task(e.to_string()))?
+    }
+}
+
+/// Opens the database, migrates, joins the cluster, binds and starts serving.
+pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
+    let db = Database::open(&config.database, config.max_connections).await?;
+    match prepare_and_spawn(&db, &config).await {
+        Ok((local_addr, membership, serve)) => {
+            let member_id = membership.member_id().to_owned();
+            let (stop, stop_rx) = oneshot::channel();
+            let grace = config.serve.shutdown_timeout();
+            let task = tokio::spawn(run(db, membership, serve, stop_rx, grace));
+            Ok(RunningServer {
+                local_addr,
+                member_id,
+                stop: Some(stop),
+                task,
+            })
+        }
+        Err(e) => {
+            db.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// The serving half, ready to be driven: the router future and the health
+/// reporter used to flip status on drain.
+struct Serving {
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    health: tonic_health::server::HealthReporter,
+    service_names: Vec<&'static str>,
+}
+
+async fn prepare_and_spawn(
+    db: &Database,
+    config: &ServerConfig,
+) -> Result<(SocketAddr, Membership, Serving), ServeError> {
+    let pool = db.pool().clone();
+    let report = migrate::run(&pool).await?;
+    tracing::info!(
+        applied = report.applied,
+        total = report.total,
+        "database schema is current"
+    );
+    let shards = cluster_store::shard_count(&pool).await?;
+    if shards != SHARD_COUNT {
+        return Err(ServeError::ShardCountMismatch { database: shards });
+    }
+
+    let addr = config.serve.listen_addr;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+
+    let registration = MemberRegistration {
+        member_id: cluster::new_member_id(),
+        role: config.serve.role.as_str().to_owned(),
+        version: version::VERSION.to_owned(),
+        hostname: cluster::hostname(),
+        pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+        listen_addr: local_addr.to_string(),
+    };
+    let membership = Membership::join(pool.clone(), registration, config.membership).await?;
+
+    let state = ApiState::new(pool, membership.member_id().to_owned(), config.membership.liveness);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let services = api::routes(state, config.serve.role, health_service)?;
+    for name in &services.names {
+        health.set_service_status(*name, ServingStatus::Serving).await;
+    }
+    health.set_service_status("", ServingStatus::Serving).await;
+    Ok((
+        local_addr,
+        membership,
+        Serving {
+            router: services.router,
+            listener,
+            health,
+            service_names: services.names,
+        },
+    ))
+}
+
+async fn run(
+    mut db: Database,
+    membership: Membership,
+    serving: Serving,
+    stop: oneshot::Receiver<()>,
+    grace: Duration,
+) -> Result<(), ServeError> {
+    let Serving {
+        router,
+        listener,
+        health,
+        service_names,
+    } = serving;
+    let (cut, cut_rx) = oneshot::channel::<()>();
+    let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        let _ = cut_rx.await;
+    });
+    tokio::pin!(serve);
+    let mut db_watch = tokio::time::interval(Duration::from_secs(1));
+
+    let outcome = tokio::select! {
+        served = &mut serve => served.map_err(ServeError::from),
+        _ = watch_embedded(&mut db, &mut db_watch) => Err(ServeError::EmbeddedDatabaseExited),
+        _ = stop => {
+            // Flip health first so load balancers and meshes stop routing here.
+            for name in service_names.iter().copied().chain([""]) {
+                health.set_service_status(name, ServingStatus::NotServing).await;
+            }
+            let _ = cut.send(());
+            match tokio::time::timeout(grace, &mut serve).await {
+                Ok(served) => served.map_err(ServeError::from),
+                Err(_) => {
+                    tracing::warn!(?grace, "in-flight calls did not finish in time; cutting them");
+                    Ok(())
+                }
+            }
+        }
+    };
+    membership.leave().await;
+    db.close().await;
+    outcome
+}
+
+/// Resolves when the embedded server has exited; never for an external database.
+async fn watch_embedded(db: &mut Database, tick: &mut tokio::time::Interval) {
+    loop {
+        tick.tick().await;
+        if db.embedded_has_exited() {
+            return;
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Signal handlers could not be installed: fall back to Ctrl-C only.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

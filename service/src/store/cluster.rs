@@ -1,0 +1,144 @@
+//! `cluster_members`: the registry of running pods and their shard ranges.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::StoreResult;
+use crate::cluster::ShardRange;
+
+/// How a member describes itself when it registers.
+#[derive(Debug, Clone)]
+pub struct MemberRegistration {
+    /// Unique id of this process ("host-pid-random").
+    pub member_id: String,
+    /// `all`, `control` or `broker`.
+    pub role: String,
+    /// Build version.
+    pub version: String,
+    /// Host name.
+    pub hostname: String,
+    /// Process id.
+    pub pid: i32,
+    /// Address the gRPC server listens on.
+    pub listen_addr: String,
+}
+
+/// One row of `cluster_members`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MemberRow {
+    /// Unique id of the process.
+    pub member_id: String,
+    /// `all`, `control` or `broker`.
+    pub role: String,
+    /// `serving` or `draining`.
+    pub state: String,
+    /// Build version.
+    pub version: String,
+    /// Host name.
+    pub hostname: String,
+    /// Process id.
+    pub pid: i32,
+    /// gRPC listen address.
+    pub listen_addr: String,
+    /// First shard of the member's range.
+    pub shard_lo: Option<i16>,
+    /// Last shard of the member's range (inclusive).
+    pub shard_hi: Option<i16>,
+    /// Tasks the member holds leases for.
+    pub in_flight: i32,
+    /// When the process registered.
+    pub started_at: DateTime<Utc>,
+    /// Last heartbeat (database clock).
+    pub last_heartbeat: DateTime<Utc>,
+    /// Whether the heartbeat is within the liveness window.
+    pub live: bool,
+}
+
+/// Inserts or refreshes this member's row (the heartbeat).
+pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (member_id) DO UPDATE SET last_heartbeat = now()",
+    )
+    .bind(&member.member_id)
+    .bind(&member.role)
+    .bind(&member.version)
+    .bind(&member.hostname)
+    .bind(member.pid)
+    .bind(&member.listen_addr)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Computes this member's shard range from live membership and records it.
+pub async fn assign_shards(pool: &PgPool, member_id: &str, liveness_secs: i32) -> StoreResult<Option<ShardRange>> {
+    let range: Option<(Option<i16>, Option<i16>)> = sqlx::query_as(
+        "UPDATE cluster_members m SET shard_lo = a.shard_lo, shard_hi = a.shard_hi
+         FROM (SELECT 1) AS one LEFT JOIN LATERAL assign_member_shards($1, $2) a ON true
+         WHERE m.member_id = $1
+         RETURNING a.shard_lo, a.shard_hi",
+    )
+    .bind(member_id)
+    .bind(liveness_secs)
+    .fetch_optional(pool)
+    .await?;
+    let range = range.and_then(|(lo, hi)| lo.zip(hi));
+    Ok(range.map(|(lo, hi)| ShardRange { lo, hi }))
+}
+
+/// Marks this member as draining: it leaves the shard tiling at once.
+pub async fn mark_draining(pool: &PgPool, member_id: &str) -> StoreResult<()> {
+    sqlx::query("UPDATE cluster_members SET state = 'draining', shard_lo = NULL, shard_hi = NULL WHERE member_id = $1")
+        .bind(member_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Removes this member's row (graceful leave).
+pub async fn leave(pool: &PgPool, member_id: &str) -> StoreResult<()> {
+    sqlx::query("DELETE FROM cluster_members WHERE member_id = $1")
+        .bind(member_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Deletes members whose last heartbeat is older than `ttl_secs` (crashed pods).
+pub async fn delete_stale(pool: &PgPool, ttl_secs: i32) -> StoreResult<u64> {
+    let done = sqlx::query("DELETE FROM cluster_members WHERE last_heartbeat < now() - make_interval(secs => $1)")
+        .bind(ttl_secs)
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Every registered member, ordered by id, with liveness judged by the database clock.
+pub async fn list(pool: &PgPool, liveness_secs: i32) -> StoreResult<Vec<MemberRow>> {
+    sqlx::query_as(
+        "SELECT member_id, role, state, version, hostname, pid, listen_addr, shard_lo, shard_hi,
+                in_flight, started_at, last_heartbeat,
+                last_heartbeat > now() - make_interval(secs => $1) AS live
+         FROM cluster_members ORDER BY member_id",
+    )
+    .bind(liveness_secs)
+    .fetch_all(pool)
+    .await
+}
+
+/// The database's shard modulus (checked against the service's constant at boot).
+pub async fn shard_count(pool: &PgPool) -> StoreResult<i32> {
+    sqlx::query_scalar("SELECT shard_count()").fetch_one(pool).await
+}
+
+/// The server version string and the newest applied migration.
+pub async fn database_identity(pool: &PgPool) -> StoreResult<(String, i64)> {
+    sqlx::query_as(
+        "SELECT current_setting('server_version'),
+                COALESCE((SELECT max(version) FROM _sqlx_migrations WHERE success), 0)",
+    )
+    .fetch_one(pool)
+    .await
+}
