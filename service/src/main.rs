@@ -23,11 +23,29 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("converge: {e:#}");
+            let message = report(&e);
+            tracing::error!("{message}");
+            eprintln!("converge: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// One line for the whole error chain, skipping causes whose text the
+/// message already contains (many errors repeat their source).
+fn report(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

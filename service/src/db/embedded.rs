@@ -64,6 +64,12 @@ pub enum EmbeddedError {
          install PostgreSQL {MIN_MAJOR_VERSION}+ (Debian/Ubuntu: `apt-get install postgresql`) or set DATABASE_URL"
     )]
     BinariesNotFound,
+    /// `CONVERGE_PG_BINDIR` names a directory without the server binaries.
+    #[error(
+        "CONVERGE_PG_BINDIR={0} has no `postgres` and `initdb`: point it at the server binaries of \
+         PostgreSQL {MIN_MAJOR_VERSION}+ (Debian/Ubuntu: `apt-get install postgresql`), unset it, or set DATABASE_URL"
+    )]
+    BinDirInvalid(String),
     /// The server binaries are too old.
     #[error("PostgreSQL {found} at {bindir} is too old: converge needs {MIN_MAJOR_VERSION} or newer")]
     TooOld {
@@ -380,10 +386,16 @@ impl ServerOwner {
 
 /// Finds the directory holding `postgres` and `initdb`, newest version first.
 fn find_bindir() -> Result<PathBuf, EmbeddedError> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = std::env::var_os("CONVERGE_PG_BINDIR") {
-        candidates.push(PathBuf::from(dir));
+    let has_binaries = |dir: &Path| dir.join("postgres").is_file() && dir.join("initdb").is_file();
+    // An explicit choice is used as given, never silently replaced by a search.
+    if let Some(dir) = std::env::var_os("CONVERGE_PG_BINDIR").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        if !has_binaries(&dir) {
+            return Err(EmbeddedError::BinDirInvalid(dir.display().to_string()));
+        }
+        return check_version(dir);
     }
+    let mut candidates: Vec<PathBuf> = Vec::new();
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
         && out.status.success()
     {
@@ -405,8 +417,12 @@ fn find_bindir() -> Result<PathBuf, EmbeddedError> {
     }
     let bindir = candidates
         .into_iter()
-        .find(|dir| dir.join("postgres").is_file() && dir.join("initdb").is_file())
+        .find(|dir| has_binaries(dir))
         .ok_or(EmbeddedError::BinariesNotFound)?;
+    check_version(bindir)
+}
+
+fn check_version(bindir: PathBuf) -> Result<PathBuf, EmbeddedError> {
     let major = server_major_version(&bindir)?;
     if major < MIN_MAJOR_VERSION {
         return Err(EmbeddedError::TooOld { found: major, bindir });

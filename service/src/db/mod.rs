@@ -28,8 +28,8 @@ pub enum DatabaseTarget {
 #[derive(Debug, thiserror::Error)]
 pub enum DatabaseError {
     /// `DATABASE_URL` is not a PostgreSQL URL.
-    #[error("DATABASE_URL is not a valid PostgreSQL URL: {0}")]
-    InvalidUrl(#[source] sqlx::Error),
+    #[error("DATABASE_URL is not a valid PostgreSQL URL ({0})")]
+    InvalidUrl(String),
     /// The embedded cluster failed.
     #[error(transparent)]
     Embedded(#[from] EmbeddedError),
@@ -54,7 +54,7 @@ impl Database {
     pub async fn open(target: &DatabaseTarget, max_connections: u32) -> Result<Self, DatabaseError> {
         let (options, embedded) = match target {
             DatabaseTarget::Url(url) => {
-                let options: PgConnectOptions = url.parse().map_err(DatabaseError::InvalidUrl)?;
+                let options = parse_url(url)?;
                 (options, None)
             }
             DatabaseTarget::Embedded(dir) => {
@@ -103,6 +103,19 @@ impl Database {
     }
 }
 
+/// Parses a `postgres://` or `postgresql://` URL. The message never echoes
+/// the URL, which may carry a password.
+pub fn parse_url(url: &str) -> Result<PgConnectOptions, DatabaseError> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("postgres" | "postgresql")) {
+        return Err(DatabaseError::InvalidUrl(
+            "it must start with postgres:// or postgresql://".into(),
+        ));
+    }
+    url.parse()
+        .map_err(|e: sqlx::Error| DatabaseError::InvalidUrl(e.to_string()))
+}
+
 /// Pool settings shared by the server and the test harness.
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
@@ -140,6 +153,18 @@ pub fn quote_ident(ident: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_postgres_urls_are_accepted() {
+        assert!(parse_url("postgres://u:p@localhost:5432/db").is_ok());
+        assert!(parse_url("postgresql://localhost/db").is_ok());
+        let err = parse_url("mysql://u:secret@x/db")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("postgres://"), "{err}");
+        assert!(!err.contains("secret"), "never echo credentials: {err}");
+    }
 
     #[test]
     fn identifiers_are_quoted() {

@@ -1,0 +1,359 @@
+//! The real `converge` binary as an operator runs it: embedded default,
+//! signals, restarts, `DATABASE_URL`, concurrent `converge migrate`, and
+//! configuration errors.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use converge_service::db::migrate::MIGRATOR;
+use converge_service::testing::{TestDatabase, empty_database_url};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+use tokio::process::{Child, Command};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const BIN: &str = env!("CARGO_BIN_EXE_converge");
+
+/// A scratch directory the `postgres` user can traverse (tempdirs are 0700).
+fn scratch_dir() -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix("converge-bin-").tempdir()?;
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
+    Ok(dir)
+}
+
+fn free_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// A `converge` process with its stderr captured to a file.
+struct Converge {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Converge {
+    fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf) -> anyhow::Result<Self> {
+        let addr = free_addr()?;
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("DATABASE_URL")
+            .env("LISTEN_ADDR", &addr)
+            .env("LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(fs::File::create(&log)?))
+            .kill_on_drop(true);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        Ok(Self {
+            child: cmd.spawn()?,
+            addr,
+            log,
+        })
+    }
+
+    fn embedded(data_dir: &Path, log: PathBuf) -> anyhow::Result<Self> {
+        let dir = data_dir.to_string_lossy().into_owned();
+        Self::spawn(&["serve", "--data-dir", &dir], &[], log)
+    }
+
+    fn pid(&self) -> anyhow::Result<Pid> {
+        let id = self
+            .child
+            .id()
+            .ok_or_else(|| anyhow::anyhow!("process already reaped"))?;
+        Ok(Pid::from_raw(i32::try_from(id)?))
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the health check answers SERVING.
+    async fn wait_serving(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("converge exited early ({status}):\n{}", self.log());
+            }
+            let url = format!("http://{}", self.addr);
+            if let Ok(channel) = tonic::transport::Endpoint::from_shared(url)?.connect().await {
+                let answer = HealthClient::new(channel)
+                    .check(HealthCheckRequest::default())
+                    .await
+                    .map(|r| r.into_inner().status());
+                if answer.ok() == Some(ServingStatus::Serving) {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("converge never became SERVING:\n{}", self.log())
+    }
+
+    async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => anyhow::bail!("converge did not exit within {timeout:?}:\n{}", self.log()),
+        }
+    }
+}
+
+/// The postmaster pid and its children (the server's whole process tree).
+fn server_processes(data_dir: &Path) -> anyhow::Result<Vec<i32>> {
+    let pidfile = fs::read_to_string(data_dir.join("pgdata/postmaster.pid"))?;
+    let postmaster: i32 = pidfile.lines().next().unwrap_or("").trim().parse()?;
+    let mut pids = vec![postmaster];
+    for entry in fs::read_dir("/proc")?.filter_map(Result::ok) {
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may contain spaces, so split after ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid: Option<i32> = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        if ppid == Some(postmaster)
+            && let Ok(pid) = entry.file_name().to_string_lossy().parse()
+        {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+fn alive(pid: i32) -> bool {
+    let state = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim().chars().next()))
+        .flatten();
+    kill(Pid::from_raw(pid), None).is_ok() && state.is_some_and(|s| s != 'Z')
+}
+
+async fn wait_gone(pids: &[i32], timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if pids.iter().all(|p| !alive(*p)) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    anyhow::bail!("postgres processes survived: {left:?}")
+}
+
+/// Connects to the embedded cluster's application database over its socket.
+async fn embedded_connection(data_dir: &Path) -> anyhow::Result<sqlx::PgConnection> {
+    let pidfile = fs::read_to_string(data_dir.join("pgdata/postmaster.pid"))?;
+    let port: u16 = pidfile.lines().nth(3).unwrap_or("").trim().parse()?;
+    Ok(PgConnectOptions::new()
+        .socket(data_dir.join("run"))
+        .port(port)
+        .username("postgres")
+        .database("converge")
+        .connect()
+        .await?)
+}
+
+#[tokio::test]
+async fn embedded_default_serves_stops_on_sigterm_and_keeps_its_data() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let data_dir = scratch.path().join("data");
+
+    let mut first = Converge::embedded(&data_dir, scratch.path().join("first.log"))?;
+    first.wait_serving().await?;
+    let server = server_processes(&data_dir)?;
+    assert!(server.len() > 1, "postmaster and its helpers: {server:?}");
+    let mut conn = embedded_connection(&data_dir).await?;
+    sqlx::raw_sql("CREATE TABLE marker (note text); INSERT INTO marker VALUES ('kept')")
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+
+    kill(first.pid()?, Signal::SIGTERM)?;
+    let status = first.wait_exit(Duration::from_secs(15)).await?;
+    assert!(status.success(), "exit status {status}:\n{}", first.log());
+    wait_gone(&server, Duration::from_secs(5)).await?;
+
+    // A second start reuses the cluster (no initdb) and its data.
+    let mut second = Converge::embedded(&data_dir, scratch.path().join("second.log"))?;
+    second.wait_serving().await?;
+    let mut conn = embedded_connection(&data_dir).await?;
+    let note: String = sqlx::query_scalar("SELECT note FROM marker")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(note, "kept");
+    conn.close().await?;
+    let server = server_processes(&data_dir)?;
+    kill(second.pid()?, Signal::SIGINT)?;
+    let status = second.wait_exit(Duration::from_secs(15)).await?;
+    assert!(status.success(), "exit status {status}:\n{}", second.log());
+    wait_gone(&server, Duration::from_secs(5)).await
+}
+
+#[tokio::test]
+async fn a_killed_converge_takes_its_postgres_down_and_restarts_cleanly() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let data_dir = scratch.path().join("data");
+    let mut first = Converge::embedded(&data_dir, scratch.path().join("first.log"))?;
+    first.wait_serving().await?;
+    let server = server_processes(&data_dir)?;
+
+    kill(first.pid()?, Signal::SIGKILL)?;
+    first.wait_exit(Duration::from_secs(5)).await?;
+    wait_gone(&server, Duration::from_secs(15)).await?;
+
+    let mut second = Converge::embedded(&data_dir, scratch.path().join("second.log"))?;
+    second.wait_serving().await?;
+    kill(second.pid()?, Signal::SIGTERM)?;
+    let status = second.wait_exit(Duration::from_secs(15)).await?;
+    assert!(status.success(), "{}", second.log());
+    Ok(())
+}
+
+#[tokio::test]
+async fn database_url_replaces_the_embedded_cluster() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let url = empty_database_url().await?;
+    let data_dir = scratch.path().join("unused");
+    let dir = data_dir.to_string_lossy().into_owned();
+    let mut converge = Converge::spawn(
+        &["--data-dir", &dir],
+        &[("DATABASE_URL", &url)],
+        scratch.path().join("url.log"),
+    )?;
+    converge.wait_serving().await?;
+    assert!(!data_dir.exists(), "no embedded cluster may be created");
+
+    let mut conn = sqlx::PgConnection::connect(&url).await?;
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(applied, i64::try_from(MIGRATOR.iter().count())?);
+    let members: i64 = sqlx::query_scalar("SELECT count(*) FROM cluster_members")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(members, 1);
+
+    kill(converge.pid()?, Signal::SIGTERM)?;
+    assert!(converge.wait_exit(Duration::from_secs(15)).await?.success());
+    let members: i64 = sqlx::query_scalar("SELECT count(*) FROM cluster_members")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(members, 0, "a graceful stop leaves the registry");
+    Ok(())
+}
+
+/// The `applied` figure a `converge migrate` run logged.
+fn applied_from_log(log: &str) -> Option<u64> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["message"] == "migrations are up to date")
+        .and_then(|event| event["applied"].as_u64())
+}
+
+#[tokio::test]
+async fn concurrent_migrate_runs_both_succeed_and_apply_once() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let url = empty_database_url().await?;
+    let env = [("DATABASE_URL", url.as_str())];
+    let mut one = Converge::spawn(&["migrate"], &env, scratch.path().join("one.log"))?;
+    let mut two = Converge::spawn(&["migrate"], &env, scratch.path().join("two.log"))?;
+    let (a, b) = (
+        one.wait_exit(Duration::from_secs(60)).await?,
+        two.wait_exit(Duration::from_secs(60)).await?,
+    );
+    assert!(a.success(), "{}", one.log());
+    assert!(b.success(), "{}", two.log());
+
+    let total = u64::try_from(MIGRATOR.iter().count())?;
+    let mut applied = [applied_from_log(&one.log()), applied_from_log(&two.log())];
+    applied.sort();
+    assert_eq!(
+        applied,
+        [Some(0), Some(total)],
+        "one run applies, the other finds nothing to do"
+    );
+
+    let mut conn = sqlx::PgConnection::connect(&url).await?;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(u64::try_from(rows)?, total);
+
+    // Migrating a migrated database is a no-op.
+    let mut again = Converge::spawn(&["migrate"], &env, scratch.path().join("again.log"))?;
+    assert!(again.wait_exit(Duration::from_secs(60)).await?.success());
+    assert_eq!(applied_from_log(&again.log()), Some(0));
+    Ok(())
+}
+
+/// Arguments, environment, and the text the error must contain.
+type ConfigCase = (&'static [&'static str], &'static [(&'static str, &'static str)], &'static str);
+
+#[tokio::test]
+async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let cases: [ConfigCase; 4] = [
+        (&["--role", "boss"], &[], "invalid value 'boss'"),
+        (&[], &[("LISTEN_ADDR", "nowhere")], "--listen-addr"),
+        (&[], &[("LOG_FORMAT", "yaml")], "invalid value 'yaml'"),
+        (
+            &["migrate"],
+            &[("DATABASE_URL", "mysql://x")],
+            "DATABASE_URL is not a valid PostgreSQL URL",
+        ),
+    ];
+    for (i, (args, envs, expected)) in cases.into_iter().enumerate() {
+        let mut converge = Converge::spawn(args, envs, scratch.path().join(format!("case{i}.log")))?;
+        let status = converge.wait_exit(Duration::from_secs(10)).await?;
+        assert!(!status.success(), "case {i} must fail");
+        assert!(converge.log().contains(expected), "case {i}: {}", converge.log());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_postgres_binaries_are_a_one_line_error() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let dir = scratch.path().join("data").to_string_lossy().into_owned();
+    let mut converge = Converge::spawn(
+        &["--data-dir", &dir],
+        &[("CONVERGE_PG_BINDIR", "/nonexistent/bin")],
+        scratch.path().join("missing.log"),
+    )?;
+    let status = converge.wait_exit(Duration::from_secs(10)).await?;
+    assert_eq!(status.code(), Some(1));
+    let log = converge.log();
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("converge: "))
+        .ok_or_else(|| anyhow::anyhow!("no error line in:\n{log}"))?;
+    assert!(line.contains("apt-get install postgresql"), "{line}");
+    assert!(line.contains("DATABASE_URL"), "{line}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_harness_hands_out_isolated_migrated_databases() -> anyhow::Result<()> {
+    let (a, b) = (TestDatabase::new().await?, TestDatabase::new().await?);
+    assert_ne!(a.name(), b.name());
+    sqlx::query("INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr) VALUES ('m', 'all', 'v', 'h', 1, 'a')")
+        .execute(a.pool())
+        .await?;
+    let in_b: i64 = sqlx::query_scalar("SELECT count(*) FROM cluster_members")
+        .fetch_one(b.pool())
+        .await?;
+    assert_eq!(in_b, 0);
+    Ok(())
+}
