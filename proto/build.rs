@@ -17,6 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Ordered maps encode deterministically, so equal requests hash equally
+    // (idempotency keys compare request hashes).
+    config.btree_map(["."]);
     let includes = [root.clone(), protoc_bin_vendored::include_path()?];
     tonic_prost_build::configure()
         .build_server(true)

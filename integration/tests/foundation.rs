@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    GetKindManifestRequest, GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
-    ListProviderConfigsRequest, ListReactorBindingsRequest, MemberRole, WatchResourcesRequest,
+    GetResourceGraphRequest, GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
+    ListProviderConfigsRequest, ListReactorBindingsRequest, MemberRole, ReconcileResourceRequest,
+    WatchResourcesRequest,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -171,7 +172,7 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
     let statuses = vec![
         client
             .resources()
-            .get_resource(GetResourceRequest::default())
+            .reconcile_resource(ReconcileResourceRequest::default())
             .await
             .err(),
         client
@@ -180,8 +181,8 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
             .await
             .err(),
         client
-            .kinds()
-            .get_kind_manifest(GetKindManifestRequest::default())
+            .resources()
+            .get_resource_graph(GetResourceGraphRequest::default())
             .await
             .err(),
         client

@@ -4,9 +4,12 @@
 //! library holds them, one module per concern.
 
 pub mod api;
+pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod db;
+pub mod domain;
+pub mod engine;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -68,7 +68,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => {
-            let config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve);
+            let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve);
+            config.retention = cli.retention;
             let running = server::start(config).await.context("starting the server")?;
             tracing::info!(addr = %running.local_addr(), "converge is serving");
             server::shutdown_signal().await;

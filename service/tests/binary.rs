@@ -299,7 +299,11 @@ async fn concurrent_migrate_runs_both_succeed_and_apply_once() -> anyhow::Result
 }
 
 /// Arguments, environment, and the text the error must contain.
-type ConfigCase = (&'static [&'static str], &'static [(&'static str, &'static str)], &'static str);
+type ConfigCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
 
 #[tokio::test]
 async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Result<()> {

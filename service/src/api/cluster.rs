@@ -1,6 +1,5 @@
 //! The `converge.v1.ClusterService` API: fleet membership and build identity.
 
-use chrono::{DateTime, Utc};
 use converge_proto::v1::cluster_service_server::ClusterService;
 use converge_proto::v1::{
     ClusterMember, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest, ListClusterMembersResponse,
@@ -9,6 +8,7 @@ use converge_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
+use super::convert::timestamp;
 use super::status::ApiError;
 use crate::store::cluster::{self as store, MemberRow};
 use crate::version;
@@ -84,13 +84,5 @@ fn member_to_proto(row: MemberRow) -> ClusterMember {
         connected_workers: 0,
         workers: Vec::new(),
         config: None,
-    }
-}
-
-/// Converts a database time to a protobuf timestamp.
-pub fn timestamp(time: DateTime<Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: time.timestamp(),
-        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
     }
 }

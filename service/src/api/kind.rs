@@ -1,77 +1,555 @@
 //! The `converge.v1.KindService` API: kind manifests and live kind configuration.
+
+use std::sync::Arc;
+
+use converge_proto::v1 as pb;
 use converge_proto::v1::kind_service_server::KindService;
 use converge_proto::v1::{
     ApplyKindManifestRequest, ApplyKindManifestResponse, DeleteKindManifestRequest, DeleteKindManifestResponse,
     GetKindConfigRequest, GetKindConfigResponse, GetKindManifestRequest, GetKindManifestResponse,
     ListKindManifestsRequest, ListKindManifestsResponse, UpdateKindConfigRequest, UpdateKindConfigResponse,
 };
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
+use uuid::Uuid;
 
-use super::status::not_implemented;
+use super::ApiState;
+use super::convert::{json_to_struct, optional_struct_to_json, timestamp};
+use super::pages::{decode_token, finish_page, invalid_token};
+use super::status::{ApiError, Reason};
+use super::write::{self, WriteCall};
+use crate::domain::manifest::{
+    CompiledKind, Emit, KindManifest, KindPolicy, Reaction, Trigger, compile_manifest, validate_policy,
+};
+use crate::domain::names::{validate_kind_name, validate_kind_version};
+use crate::domain::page_token::{PositionPart, filter_hash, page_size};
+use crate::domain::violation::Violation;
+use crate::store::kinds::{self, KindConfigRow, StoredManifest};
+use crate::store::resources;
+
+/// Resources checked per batch when a new spec schema is checked against stored specs.
+const REVALIDATE_BATCH: i64 = 500;
+/// Offending resources reported when a new spec schema rejects stored specs.
+const MAX_REPORTED_RESOURCES: usize = 10;
 
 /// Serves `converge.v1.KindService`.
-#[derive(Debug, Clone, Default)]
-pub struct KindApi;
+#[derive(Debug, Clone)]
+pub struct KindApi {
+    state: ApiState,
+}
+
+impl KindApi {
+    /// A service over `state`.
+    pub fn new(state: ApiState) -> Self {
+        Self { state }
+    }
+}
+
+fn trigger_from_proto(raw: i32) -> Option<Trigger> {
+    match pb::Trigger::try_from(raw).ok()? {
+        pb::Trigger::SpecChange => Some(Trigger::SpecChange),
+        pb::Trigger::ChildrenSettled => Some(Trigger::ChildrenSettled),
+        pb::Trigger::DeleteRequested => Some(Trigger::DeleteRequested),
+        pb::Trigger::Operation => Some(Trigger::Operation),
+        pb::Trigger::Reactor => Some(Trigger::Reactor),
+        pb::Trigger::Resync => Some(Trigger::Resync),
+        pb::Trigger::Unspecified => None,
+    }
+}
+
+fn trigger_to_proto(trigger: Trigger) -> pb::Trigger {
+    match trigger {
+        Trigger::SpecChange => pb::Trigger::SpecChange,
+        Trigger::ChildrenSettled => pb::Trigger::ChildrenSettled,
+        Trigger::DeleteRequested => pb::Trigger::DeleteRequested,
+        Trigger::Operation => pb::Trigger::Operation,
+        Trigger::Reactor => pb::Trigger::Reactor,
+        Trigger::Resync => pb::Trigger::Resync,
+    }
+}
+
+fn emit_from_proto(raw: i32) -> Option<Emit> {
+    match pb::Emit::try_from(raw).ok()? {
+        pb::Emit::Children => Some(Emit::Children),
+        pb::Emit::Edges => Some(Emit::Edges),
+        pb::Emit::Configs => Some(Emit::Configs),
+        pb::Emit::Status => Some(Emit::Status),
+        pb::Emit::Conditions => Some(Emit::Conditions),
+        pb::Emit::Finalizer => Some(Emit::Finalizer),
+        pb::Emit::OperationOutput => Some(Emit::OperationOutput),
+        pb::Emit::SideEffect => Some(Emit::SideEffect),
+        pb::Emit::Unspecified => None,
+    }
+}
+
+fn emit_to_proto(emit: Emit) -> pb::Emit {
+    match emit {
+        Emit::Children => pb::Emit::Children,
+        Emit::Edges => pb::Emit::Edges,
+        Emit::Configs => pb::Emit::Configs,
+        Emit::Status => pb::Emit::Status,
+        Emit::Conditions => pb::Emit::Conditions,
+        Emit::Finalizer => pb::Emit::Finalizer,
+        Emit::OperationOutput => pb::Emit::OperationOutput,
+        Emit::SideEffect => pb::Emit::SideEffect,
+    }
+}
+
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// Converts the wire manifest, reporting enum values that are unset or unknown.
+fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifest, ApiError> {
+    let Some(m) = manifest else {
+        return Err(ApiError::violations(
+            Reason::InvalidKindManifest,
+            vec![Violation::new("/manifest", "is required")],
+        ));
+    };
+    let mut violations = Vec::new();
+    violations.extend(validate_kind_name("/manifest/kind", &m.kind).err());
+    violations.extend(validate_kind_version("/manifest/kind_version", m.kind_version).err());
+    let mut reactions = Vec::with_capacity(m.reactions.len());
+    for (i, r) in m.reactions.into_iter().enumerate() {
+        let trigger = trigger_from_proto(r.trigger);
+        if trigger.is_none() {
+            violations.push(Violation::new(
+                format!("/manifest/reactions/{i}/trigger"),
+                "must be set to a known trigger",
+            ));
+        }
+        let mut emits = Vec::with_capacity(r.emits.len());
+        for (j, raw) in r.emits.iter().enumerate() {
+            match emit_from_proto(*raw) {
+                Some(emit) => emits.push(emit),
+                None => violations.push(Violation::new(
+                    format!("/manifest/reactions/{i}/emits/{j}"),
+                    "must be a known outcome part",
+                )),
+            }
+        }
+        if let Some(trigger) = trigger {
+            reactions.push(Reaction {
+                name: r.name,
+                trigger,
+                emits,
+                verb: non_empty(&r.verb),
+                finalizer: non_empty(&r.finalizer),
+            });
+        }
+    }
+    if !violations.is_empty() {
+        return Err(ApiError::violations(Reason::InvalidKindManifest, violations));
+    }
+    let policy = m.policy.unwrap_or_default();
+    Ok(KindManifest {
+        kind: m.kind,
+        kind_version: m.kind_version,
+        description: m.description,
+        spec_schema: optional_struct_to_json(m.spec_schema),
+        status_schema: optional_struct_to_json(m.status_schema),
+        config_schema: optional_struct_to_json(m.config_schema),
+        reactions,
+        finalizer_name: non_empty(&m.finalizer_name),
+        policy: KindPolicy {
+            max_inflight: policy.max_inflight,
+            task_deadline_secs: policy.task_deadline_secs,
+            resync_interval_secs: policy.resync_interval_secs,
+            resync_recomposes: policy.resync_recomposes,
+            orphan_grace_secs: policy.orphan_grace_secs,
+            max_transient_attempts: policy.max_transient_attempts,
+        },
+    })
+}
+
+fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
+    let m = stored.manifest;
+    pb::KindManifest {
+        kind: m.kind,
+        kind_version: m.kind_version,
+        description: m.description,
+        spec_schema: m.spec_schema.as_ref().and_then(json_to_struct),
+        status_schema: m.status_schema.as_ref().and_then(json_to_struct),
+        config_schema: m.config_schema.as_ref().and_then(json_to_struct),
+        reactions: m
+            .reactions
+            .into_iter()
+            .map(|r| pb::Reaction {
+                name: r.name,
+                trigger: trigger_to_proto(r.trigger).into(),
+                emits: r.emits.into_iter().map(|e| emit_to_proto(e).into()).collect(),
+                verb: r.verb.unwrap_or_default(),
+                finalizer: r.finalizer.unwrap_or_default(),
+            })
+            .collect(),
+        finalizer_name: m.finalizer_name.unwrap_or_default(),
+        policy: Some(pb::KindPolicy {
+            max_inflight: m.policy.max_inflight,
+            task_deadline_secs: m.policy.task_deadline_secs,
+            resync_interval_secs: m.policy.resync_interval_secs,
+            resync_recomposes: m.policy.resync_recomposes,
+            orphan_grace_secs: m.policy.orphan_grace_secs,
+            max_transient_attempts: m.policy.max_transient_attempts,
+        }),
+        manifest_version: stored.manifest_version,
+        create_time: Some(timestamp(stored.created_at)),
+        update_time: Some(timestamp(stored.updated_at)),
+    }
+}
+
+fn config_etag(config: &KindConfigRow) -> String {
+    let text = format!(
+        "{}:{}:{}:{}:{}:{}:{}:{}:{}",
+        config.kind,
+        config.kind_version,
+        config.max_inflight,
+        config.task_deadline_secs,
+        config.resync_interval_secs,
+        config.resync_recomposes,
+        config.orphan_grace_secs,
+        config.max_transient_attempts,
+        config.retired
+    );
+    Sha256::digest(text.as_bytes())[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn config_to_proto(config: KindConfigRow) -> pb::KindConfig {
+    let etag = config_etag(&config);
+    pb::KindConfig {
+        etag,
+        kind: config.kind,
+        kind_version: config.kind_version,
+        max_inflight: config.max_inflight,
+        task_deadline_secs: config.task_deadline_secs,
+        resync_interval_secs: config.resync_interval_secs,
+        resync_recomposes: config.resync_recomposes,
+        orphan_grace_secs: config.orphan_grace_secs,
+        max_transient_attempts: config.max_transient_attempts,
+        retired: config.retired,
+        update_time: Some(timestamp(config.updated_at)),
+    }
+}
+
+fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindNotFound,
+        format!("kind {kind:?} version {kind_version} has no manifest"),
+    )
+}
+
+/// Refuses a new spec schema that rejects specs already stored. Runs under
+/// the kind's exclusive lock, so no write can slip in between.
+async fn check_existing_specs(conn: &mut PgConnection, compiled: &CompiledKind) -> Result<(), ApiError> {
+    let Some(schema) = &compiled.spec else { return Ok(()) };
+    let (kind, version) = (&compiled.manifest.kind, compiled.manifest.kind_version);
+    let mut offenders = Vec::new();
+    let mut after: Option<Uuid> = None;
+    loop {
+        let batch = resources::specs_of_kind(conn, kind, version, after, REVALIDATE_BATCH).await?;
+        let Some((last, _, _)) = batch.last() else { break };
+        after = Some(*last);
+        for (_, name, spec) in &batch {
+            if let Err(violations) = schema.validate("/spec", &spec.0) {
+                let first = violations
+                    .first()
+                    .map(|v| format!("{}: {}", v.field, v.description))
+                    .unwrap_or_default();
+                offenders.push(Violation::new(format!("{kind}/{name}"), first));
+                if offenders.len() >= MAX_REPORTED_RESOURCES {
+                    break;
+                }
+            }
+        }
+        if offenders.len() >= MAX_REPORTED_RESOURCES || batch.len() < REVALIDATE_BATCH as usize {
+            break;
+        }
+    }
+    if offenders.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Refused {
+        reason: Reason::SchemaRejectsExistingResources,
+        message: format!(
+            "the new spec schema rejects {}{} stored resource(s) of {kind} version {version}; \
+             fix those specs first or publish the change as a new kind version",
+            offenders.len(),
+            if offenders.len() >= MAX_REPORTED_RESOURCES {
+                "+"
+            } else {
+                ""
+            },
+        ),
+        violations: offenders,
+    })
+}
+
+/// The fields `UpdateKindConfig` may change, by update-mask path.
+const CONFIG_PATHS: [&str; 7] = [
+    "max_inflight",
+    "task_deadline_secs",
+    "resync_interval_secs",
+    "resync_recomposes",
+    "orphan_grace_secs",
+    "max_transient_attempts",
+    "retired",
+];
+
+fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]) -> Result<KindConfigRow, ApiError> {
+    let all: Vec<String> = CONFIG_PATHS.iter().map(|p| (*p).to_owned()).collect();
+    let paths = if paths.is_empty() { &all[..] } else { paths };
+    let mut next = current.clone();
+    let mut violations = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        match path.as_str() {
+            "max_inflight" => next.max_inflight = update.max_inflight,
+            "task_deadline_secs" => next.task_deadline_secs = update.task_deadline_secs,
+            "resync_interval_secs" => next.resync_interval_secs = update.resync_interval_secs,
+            "resync_recomposes" => next.resync_recomposes = update.resync_recomposes,
+            "orphan_grace_secs" => next.orphan_grace_secs = update.orphan_grace_secs,
+            "max_transient_attempts" => next.max_transient_attempts = update.max_transient_attempts,
+            "retired" => next.retired = update.retired,
+            other => violations.push(Violation::new(
+                format!("/update_mask/paths/{i}"),
+                format!(
+                    "{other:?} is not an editable field; use one of {}",
+                    CONFIG_PATHS.join(", ")
+                ),
+            )),
+        }
+    }
+    let policy = KindPolicy {
+        max_inflight: next.max_inflight,
+        task_deadline_secs: next.task_deadline_secs,
+        resync_interval_secs: next.resync_interval_secs,
+        resync_recomposes: next.resync_recomposes,
+        orphan_grace_secs: next.orphan_grace_secs,
+        max_transient_attempts: next.max_transient_attempts,
+    };
+    if let Err(policy_violations) = validate_policy(&policy, "/config") {
+        violations.extend(policy_violations);
+    }
+    if violations.is_empty() {
+        Ok(next)
+    } else {
+        Err(ApiError::violations(Reason::InvalidKindConfig, violations))
+    }
+}
+
+/// Applies a compiled manifest inside the caller's transaction.
+async fn apply_manifest_in(
+    conn: &mut PgConnection,
+    compiled: &CompiledKind,
+) -> Result<ApplyKindManifestResponse, ApiError> {
+    let (kind, version) = (&compiled.manifest.kind, compiled.manifest.kind_version);
+    kinds::lock_kind_exclusive(conn, kind, version).await?;
+    let existing = kinds::get_manifest(conn, kind, version).await?;
+    if let Some(stored) = &existing
+        && stored.manifest == compiled.manifest
+    {
+        return Ok(ApplyKindManifestResponse {
+            manifest: Some(manifest_to_proto(stored.clone())),
+            created: false,
+            unchanged: true,
+        });
+    }
+    let schema_changed = existing
+        .as_ref()
+        .is_some_and(|stored| stored.manifest.spec_schema != compiled.manifest.spec_schema);
+    if schema_changed {
+        check_existing_specs(conn, compiled).await?;
+    }
+    let stored = kinds::upsert_manifest(conn, &compiled.manifest, compiled.manifest_version).await?;
+    Ok(ApplyKindManifestResponse {
+        manifest: Some(manifest_to_proto(stored)),
+        created: existing.is_none(),
+        unchanged: false,
+    })
+}
+
+/// Deletes an unused manifest inside the caller's transaction.
+async fn delete_manifest_in(
+    conn: &mut PgConnection,
+    req: &DeleteKindManifestRequest,
+) -> Result<DeleteKindManifestResponse, ApiError> {
+    kinds::lock_kind_exclusive(conn, &req.kind, req.kind_version).await?;
+    if kinds::get_manifest(conn, &req.kind, req.kind_version).await?.is_none() {
+        if req.allow_missing {
+            return Ok(DeleteKindManifestResponse {});
+        }
+        return Err(kind_not_found(&req.kind, req.kind_version));
+    }
+    if resources::any_of_kind(conn, &req.kind, req.kind_version).await? {
+        return Err(ApiError::refused(
+            Reason::KindInUse,
+            format!(
+                "kind {:?} version {} still has resources; delete them (or move them to another version) first",
+                req.kind, req.kind_version
+            ),
+        ));
+    }
+    kinds::delete_manifest(conn, &req.kind, req.kind_version).await?;
+    Ok(DeleteKindManifestResponse {})
+}
+
+/// Applies a masked kind config update inside the caller's transaction.
+async fn update_config_in(
+    conn: &mut PgConnection,
+    update: &pb::KindConfig,
+    paths: &[String],
+) -> Result<UpdateKindConfigResponse, ApiError> {
+    let current = kinds::get_config(conn, &update.kind, update.kind_version, true)
+        .await?
+        .ok_or_else(|| kind_not_found(&update.kind, update.kind_version))?;
+    if !update.etag.is_empty() && update.etag != config_etag(&current) {
+        return Err(ApiError::refused(
+            Reason::EtagMismatch,
+            "the kind config changed since its etag was read; read it again",
+        ));
+    }
+    let next = apply_mask(&current, update, paths)?;
+    let stored = kinds::update_config(conn, &next).await?;
+    Ok(UpdateKindConfigResponse {
+        config: Some(config_to_proto(stored)),
+    })
+}
 
 #[tonic::async_trait]
 impl KindService for KindApi {
     async fn apply_kind_manifest(
         &self,
-        _request: Request<ApplyKindManifestRequest>,
+        request: Request<ApplyKindManifestRequest>,
     ) -> Result<Response<ApplyKindManifestResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/ApplyKindManifest",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("ApplyKindManifest", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let manifest = manifest_from_proto(req.manifest.clone())?;
+        let compiled = Arc::new(
+            compile_manifest(manifest)
+                .map_err(|violations| ApiError::violations(Reason::InvalidKindManifest, violations))?,
+        );
+        let to_store = compiled.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let compiled = to_store.clone();
+            Box::pin(async move { apply_manifest_in(conn, &compiled).await })
+        })
+        .await?;
+        if !req.validate_only {
+            self.state.catalog.insert(compiled);
+        }
+        Ok(Response::new(answer))
     }
 
     async fn get_kind_manifest(
         &self,
-        _request: Request<GetKindManifestRequest>,
+        request: Request<GetKindManifestRequest>,
     ) -> Result<Response<GetKindManifestResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/GetKindManifest",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let stored = kinds::get_manifest(&mut conn, &req.kind, req.kind_version)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| kind_not_found(&req.kind, req.kind_version))?;
+        Ok(Response::new(GetKindManifestResponse {
+            manifest: Some(manifest_to_proto(stored)),
+        }))
     }
 
     async fn list_kind_manifests(
         &self,
-        _request: Request<ListKindManifestsRequest>,
+        request: Request<ListKindManifestsRequest>,
     ) -> Result<Response<ListKindManifestsResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/ListKindManifests",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        let filters = filter_hash(&[req.kind.as_deref().unwrap_or("")]);
+        let after = match decode_token(&req.page_token, filters)? {
+            None => None,
+            Some(position) => match position.as_slice() {
+                [PositionPart::Text(kind), PositionPart::Int(version)] => {
+                    Some((kind.clone(), i32::try_from(*version).unwrap_or(i32::MAX)))
+                }
+                _ => return Err(invalid_token("is not a manifest list position").into()),
+            },
+        };
+        let mut page = kinds::list_manifests(
+            &self.state.pool,
+            req.kind.as_deref(),
+            after.as_ref().map(|(k, v)| (k.as_str(), *v)),
+            i64::try_from(limit + 1).unwrap_or(i64::MAX),
+        )
+        .await
+        .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| {
+            vec![
+                PositionPart::Text(last.manifest.kind.clone()),
+                PositionPart::Int(i64::from(last.manifest.kind_version)),
+            ]
+        });
+        Ok(Response::new(ListKindManifestsResponse {
+            manifests: page.into_iter().map(manifest_to_proto).collect(),
+            next_page_token,
+        }))
     }
 
     async fn delete_kind_manifest(
         &self,
-        _request: Request<DeleteKindManifestRequest>,
+        request: Request<DeleteKindManifestRequest>,
     ) -> Result<Response<DeleteKindManifestResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/DeleteKindManifest",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("DeleteKindManifest", &req.request_id, false, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let req = target.clone();
+            Box::pin(async move { delete_manifest_in(conn, &req).await })
+        })
+        .await?;
+        self.state.catalog.evict(&req.kind, req.kind_version);
+        Ok(Response::new(answer))
     }
 
     async fn get_kind_config(
         &self,
-        _request: Request<GetKindConfigRequest>,
+        request: Request<GetKindConfigRequest>,
     ) -> Result<Response<GetKindConfigResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/GetKindConfig",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let config = kinds::get_config(&mut conn, &req.kind, req.kind_version, false)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| kind_not_found(&req.kind, req.kind_version))?;
+        Ok(Response::new(GetKindConfigResponse {
+            config: Some(config_to_proto(config)),
+        }))
     }
 
     async fn update_kind_config(
         &self,
-        _request: Request<UpdateKindConfigRequest>,
+        request: Request<UpdateKindConfigRequest>,
     ) -> Result<Response<UpdateKindConfigResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.KindService/UpdateKindConfig",
-            "kind manifests",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("UpdateKindConfig", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let Some(update) = req.config.clone() else {
+            return Err(ApiError::violations(
+                Reason::InvalidKindConfig,
+                vec![Violation::new("/config", "is required")],
+            )
+            .into());
+        };
+        let paths = req.update_mask.clone().map(|m| m.paths).unwrap_or_default();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (update, paths) = (update.clone(), paths.clone());
+            Box::pin(async move { update_config_in(conn, &update, &paths).await })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 }

@@ -2,15 +2,19 @@
 //! calls and domain errors to statuses (in [`status`]).
 
 pub mod cluster;
+pub mod convert;
 pub mod kind;
 pub mod operation;
+pub mod pages;
 pub mod provider_config;
 pub mod reactor_binding;
 pub mod resource;
 pub mod status;
 pub mod worker;
+pub mod write;
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use converge_proto::v1::cluster_service_server::ClusterServiceServer;
@@ -26,7 +30,9 @@ use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
 
-use crate::config::Role;
+use crate::catalog::KindCatalog;
+use crate::config::{RetentionArgs, Role};
+use crate::store::kinds;
 
 /// Largest request or response message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -43,20 +49,45 @@ pub struct ApiState {
     pub member_id: String,
     /// Cluster liveness window.
     pub liveness: Duration,
+    /// Compiled kind manifests.
+    pub catalog: Arc<KindCatalog>,
+    /// Retention settings (events are trimmed as they are written).
+    pub retention: RetentionArgs,
 }
 
 impl ApiState {
     /// Shared state for the services.
-    pub fn new(pool: PgPool, member_id: String, liveness: Duration) -> Self {
+    pub fn new(
+        pool: PgPool,
+        member_id: String,
+        liveness: Duration,
+        catalog: Arc<KindCatalog>,
+        retention: RetentionArgs,
+    ) -> Self {
         Self {
             pool,
             member_id,
             liveness,
+            catalog,
+            retention,
         }
     }
 
     fn liveness_secs(&self) -> i32 {
         i32::try_from(self.liveness.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
+    /// The manifest version in force for a kind version (0 when it has no
+    /// manifest), from the catalog when cached.
+    pub async fn manifest_version(&self, kind: &str, kind_version: i32) -> Result<i64, status::ApiError> {
+        if let Some(version) = self.catalog.cached_version(kind, kind_version) {
+            return Ok(version);
+        }
+        let mut conn = self.pool.acquire().await?;
+        Ok(kinds::kind_state(&mut conn, kind, kind_version)
+            .await?
+            .map(|s| s.manifest_version)
+            .unwrap_or(0))
     }
 }
 
@@ -102,9 +133,9 @@ where
             }
         }};
     }
-    let resource = service!(api, ResourceServiceServer, resource::ResourceApi);
+    let resource = service!(api, ResourceServiceServer, resource::ResourceApi::new(state.clone()));
     let operation = service!(api, OperationServiceServer, operation::OperationApi);
-    let kind = service!(api, KindServiceServer, kind::KindApi);
+    let kind = service!(api, KindServiceServer, kind::KindApi::new(state.clone()));
     let provider_config = service!(api, ProviderConfigServiceServer, provider_config::ProviderConfigApi);
     let reactor_binding = service!(api, ReactorBindingServiceServer, reactor_binding::ReactorBindingApi);
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));

@@ -1,73 +1,535 @@
 //! The `converge.v1.ResourceService` API.
+
+use std::collections::BTreeMap;
+
 use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
     ApplyResourceRequest, ApplyResourceResponse, CreateResourceRequest, CreateResourceResponse, DeleteResourceRequest,
     DeleteResourceResponse, GetResourceGraphRequest, GetResourceGraphResponse, GetResourceRequest, GetResourceResponse,
     ListResourceEventsRequest, ListResourceEventsResponse, ListResourcesRequest, ListResourcesResponse,
     ListSpecRevisionsRequest, ListSpecRevisionsResponse, QuarantineResourceRequest, QuarantineResourceResponse,
-    ReconcileResourceRequest, ReconcileResourceResponse, RollbackResourceRequest, RollbackResourceResponse,
-    UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest, WatchResourceEventsResponse,
-    WatchResourcesRequest, WatchResourcesResponse,
+    ReconcileResourceRequest, ReconcileResourceResponse, ResourceRef as PbResourceRef, RollbackResourceRequest,
+    RollbackResourceResponse, UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest,
+    WatchResourceEventsResponse, WatchResourcesRequest, WatchResourcesResponse,
 };
+use serde_json::Value;
+use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
+use uuid::Uuid;
 
-use super::ResponseStream;
-use super::status::not_implemented;
+use super::convert::{event_to_proto, from_timestamp, phases_from_proto, resource_to_proto, struct_to_json};
+use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
+use super::status::{ApiError, Reason, not_implemented};
+use super::write::{self, WriteCall};
+use super::{ApiState, ResponseStream};
+use crate::domain::event::{EventType, NewEvent};
+use crate::domain::labels::{LabelSelector, validate_labels};
+use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
+use crate::domain::page_token::{filter_hash, page_size};
+use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
+use crate::domain::violation::Violation;
+use crate::store::events::{EventCursor, EventFilter};
+use crate::store::resources::{DesiredResource, ListCursor, ResourceFilter};
+use crate::store::{events, kinds, resources};
 
 /// Serves `converge.v1.ResourceService`.
-#[derive(Debug, Clone, Default)]
-pub struct ResourceApi;
+#[derive(Debug, Clone)]
+pub struct ResourceApi {
+    state: ApiState,
+}
+
+impl ResourceApi {
+    /// A service over `state`.
+    pub fn new(state: ApiState) -> Self {
+        Self { state }
+    }
+}
+
+/// How a write treats an existing resource of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Create or update.
+    Apply,
+    /// Create only.
+    Create,
+}
+
+/// A validated resource write.
+#[derive(Debug, Clone)]
+struct ResourceWrite {
+    kind: String,
+    kind_version: i32,
+    name: String,
+    labels: BTreeMap<String, String>,
+    spec: Value,
+    etag: Option<String>,
+    provider_config: Option<Option<String>>,
+    mode: Mode,
+}
+
+impl ResourceWrite {
+    /// Validates everything that needs no database: names, labels, spec size.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        mode: Mode,
+        kind: String,
+        kind_version: i32,
+        name: String,
+        labels: BTreeMap<String, String>,
+        spec: Option<prost_types::Struct>,
+        etag: Option<String>,
+        provider_config: Option<Option<String>>,
+    ) -> Result<Self, ApiError> {
+        let mut violations = Vec::new();
+        let mut reason = Reason::InvalidField;
+        if let Err(v) = validate_kind_name("/kind", &kind) {
+            violations.push(v);
+            reason = Reason::InvalidName;
+        }
+        violations.extend(validate_kind_version("/kind_version", kind_version).err());
+        if let Err(v) = validate_resource_name("/name", &name) {
+            violations.push(v);
+            reason = Reason::InvalidName;
+        }
+        if let Err(label_violations) = validate_labels(&labels) {
+            if violations.is_empty() {
+                reason = Reason::InvalidLabels;
+            }
+            violations.extend(label_violations);
+        }
+        if !violations.is_empty() {
+            return Err(ApiError::violations(reason, violations));
+        }
+        let spec = struct_to_json(spec);
+        let size = serde_json::to_vec(&spec).map(|b| b.len()).unwrap_or(usize::MAX);
+        if size > MAX_SPEC_BYTES {
+            return Err(ApiError::violations(
+                Reason::SpecTooLarge,
+                vec![Violation::new(
+                    "/spec",
+                    format!("is {size} bytes of JSON; the limit is {MAX_SPEC_BYTES}"),
+                )],
+            ));
+        }
+        Ok(Self {
+            kind,
+            kind_version,
+            name,
+            labels,
+            spec,
+            etag,
+            provider_config,
+            mode,
+        })
+    }
+
+    fn desired(&self) -> DesiredResource<'_> {
+        DesiredResource {
+            kind: &self.kind,
+            kind_version: self.kind_version,
+            name: &self.name,
+            labels: &self.labels,
+            spec: &self.spec,
+            provider_config: self.provider_config.as_ref().map(|p| p.as_deref()),
+        }
+    }
+}
+
+/// The actor recorded on events written by API calls.
+const API_ACTOR: &str = "api";
+
+/// Writes one resource inside the caller's transaction. Returns the
+/// resource as stored and whether it was created.
+async fn write_resource(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    input: &ResourceWrite,
+) -> Result<(Resource, bool), ApiError> {
+    resources::lock_kind_shared(conn, &input.kind, input.kind_version).await?;
+    let kind_state = kinds::kind_state(conn, &input.kind, input.kind_version)
+        .await?
+        .ok_or_else(|| kind_not_found(&input.kind, input.kind_version))?;
+    if let Some(Some(name)) = &input.provider_config
+        && !name.is_empty()
+    {
+        // No provider config can exist yet: the store of provider configs
+        // arrives with ProviderConfigService.
+        return Err(ApiError::violations(
+            Reason::ProviderConfigNotFound,
+            vec![Violation::new(
+                "/provider_config",
+                format!("provider config {name:?} does not exist"),
+            )],
+        ));
+    }
+
+    // Two passes at most: the second follows a create that lost a race.
+    for _ in 0..2 {
+        let existing = resources::find_for_update(conn, &input.kind, &input.name).await?;
+        if let Some(current) = &existing {
+            check_writable(current, input, kind_state.retired)?;
+        } else {
+            if input.etag.is_some() {
+                return Err(resource_not_found(&input.kind, &input.name));
+            }
+            if kind_state.retired {
+                return Err(retired(&input.kind, input.kind_version));
+            }
+        }
+        let compiled = state
+            .catalog
+            .compiled(conn, &input.kind, input.kind_version, kind_state.manifest_version)
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Some(schema) = &compiled.spec {
+            schema
+                .validate("/spec", &input.spec)
+                .map_err(|violations| ApiError::violations(Reason::SpecSchemaViolation, violations))?;
+        }
+        match existing {
+            Some(current) => {
+                let Some(updated) = resources::update_desired(conn, current.id, &input.desired()).await? else {
+                    return Ok((current, false));
+                };
+                if updated.kind_version != current.kind_version {
+                    let event = NewEvent::lifecycle(
+                        "KindVersionChanged",
+                        format!("kind version {} -> {}", current.kind_version, updated.kind_version),
+                    );
+                    record(conn, state, &updated, &event).await?;
+                }
+                if updated.generation != current.generation {
+                    let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
+                    record(conn, state, &updated, &event).await?;
+                }
+                return Ok((updated, false));
+            }
+            None => {
+                if let Some(created) = resources::insert(conn, &input.desired()).await? {
+                    let event = NewEvent::lifecycle("Created", format!("created at generation {}", created.generation));
+                    record(conn, state, &created, &event).await?;
+                    return Ok((created, true));
+                }
+            }
+        }
+    }
+    Err(ApiError::refused(
+        Reason::ConcurrentModification,
+        "the resource changed concurrently; retry",
+    ))
+}
+
+/// Refuses writes the stored resource does not allow. Deletion wins over
+/// every other problem, as clients expect.
+fn check_writable(current: &Resource, input: &ResourceWrite, retired_target: bool) -> Result<(), ApiError> {
+    if input.mode == Mode::Create {
+        let deleting = if current.deletion_requested_at.is_some() {
+            " (it is being deleted)"
+        } else {
+            ""
+        };
+        return Err(ApiError::refused(
+            Reason::NameTaken,
+            format!("{}/{} already exists{deleting}", current.kind, current.name),
+        ));
+    }
+    if current.deletion_requested_at.is_some() {
+        return Err(ApiError::refused(
+            Reason::DeletionPending,
+            format!(
+                "{}/{} is being deleted and accepts no writes",
+                current.kind, current.name
+            ),
+        ));
+    }
+    if current.owner.is_some() {
+        return Err(ApiError::refused(
+            Reason::ResourceOwned,
+            format!(
+                "{}/{} was composed by another resource; its spec belongs to its composer",
+                current.kind, current.name
+            ),
+        ));
+    }
+    check_etag(current, input.etag.as_deref())?;
+    if current.kind_version != input.kind_version && retired_target {
+        return Err(retired(&input.kind, input.kind_version));
+    }
+    Ok(())
+}
+
+fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
+    match etag {
+        Some(expected) if expected != current.etag() => Err(ApiError::refused(
+            Reason::EtagMismatch,
+            format!(
+                "{}/{} changed since etag {expected:?} was read; read it again",
+                current.kind, current.name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+async fn record(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    resource: &Resource,
+    event: &NewEvent,
+) -> Result<(), ApiError> {
+    events::record(
+        conn,
+        resource.id,
+        resource.generation,
+        event,
+        API_ACTOR,
+        state.retention.event_runs_per_timeline,
+    )
+    .await?;
+    Ok(())
+}
+
+fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindNotFound,
+        format!("kind {kind:?} version {kind_version} has no manifest; apply one with KindService.ApplyKindManifest"),
+    )
+}
+
+fn resource_not_found(kind: &str, name: &str) -> ApiError {
+    ApiError::refused(Reason::ResourceNotFound, format!("{kind}/{name} does not exist"))
+}
+
+fn retired(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindVersionRetired,
+        format!("kind {kind:?} version {kind_version} is retired and accepts no new resources"),
+    )
+}
+
+/// The manifest version of a resource's kind version, read in the write's transaction.
+async fn manifest_version_in(conn: &mut PgConnection, resource: &Resource) -> Result<i64, ApiError> {
+    Ok(kinds::kind_state(conn, &resource.kind, resource.kind_version)
+        .await?
+        .map(|s| s.manifest_version)
+        .unwrap_or(0))
+}
+
+/// Marks a resource for deletion inside the caller's transaction.
+async fn delete_in(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    req: &DeleteResourceRequest,
+) -> Result<DeleteResourceResponse, ApiError> {
+    let Some(current) = resources::find_for_update(conn, &req.kind, &req.name).await? else {
+        if req.allow_missing {
+            return Ok(DeleteResourceResponse { resource: None });
+        }
+        return Err(resource_not_found(&req.kind, &req.name));
+    };
+    check_etag(&current, req.etag.as_deref())?;
+    if req.validate_only {
+        let version = manifest_version_in(conn, &current).await?;
+        return Ok(DeleteResourceResponse {
+            resource: Some(resource_to_proto(current, version)),
+        });
+    }
+    let resource = match resources::mark_deleting(conn, current.id).await? {
+        Some(marked) => {
+            let event = NewEvent::lifecycle("DeletionRequested", "deletion requested");
+            record(conn, state, &marked, &event).await?;
+            marked
+        }
+        // Already being deleted: idempotent.
+        None => current,
+    };
+    let version = manifest_version_in(conn, &resource).await?;
+    Ok(DeleteResourceResponse {
+        resource: Some(resource_to_proto(resource, version)),
+    })
+}
+
+/// Resolves a kind + name reference to an id (`None` when missing).
+async fn resolve(state: &ApiState, reference: Option<&PbResourceRef>) -> Result<Option<Option<Uuid>>, ApiError> {
+    match reference {
+        Some(r) if !(r.kind.is_empty() && r.name.is_empty()) => {
+            Ok(Some(resources::id_of(&state.pool, &r.kind, &r.name).await?))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn optional_ref_key(reference: Option<&PbResourceRef>) -> String {
+    reference.map(|r| format!("{}/{}", r.kind, r.name)).unwrap_or_default()
+}
 
 #[tonic::async_trait]
 impl ResourceService for ResourceApi {
     async fn apply_resource(
         &self,
-        _request: Request<ApplyResourceRequest>,
+        request: Request<ApplyResourceRequest>,
     ) -> Result<Response<ApplyResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/ApplyResource",
-            "kinds and resources",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("ApplyResource", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let input = ResourceWrite::new(
+            Mode::Apply,
+            req.kind.clone(),
+            req.kind_version,
+            req.name.clone(),
+            req.labels.clone(),
+            req.spec.clone(),
+            req.etag.clone(),
+            req.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
+        )?;
+        let state = self.state.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (state, input) = (state.clone(), input.clone());
+            Box::pin(async move {
+                let (resource, created) = write_resource(conn, &state, &input).await?;
+                let version = manifest_version_in(conn, &resource).await?;
+                Ok(ApplyResourceResponse {
+                    resource: Some(resource_to_proto(resource, version)),
+                    created,
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn create_resource(
         &self,
-        _request: Request<CreateResourceRequest>,
+        request: Request<CreateResourceRequest>,
     ) -> Result<Response<CreateResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/CreateResource",
-            "kinds and resources",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("CreateResource", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let provider_config = (!req.provider_config.is_empty()).then(|| req.provider_config.clone());
+        let input = ResourceWrite::new(
+            Mode::Create,
+            req.kind.clone(),
+            req.kind_version,
+            req.name.clone(),
+            req.labels.clone(),
+            req.spec.clone(),
+            None,
+            Some(provider_config),
+        )?;
+        let state = self.state.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (state, input) = (state.clone(), input.clone());
+            Box::pin(async move {
+                let (resource, _) = write_resource(conn, &state, &input).await?;
+                let version = manifest_version_in(conn, &resource).await?;
+                Ok(CreateResourceResponse {
+                    resource: Some(resource_to_proto(resource, version)),
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn get_resource(
         &self,
-        _request: Request<GetResourceRequest>,
+        request: Request<GetResourceRequest>,
     ) -> Result<Response<GetResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/GetResource",
-            "kinds and resources",
-        ))
+        let req = request.into_inner();
+        let resource = resources::get(&self.state.pool, &req.kind, &req.name)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+        let version = self
+            .state
+            .manifest_version(&resource.kind, resource.kind_version)
+            .await?;
+        Ok(Response::new(GetResourceResponse {
+            resource: Some(resource_to_proto(resource, version)),
+        }))
     }
 
     async fn list_resources(
         &self,
-        _request: Request<ListResourcesRequest>,
+        request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/ListResources",
-            "kinds and resources",
-        ))
+        let req = request.into_inner();
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        let selector = LabelSelector::parse(&req.label_selector).map_err(|e| {
+            ApiError::violations(
+                Reason::InvalidLabelSelector,
+                vec![Violation::new("/label_selector", e.to_string())],
+            )
+        })?;
+        let phases = phases_from_proto("/phases", &req.phases)?;
+        let mut phase_names: Vec<&str> = phases.iter().map(|p| p.as_db()).collect();
+        phase_names.sort_unstable();
+        let filters = filter_hash(&[
+            req.kind.as_deref().unwrap_or(""),
+            &req.kind_version.map(|v| v.to_string()).unwrap_or_default(),
+            &phase_names.join(","),
+            &selector.to_string(),
+            &optional_ref_key(req.owner.as_ref()),
+            &optional_ref_key(req.root.as_ref()),
+            if req.roots_only { "roots" } else { "" },
+        ]);
+        let after = decode_token(&req.page_token, filters)?
+            .map(|position| time_and_id(&position))
+            .transpose()?
+            .map(|(created_at, id)| ListCursor { created_at, id });
+        let owner = resolve(&self.state, req.owner.as_ref()).await?;
+        let root = resolve(&self.state, req.root.as_ref()).await?;
+        // A filter on a resource that does not exist matches nothing.
+        if matches!(owner, Some(None)) || matches!(root, Some(None)) {
+            return Ok(Response::new(ListResourcesResponse::default()));
+        }
+        let filter = ResourceFilter {
+            kind: req.kind.clone(),
+            kind_version: req.kind_version,
+            phases,
+            selector,
+            owner_id: owner.flatten(),
+            root_id: root.flatten(),
+            roots_only: req.roots_only,
+        };
+        let mut page = resources::list(&self.state.pool, &filter, after, limit + 1)
+            .await
+            .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| {
+            time_and_id_position(last.created_at, last.id)
+        });
+        let mut resources = Vec::with_capacity(page.len());
+        for resource in page {
+            let version = self
+                .state
+                .manifest_version(&resource.kind, resource.kind_version)
+                .await?;
+            resources.push(resource_to_proto(resource, version));
+        }
+        Ok(Response::new(ListResourcesResponse {
+            resources,
+            next_page_token,
+        }))
     }
 
     async fn delete_resource(
         &self,
-        _request: Request<DeleteResourceRequest>,
+        request: Request<DeleteResourceRequest>,
     ) -> Result<Response<DeleteResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/DeleteResource",
-            "kinds and resources",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("DeleteResource", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let state = self.state.clone();
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (state, req) = (state.clone(), target.clone());
+            Box::pin(async move { delete_in(conn, &state, &req).await })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     type WatchResourcesStream = ResponseStream<WatchResourcesResponse>;
@@ -111,12 +573,54 @@ impl ResourceService for ResourceApi {
 
     async fn list_resource_events(
         &self,
-        _request: Request<ListResourceEventsRequest>,
+        request: Request<ListResourceEventsRequest>,
     ) -> Result<Response<ListResourceEventsResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/ListResourceEvents",
-            "resource events",
-        ))
+        let req = request.into_inner();
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        let type_ = match converge_proto::v1::EventType::try_from(req.r#type) {
+            Ok(converge_proto::v1::EventType::Unspecified) => None,
+            Ok(converge_proto::v1::EventType::Normal) => Some(EventType::Normal),
+            Ok(converge_proto::v1::EventType::Warning) => Some(EventType::Warning),
+            Err(_) => return Err(ApiError::from(Violation::new("/type", "is not an event type")).into()),
+        };
+        let since = req
+            .since
+            .as_ref()
+            .map(|ts| from_timestamp("/since", ts))
+            .transpose()
+            .map_err(ApiError::from)?;
+        let filters = filter_hash(&[
+            &req.kind,
+            &req.name,
+            req.category.as_deref().unwrap_or(""),
+            type_.map(EventType::as_db).unwrap_or(""),
+            req.reason.as_deref().unwrap_or(""),
+            &since.map(|s| s.timestamp_micros().to_string()).unwrap_or_default(),
+        ]);
+        let after = decode_token(&req.page_token, filters)?
+            .map(|position| time_and_id(&position))
+            .transpose()?
+            .map(|(last_at, id)| EventCursor { last_at, id });
+        let id = resources::id_of(&self.state.pool, &req.kind, &req.name)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+        let filter = EventFilter {
+            category: req.category.clone(),
+            type_,
+            reason: req.reason.clone(),
+            since,
+        };
+        let mut page = events::list(&self.state.pool, id, &filter, after, limit + 1)
+            .await
+            .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| {
+            time_and_id_position(last.last_at, last.id)
+        });
+        Ok(Response::new(ListResourceEventsResponse {
+            events: page.into_iter().map(event_to_proto).collect(),
+            next_page_token,
+        }))
     }
 
     type WatchResourceEventsStream = ResponseStream<WatchResourceEventsResponse>;

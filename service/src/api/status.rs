@@ -2,20 +2,151 @@
 //!
 //! Every status carries exactly one `google.rpc.ErrorInfo` with domain
 //! [`ERROR_DOMAIN`] and a stable UPPER_SNAKE reason (catalogued in
-//! `docs/errors.md`), plus the details its code calls for.
+//! `docs/errors.md`), plus the details its code calls for: `BadRequest`
+//! field violations (JSON pointers into the request) for invalid input,
+//! `PreconditionFailure` violations for refused state changes, `RetryInfo`
+//! for transient unavailability.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
+use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
+
+use crate::domain::violation::Violation;
 
 /// The `ErrorInfo.domain` of every converge error.
 pub const ERROR_DOMAIN: &str = "converge.dev";
 
+/// Why a request was refused. Each reason has exactly one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// A required field is missing or a field has a malformed value.
+    InvalidField,
+    /// A resource or kind name is malformed.
+    InvalidName,
+    /// Labels are malformed or too many.
+    InvalidLabels,
+    /// A label selector does not parse.
+    InvalidLabelSelector,
+    /// A page token is malformed or was issued for other filters.
+    InvalidPageToken,
+    /// A kind manifest breaks a rule (names, reactions, policy, schemas).
+    InvalidKindManifest,
+    /// A kind config value or update mask is invalid.
+    InvalidKindConfig,
+    /// A spec does not satisfy its kind's spec schema.
+    SpecSchemaViolation,
+    /// A request id was reused with a different request.
+    RequestIdReused,
+    /// No manifest for the kind version.
+    KindNotFound,
+    /// No such resource.
+    ResourceNotFound,
+    /// No such provider config.
+    ProviderConfigNotFound,
+    /// The name is held by another resource (possibly one being deleted).
+    NameTaken,
+    /// The resource is being deleted and accepts no writes.
+    DeletionPending,
+    /// The resource was composed by another; its spec belongs to the composer.
+    ResourceOwned,
+    /// The kind version is retired: no new resources or flips.
+    KindVersionRetired,
+    /// The kind version still has resources.
+    KindInUse,
+    /// A new spec schema would reject specs already stored.
+    SchemaRejectsExistingResources,
+    /// The etag does not match the stored one.
+    EtagMismatch,
+    /// The spec is larger than allowed.
+    SpecTooLarge,
+    /// The database aborted the transaction to resolve a conflict with a
+    /// concurrent one; retrying is safe.
+    ConcurrentModification,
+    /// The method's capability is not built yet.
+    NotImplemented,
+    /// PostgreSQL is unreachable.
+    DatabaseUnavailable,
+    /// The server is draining.
+    ShuttingDown,
+    /// A fault no caller can cause.
+    Internal,
+}
+
+impl Reason {
+    /// The stable machine-readable reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidField => "INVALID_FIELD",
+            Reason::InvalidName => "INVALID_NAME",
+            Reason::InvalidLabels => "INVALID_LABELS",
+            Reason::InvalidLabelSelector => "INVALID_LABEL_SELECTOR",
+            Reason::InvalidPageToken => "INVALID_PAGE_TOKEN",
+            Reason::InvalidKindManifest => "INVALID_KIND_MANIFEST",
+            Reason::InvalidKindConfig => "INVALID_KIND_CONFIG",
+            Reason::SpecSchemaViolation => "SPEC_SCHEMA_VIOLATION",
+            Reason::RequestIdReused => "REQUEST_ID_REUSED",
+            Reason::KindNotFound => "KIND_NOT_FOUND",
+            Reason::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            Reason::ProviderConfigNotFound => "PROVIDER_CONFIG_NOT_FOUND",
+            Reason::NameTaken => "NAME_TAKEN",
+            Reason::DeletionPending => "DELETION_PENDING",
+            Reason::ResourceOwned => "RESOURCE_OWNED",
+            Reason::KindVersionRetired => "KIND_VERSION_RETIRED",
+            Reason::KindInUse => "KIND_IN_USE",
+            Reason::SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
+            Reason::EtagMismatch => "ETAG_MISMATCH",
+            Reason::SpecTooLarge => "SPEC_TOO_LARGE",
+            Reason::ConcurrentModification => "CONCURRENT_MODIFICATION",
+            Reason::NotImplemented => "NOT_IMPLEMENTED",
+            Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
+            Reason::ShuttingDown => "SHUTTING_DOWN",
+            Reason::Internal => "INTERNAL",
+        }
+    }
+
+    /// The canonical status code.
+    pub fn code(self) -> Code {
+        match self {
+            Reason::InvalidField
+            | Reason::InvalidName
+            | Reason::InvalidLabels
+            | Reason::InvalidLabelSelector
+            | Reason::InvalidPageToken
+            | Reason::InvalidKindManifest
+            | Reason::InvalidKindConfig
+            | Reason::SpecSchemaViolation
+            | Reason::RequestIdReused => Code::InvalidArgument,
+            Reason::KindNotFound | Reason::ResourceNotFound | Reason::ProviderConfigNotFound => Code::NotFound,
+            Reason::NameTaken => Code::AlreadyExists,
+            Reason::DeletionPending
+            | Reason::ResourceOwned
+            | Reason::KindVersionRetired
+            | Reason::KindInUse
+            | Reason::SchemaRejectsExistingResources => Code::FailedPrecondition,
+            Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,
+            Reason::SpecTooLarge => Code::ResourceExhausted,
+            Reason::NotImplemented => Code::Unimplemented,
+            Reason::DatabaseUnavailable | Reason::ShuttingDown => Code::Unavailable,
+            Reason::Internal => Code::Internal,
+        }
+    }
+}
+
 /// An error answered to an API caller.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The request was refused for `reason`.
+    #[error("{message}")]
+    Refused {
+        /// Why.
+        reason: Reason,
+        /// Human-readable summary.
+        message: String,
+        /// The offending fields (invalid input) or state (preconditions).
+        violations: Vec<Violation>,
+    },
     /// The method exists in the contract but its capability is not built yet.
     #[error("{method} is not implemented yet: {capability}")]
     NotImplemented {
@@ -36,22 +167,33 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// The stable machine-readable reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ApiError::NotImplemented { .. } => "NOT_IMPLEMENTED",
-            ApiError::DatabaseUnavailable(_) => "DATABASE_UNAVAILABLE",
-            ApiError::ShuttingDown => "SHUTTING_DOWN",
-            ApiError::Internal(_) => "INTERNAL",
+    /// A refusal without field details.
+    pub fn refused(reason: Reason, message: impl Into<String>) -> Self {
+        ApiError::Refused {
+            reason,
+            message: message.into(),
+            violations: Vec::new(),
         }
     }
 
-    /// The canonical status code.
-    pub fn code(&self) -> Code {
+    /// A refusal naming the offending fields; the message summarises them.
+    pub fn violations(reason: Reason, violations: Vec<Violation>) -> Self {
+        let message = summarize(&violations);
+        ApiError::Refused {
+            reason,
+            message,
+            violations,
+        }
+    }
+
+    /// The stable machine-readable reason.
+    pub fn reason(&self) -> Reason {
         match self {
-            ApiError::NotImplemented { .. } => Code::Unimplemented,
-            ApiError::DatabaseUnavailable(_) | ApiError::ShuttingDown => Code::Unavailable,
-            ApiError::Internal(_) => Code::Internal,
+            ApiError::Refused { reason, .. } => *reason,
+            ApiError::NotImplemented { .. } => Reason::NotImplemented,
+            ApiError::DatabaseUnavailable(_) => Reason::DatabaseUnavailable,
+            ApiError::ShuttingDown => Reason::ShuttingDown,
+            ApiError::Internal(_) => Reason::Internal,
         }
     }
 
@@ -74,6 +216,36 @@ impl ApiError {
     }
 }
 
+/// One line naming the first violations.
+fn summarize(violations: &[Violation]) -> String {
+    const SHOWN: usize = 3;
+    let mut parts: Vec<String> = violations
+        .iter()
+        .take(SHOWN)
+        .map(|v| {
+            if v.field.is_empty() {
+                v.description.clone()
+            } else {
+                format!("{}: {}", v.field, v.description)
+            }
+        })
+        .collect();
+    if violations.len() > SHOWN {
+        parts.push(format!("and {} more", violations.len() - SHOWN));
+    }
+    if parts.is_empty() {
+        "the request is invalid".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+impl From<Violation> for ApiError {
+    fn from(violation: Violation) -> Self {
+        ApiError::violations(Reason::InvalidField, vec![violation])
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
         match &error {
@@ -85,6 +257,11 @@ impl From<sqlx::Error> for ApiError {
             sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) => {
                 ApiError::DatabaseUnavailable(error)
             }
+            // 40P01 deadlock, 40001 serialization failure: safe to retry.
+            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001")) => ApiError::refused(
+                Reason::ConcurrentModification,
+                "the write conflicted with a concurrent one; retry it",
+            ),
             _ => ApiError::Internal(error.to_string()),
         }
     }
@@ -96,11 +273,36 @@ impl From<ApiError> for Status {
             // The detail may name tables or values: log it, never send it.
             tracing::error!(detail, "internal error answered to a caller");
         }
-        let mut details = ErrorDetails::with_error_info(error.reason(), ERROR_DOMAIN, error.metadata());
+        let reason = error.reason();
+        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, error.metadata());
         if let Some(delay) = error.retry_after() {
             details.set_retry_info(Some(delay));
         }
-        Status::with_error_details(error.code(), error.to_string(), details)
+        if let ApiError::Refused { violations, .. } = &error
+            && !violations.is_empty()
+        {
+            match reason.code() {
+                Code::FailedPrecondition => {
+                    details.set_precondition_failure(
+                        violations
+                            .iter()
+                            .map(|v| {
+                                PreconditionViolation::new(reason.as_str(), v.field.clone(), v.description.clone())
+                            })
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                _ => {
+                    details.set_bad_request(
+                        violations
+                            .iter()
+                            .map(|v| FieldViolation::new(v.field.clone(), v.description.clone()))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+        }
+        Status::with_error_details(reason.code(), error.to_string(), details)
     }
 }
 
@@ -142,5 +344,38 @@ mod tests {
         let status: Status = ApiError::Internal("relation secret_table".into()).into();
         assert_eq!(status.code(), Code::Internal);
         assert!(!status.message().contains("secret_table"));
+    }
+
+    #[test]
+    fn invalid_input_lists_field_violations() {
+        let status: Status = ApiError::violations(
+            Reason::SpecSchemaViolation,
+            vec![
+                Violation::new("/spec/port", "must be an integer"),
+                Violation::new("/spec/name", "is required"),
+            ],
+        )
+        .into();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = status.get_error_details();
+        let fields: Vec<&str> = details
+            .bad_request()
+            .map(|b| b.field_violations.iter().map(|v| v.field.as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(fields, ["/spec/port", "/spec/name"]);
+        assert!(status.message().contains("/spec/port: must be an integer"));
+    }
+
+    #[test]
+    fn refused_preconditions_use_precondition_failure() {
+        let status: Status = ApiError::violations(
+            Reason::SchemaRejectsExistingResources,
+            vec![Violation::new("vpc/a", "/spec/cidr: is required")],
+        )
+        .into();
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        let details = status.get_error_details();
+        assert_eq!(details.precondition_failure().map(|p| p.violations.len()), Some(1));
+        assert!(details.bad_request().is_none());
     }
 }

@@ -24,6 +24,10 @@ pub struct Cli {
     /// Options of the server (also accepted without the `serve` word).
     #[command(flatten)]
     pub serve: ServeArgs,
+
+    /// Retention of event runs, the change log and idempotency records.
+    #[command(flatten)]
+    pub retention: RetentionArgs,
 }
 
 /// The subcommands of `converge`.
@@ -98,6 +102,42 @@ impl ServeArgs {
     /// The graceful-shutdown bound as a duration.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+/// How long converge keeps history. Enforced by a sweeper on control pods
+/// (and, for event timelines, as events are written).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct RetentionArgs {
+    /// Event runs kept per resource and category (newest first); 0 = no limit.
+    #[arg(long, env = "EVENT_RETENTION_RUNS", default_value_t = 100, global = true,
+          value_parser = clap::value_parser!(i32).range(0..=100_000))]
+    pub event_runs_per_timeline: i32,
+
+    /// Age in seconds after which an event run (by its latest event) is deleted; 0 = keep.
+    #[arg(long, env = "EVENT_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true,
+          value_parser = clap::value_parser!(i64).range(0..=10 * 365 * 24 * 3600))]
+    pub event_max_age_secs: i64,
+
+    /// Age in seconds after which change-log entries are deleted (watch resume window).
+    #[arg(long, env = "CHANGE_LOG_RETENTION_SECS", default_value_t = 24 * 3600, global = true,
+          value_parser = clap::value_parser!(i64).range(60..=365 * 24 * 3600))]
+    pub change_log_max_age_secs: i64,
+
+    /// Age in seconds after which request ids are forgotten (idempotency window).
+    #[arg(long, env = "REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600, global = true,
+          value_parser = clap::value_parser!(i64).range(60..=30 * 24 * 3600))]
+    pub request_id_max_age_secs: i64,
+}
+
+impl Default for RetentionArgs {
+    fn default() -> Self {
+        Self {
+            event_runs_per_timeline: 100,
+            event_max_age_secs: 7 * 24 * 3600,
+            change_log_max_age_secs: 24 * 3600,
+            request_id_max_age_secs: 24 * 3600,
+        }
     }
 }
 

@@ -12,9 +12,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 
 use crate::api::{self, ApiState};
+use crate::catalog::KindCatalog;
 use crate::cluster::{self, Membership, MembershipTiming, SHARD_COUNT};
-use crate::config::{CommonArgs, ServeArgs, default_data_dir};
+use crate::config::{CommonArgs, RetentionArgs, ServeArgs, default_data_dir};
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
+use crate::engine::retention;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;
 
@@ -29,6 +31,10 @@ pub struct ServerConfig {
     pub serve: ServeArgs,
     /// Cluster membership timing.
     pub membership: MembershipTiming,
+    /// History retention.
+    pub retention: RetentionArgs,
+    /// How often the retention sweeper runs.
+    pub retention_interval: Duration,
 }
 
 impl ServerConfig {
@@ -39,6 +45,8 @@ impl ServerConfig {
             max_connections,
             serve,
             membership: MembershipTiming::default(),
+            retention: RetentionArgs::default(),
+            retention_interval: Duration::from_secs(60),
         }
     }
 }
@@ -161,6 +169,22 @@ struct Serving {
     listener: TcpListener,
     health: tonic_health::server::HealthReporter,
     service_names: Vec<&'static str>,
+    background: Background,
+}
+
+/// Background loops of this process, stopped together on drain.
+struct Background {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Background {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
 }
 
 async fn prepare_and_spawn(
@@ -197,7 +221,25 @@ async fn prepare_and_spawn(
     };
     let membership = Membership::join(pool.clone(), registration, config.membership).await?;
 
-    let state = ApiState::new(pool, membership.member_id().to_owned(), config.membership.liveness);
+    let catalog = KindCatalog::new();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = vec![catalog.clone().spawn_refresher(pool.clone(), stop_rx.clone())];
+    if config.serve.role.serves_api() {
+        tasks.push(retention::spawn(
+            pool.clone(),
+            config.retention,
+            config.retention_interval,
+            stop_rx,
+        ));
+    }
+    let background = Background { stop, tasks };
+    let state = ApiState::new(
+        pool,
+        membership.member_id().to_owned(),
+        config.membership.liveness,
+        catalog,
+        config.retention,
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, health_service)?;
     for name in &services.names {
@@ -212,6 +254,7 @@ async fn prepare_and_spawn(
             listener,
             health,
             service_names: services.names,
+            background,
         },
     ))
 }
@@ -228,6 +271,7 @@ async fn run(
         listener,
         health,
         service_names,
+        background,
     } = serving;
     let (cut, cut_rx) = oneshot::channel::<()>();
     let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
@@ -254,6 +298,7 @@ async fn run(
             }
         }
     };
+    background.stop().await;
     membership.leave().await;
     db.close().await;
     outcome

@@ -1,7 +1,12 @@
 //! Typed SQL access, one file per table family. All runtime SQL of the service
 //! lives here (and in `migrations/`).
 
+pub mod changes;
 pub mod cluster;
+pub mod events;
+pub mod kinds;
+pub mod requests;
+pub mod resources;
 
 /// A failed database statement.
 pub type StoreResult<T> = Result<T, sqlx::Error>;

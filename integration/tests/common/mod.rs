@@ -1,0 +1,145 @@
+//! Helpers shared by the API tests: manifests, specs and error inspection.
+
+#![allow(dead_code)]
+
+use converge_proto::v1::{
+    ApplyKindManifestRequest, ApplyResourceRequest, ApplyResourceResponse, Emit, KindManifest, KindPolicy, Reaction,
+    Resource, Trigger,
+};
+use converge_sdk::Client;
+use serde_json::Value;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+
+/// A JSON object as a protobuf Struct.
+pub fn object(value: Value) -> prost_types::Struct {
+    fn convert(value: &Value) -> prost_types::Value {
+        use prost_types::value::Kind;
+        let kind = match value {
+            Value::Null => Kind::NullValue(0),
+            Value::Bool(b) => Kind::BoolValue(*b),
+            Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+            Value::String(s) => Kind::StringValue(s.clone()),
+            Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+                values: items.iter().map(convert).collect(),
+            }),
+            Value::Object(map) => Kind::StructValue(prost_types::Struct {
+                fields: map.iter().map(|(k, v)| (k.clone(), convert(v))).collect(),
+            }),
+        };
+        prost_types::Value { kind: Some(kind) }
+    }
+    match convert(&value).kind {
+        Some(prost_types::value::Kind::StructValue(s)) => s,
+        _ => prost_types::Struct::default(),
+    }
+}
+
+/// A protobuf Struct as JSON (numbers as f64).
+pub fn json(value: &prost_types::Struct) -> Value {
+    fn convert(value: &prost_types::Value) -> Value {
+        use prost_types::value::Kind;
+        match &value.kind {
+            None | Some(Kind::NullValue(_)) => Value::Null,
+            Some(Kind::BoolValue(b)) => Value::Bool(*b),
+            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
+                .map(Value::Number)
+                .unwrap_or(Value::Null),
+            Some(Kind::StringValue(s)) => Value::String(s.clone()),
+            Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(convert).collect()),
+            Some(Kind::StructValue(s)) => {
+                Value::Object(s.fields.iter().map(|(k, v)| (k.clone(), convert(v))).collect())
+            }
+        }
+    }
+    Value::Object(value.fields.iter().map(|(k, v)| (k.clone(), convert(v))).collect())
+}
+
+/// A work-kind manifest: one specChange reaction emitting status.
+pub fn work_manifest(kind: &str, version: i32, spec_schema: Option<Value>) -> KindManifest {
+    KindManifest {
+        kind: kind.into(),
+        kind_version: version,
+        description: format!("test kind {kind}"),
+        spec_schema: spec_schema.map(object),
+        reactions: vec![Reaction {
+            name: "work".into(),
+            trigger: Trigger::SpecChange.into(),
+            emits: vec![Emit::Status.into()],
+            ..Default::default()
+        }],
+        policy: Some(KindPolicy {
+            max_inflight: 5,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Applies a manifest.
+pub async fn apply_manifest(client: &Client, manifest: KindManifest) -> Result<(), Status> {
+    client
+        .kinds()
+        .apply_kind_manifest(ApplyKindManifestRequest {
+            manifest: Some(manifest),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+/// An apply request for `kind` version 1.
+pub fn apply(kind: &str, name: &str, spec: Value) -> ApplyResourceRequest {
+    ApplyResourceRequest {
+        kind: kind.into(),
+        kind_version: 1,
+        name: name.into(),
+        spec: Some(object(spec)),
+        ..Default::default()
+    }
+}
+
+/// Applies and returns the response.
+pub async fn apply_ok(client: &Client, request: ApplyResourceRequest) -> anyhow::Result<ApplyResourceResponse> {
+    Ok(client.resources().apply_resource(request).await?.into_inner())
+}
+
+/// The resource of an apply response.
+pub fn resource_of(response: ApplyResourceResponse) -> anyhow::Result<Resource> {
+    response
+        .resource
+        .ok_or_else(|| anyhow::anyhow!("no resource in the response"))
+}
+
+/// Asserts a status's code and ErrorInfo reason; returns its field violations.
+pub fn expect_error<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, reason: &str) -> Vec<(String, String)> {
+    let status = match result {
+        Ok(value) => panic!("expected {code:?}/{reason}, got success: {value:?}"),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), code, "{status:?}");
+    let details = status.get_error_details();
+    let info = details
+        .error_info()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    assert_eq!(info.reason, reason, "{status:?}");
+    assert_eq!(info.domain, "converge.dev");
+    let mut violations: Vec<(String, String)> = details
+        .bad_request()
+        .map(|b| {
+            b.field_violations
+                .iter()
+                .map(|v| (v.field.clone(), v.description.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(p) = details.precondition_failure() {
+        violations.extend(p.violations.iter().map(|v| (v.subject.clone(), v.description.clone())));
+    }
+    violations
+}
+
+/// Just the fields of [`expect_error`]'s violations.
+pub fn fields(violations: &[(String, String)]) -> Vec<&str> {
+    violations.iter().map(|(f, _)| f.as_str()).collect()
+}

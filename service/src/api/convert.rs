@@ -1,0 +1,253 @@
+//! Conversions between protobuf messages and domain types.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use converge_proto::v1 as pb;
+use prost_types::value::Kind;
+use serde_json::{Map, Number, Value};
+
+use super::status::{ApiError, Reason};
+use crate::domain::event::{EventRun, EventType};
+use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef, normalize_numbers};
+use crate::domain::violation::Violation;
+
+/// Converts a protobuf `Struct` to a JSON object (absent → `{}`), with
+/// integral numbers as integers.
+pub fn struct_to_json(value: Option<prost_types::Struct>) -> Value {
+    match value {
+        Some(s) => normalize_numbers(Value::Object(fields_to_map(s.fields))),
+        None => Value::Object(Map::new()),
+    }
+}
+
+/// Converts an optional protobuf `Struct` to an optional JSON object.
+pub fn optional_struct_to_json(value: Option<prost_types::Struct>) -> Option<Value> {
+    value.map(|s| struct_to_json(Some(s)))
+}
+
+fn fields_to_map(fields: BTreeMap<String, prost_types::Value>) -> Map<String, Value> {
+    fields.into_iter().map(|(k, v)| (k, value_to_json(v))).collect()
+}
+
+fn value_to_json(value: prost_types::Value) -> Value {
+    match value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        // NaN and infinities have no JSON form; protobuf JSON rejects them too.
+        Some(Kind::NumberValue(n)) => Number::from_f64(n).map(Value::Number).unwrap_or(Value::Null),
+        Some(Kind::StringValue(s)) => Value::String(s),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.into_iter().map(value_to_json).collect()),
+        Some(Kind::StructValue(s)) => Value::Object(fields_to_map(s.fields)),
+    }
+}
+
+/// Converts a JSON value to a protobuf `Struct` (non-objects become `None`).
+pub fn json_to_struct(value: &Value) -> Option<prost_types::Struct> {
+    match value {
+        Value::Object(map) => Some(prost_types::Struct {
+            fields: map.iter().map(|(k, v)| (k.clone(), json_to_value(v))).collect(),
+        }),
+        _ => None,
+    }
+}
+
+fn json_to_value(value: &Value) -> prost_types::Value {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(json_to_value).collect(),
+        }),
+        Value::Object(_) => match json_to_struct(value) {
+            Some(s) => Kind::StructValue(s),
+            None => Kind::NullValue(0),
+        },
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// A database time as a protobuf timestamp.
+pub fn timestamp(time: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: time.timestamp(),
+        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// A protobuf timestamp as a time, or a violation naming `field`.
+pub fn from_timestamp(field: &str, ts: &prost_types::Timestamp) -> Result<DateTime<Utc>, Violation> {
+    u32::try_from(ts.nanos)
+        .ok()
+        .and_then(|nanos| DateTime::from_timestamp(ts.seconds, nanos))
+        .ok_or_else(|| Violation::new(field, "is not a valid timestamp"))
+}
+
+/// The proto phase of a domain phase.
+pub fn phase_to_proto(phase: Phase) -> pb::Phase {
+    match phase {
+        Phase::Ready => pb::Phase::Ready,
+        Phase::Reconciling => pb::Phase::Reconciling,
+        Phase::Degraded => pb::Phase::Degraded,
+        Phase::Failed => pb::Phase::Failed,
+        Phase::Deleting => pb::Phase::Deleting,
+        Phase::Orphaned => pb::Phase::Orphaned,
+        Phase::Quarantined => pb::Phase::Quarantined,
+    }
+}
+
+/// The domain phases of a proto phase filter; UNSPECIFIED or unknown values
+/// are refused.
+pub fn phases_from_proto(field: &str, values: &[i32]) -> Result<Vec<Phase>, ApiError> {
+    let mut phases = Vec::new();
+    let mut violations = Vec::new();
+    for (i, raw) in values.iter().enumerate() {
+        let phase = match pb::Phase::try_from(*raw) {
+            Ok(pb::Phase::Ready) => Phase::Ready,
+            Ok(pb::Phase::Reconciling) => Phase::Reconciling,
+            Ok(pb::Phase::Degraded) => Phase::Degraded,
+            Ok(pb::Phase::Failed) => Phase::Failed,
+            Ok(pb::Phase::Deleting) => Phase::Deleting,
+            Ok(pb::Phase::Orphaned) => Phase::Orphaned,
+            Ok(pb::Phase::Quarantined) => Phase::Quarantined,
+            Ok(pb::Phase::Unspecified) | Err(_) => {
+                violations.push(Violation::new(format!("{field}/{i}"), "is not a phase"));
+                continue;
+            }
+        };
+        if !phases.contains(&phase) {
+            phases.push(phase);
+        }
+    }
+    if violations.is_empty() {
+        Ok(phases)
+    } else {
+        Err(ApiError::violations(Reason::InvalidField, violations))
+    }
+}
+
+fn condition_status_to_proto(status: ConditionStatus) -> pb::ConditionStatus {
+    match status {
+        ConditionStatus::True => pb::ConditionStatus::True,
+        ConditionStatus::False => pb::ConditionStatus::False,
+        ConditionStatus::Unknown => pb::ConditionStatus::Unknown,
+    }
+}
+
+fn condition_to_proto(condition: Condition) -> pb::Condition {
+    pb::Condition {
+        r#type: condition.type_,
+        status: condition_status_to_proto(condition.status).into(),
+        reason: condition.reason,
+        message: condition.message,
+        observed_generation: condition.observed_generation,
+        last_transition_time: Some(timestamp(condition.last_transition_at)),
+        update_time: Some(timestamp(condition.updated_at)),
+    }
+}
+
+/// A resource reference as a proto message.
+pub fn ref_to_proto(reference: ResourceRef) -> pb::ResourceRef {
+    pb::ResourceRef {
+        kind: reference.kind,
+        name: reference.name,
+    }
+}
+
+/// A resource as the API returns it. `manifest_version` is the hash of the
+/// manifest in force for its kind version (0 when unknown).
+pub fn resource_to_proto(resource: Resource, manifest_version: i64) -> pb::Resource {
+    let etag = resource.etag();
+    let conditions = resource
+        .conditions_with_derived()
+        .into_iter()
+        .map(condition_to_proto)
+        .collect();
+    pb::Resource {
+        uid: resource.id.to_string(),
+        kind: resource.kind,
+        kind_version: resource.kind_version,
+        name: resource.name,
+        labels: resource.labels.into_iter().collect(),
+        spec: json_to_struct(&resource.spec),
+        status: resource.status.as_ref().and_then(json_to_struct),
+        generation: resource.generation,
+        observed_generation: resource.synced_gen,
+        resource_version: resource.position.to_string(),
+        phase: phase_to_proto(resource.phase).into(),
+        conditions,
+        owner: resource.owner.map(ref_to_proto),
+        root: resource.root.map(ref_to_proto),
+        finalizers: resource.finalizers,
+        create_time: Some(timestamp(resource.created_at)),
+        update_time: Some(timestamp(resource.updated_at)),
+        delete_time: resource.deletion_requested_at.map(timestamp),
+        etag,
+        healthy: resource.health_ok,
+        failure_attempts: resource.failure_attempts,
+        failed_generation: resource.failure_gen,
+        quarantined: resource.quarantined,
+        orphan_expire_time: resource.orphan_until.map(timestamp),
+        provider_config: resource.provider_config.unwrap_or_default(),
+        manifest_version,
+    }
+}
+
+/// The proto event type of a domain one.
+pub fn event_type_to_proto(type_: EventType) -> pb::EventType {
+    match type_ {
+        EventType::Normal => pb::EventType::Normal,
+        EventType::Warning => pb::EventType::Warning,
+    }
+}
+
+/// An event run as the API returns it.
+pub fn event_to_proto(run: EventRun) -> pb::ResourceEvent {
+    pb::ResourceEvent {
+        uid: run.id.to_string(),
+        resource: Some(ref_to_proto(run.resource)),
+        resource_uid: run.resource_id.to_string(),
+        category: run.category,
+        r#type: event_type_to_proto(run.type_).into(),
+        reason: run.reason,
+        message: run.message,
+        detail: run.detail.as_ref().and_then(json_to_struct),
+        count: run.count,
+        first_time: Some(timestamp(run.first_at)),
+        last_time: Some(timestamp(run.last_at)),
+        actor: run.actor,
+        generation: run.generation,
+        event_version: run.position.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn structs_round_trip_through_json() {
+        let doc = json!({"name": "a", "port": 80, "ratio": 0.5, "tags": ["x", null, true], "nested": {"k": {}}});
+        let back = struct_to_json(json_to_struct(&doc));
+        assert_eq!(back, doc);
+        assert!(back["port"].is_i64(), "integral numbers stay integers");
+    }
+
+    #[test]
+    fn an_absent_struct_is_an_empty_object() {
+        assert_eq!(struct_to_json(None), json!({}));
+    }
+
+    #[test]
+    fn unspecified_phases_are_refused_by_position() {
+        let err = phases_from_proto("/phases", &[pb::Phase::Ready as i32, 0, 99]).err();
+        let Some(ApiError::Refused { violations, .. }) = err else {
+            panic!("expected a refusal");
+        };
+        let fields: Vec<&str> = violations.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(fields, ["/phases/1", "/phases/2"]);
+    }
+}

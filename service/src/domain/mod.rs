@@ -1,0 +1,11 @@
+//! Domain types and rules, independent of the wire format and the database.
+
+pub mod event;
+pub mod labels;
+pub mod manifest;
+pub mod names;
+pub mod page_token;
+pub mod position;
+pub mod resource;
+pub mod schema;
+pub mod violation;

@@ -1,0 +1,4 @@
+//! Control-plane sweepers: idempotent loops that are safe to run on several
+//! pods at once.
+
+pub mod retention;

@@ -1,0 +1,282 @@
+//! `kind_manifest` and `kind_config`.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::StoreResult;
+use crate::domain::manifest::{KindManifest, KindPolicy, Reaction};
+
+/// Columns of a manifest row.
+const MANIFEST_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, description, spec_schema, status_schema, \
+     config_schema, reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, \
+     resync_recomposes, orphan_grace_secs, max_transient_attempts, manifest_version, created_at, updated_at";
+
+/// A stored manifest with its bookkeeping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredManifest {
+    /// The manifest.
+    pub manifest: KindManifest,
+    /// Its content hash.
+    pub manifest_version: i64,
+    /// First applied.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct ManifestRow {
+    kind: String,
+    kind_version: i32,
+    description: String,
+    spec_schema: Option<Json<Value>>,
+    status_schema: Option<Json<Value>>,
+    config_schema: Option<Json<Value>>,
+    reactions: Json<Vec<Reaction>>,
+    finalizer_name: Option<String>,
+    max_inflight: i32,
+    task_deadline_secs: i32,
+    resync_interval_secs: i32,
+    resync_recomposes: bool,
+    orphan_grace_secs: i32,
+    max_transient_attempts: i32,
+    manifest_version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl ManifestRow {
+    fn into_stored(self) -> StoredManifest {
+        StoredManifest {
+            manifest: KindManifest {
+                kind: self.kind,
+                kind_version: self.kind_version,
+                description: self.description,
+                spec_schema: self.spec_schema.map(|s| s.0),
+                status_schema: self.status_schema.map(|s| s.0),
+                config_schema: self.config_schema.map(|s| s.0),
+                reactions: self.reactions.0,
+                finalizer_name: self.finalizer_name,
+                policy: KindPolicy {
+                    max_inflight: self.max_inflight,
+                    task_deadline_secs: self.task_deadline_secs,
+                    resync_interval_secs: self.resync_interval_secs,
+                    resync_recomposes: self.resync_recomposes,
+                    orphan_grace_secs: self.orphan_grace_secs,
+                    max_transient_attempts: self.max_transient_attempts,
+                },
+            },
+            manifest_version: self.manifest_version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+fn small(kind_version: i32) -> i16 {
+    // Versions are validated to fit before any query; saturate defensively.
+    i16::try_from(kind_version).unwrap_or(i16::MAX)
+}
+
+/// Takes the kind version's advisory lock exclusively until the transaction
+/// ends: resource writes of that version wait, and this transaction sees
+/// every write that came before.
+pub async fn lock_kind_exclusive(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(kind_lock_key($1, $2))")
+        .bind(kind)
+        .bind(kind_version)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Reads one manifest.
+pub async fn get_manifest(
+    conn: &mut PgConnection,
+    kind: &str,
+    kind_version: i32,
+) -> StoreResult<Option<StoredManifest>> {
+    let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 AND kind_version = $2");
+    let row: Option<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kind)
+        .bind(small(kind_version))
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(ManifestRow::into_stored))
+}
+
+/// Inserts or replaces a manifest (policy seeds included; kind_config is
+/// seeded only on first insert, by trigger).
+pub async fn upsert_manifest(
+    conn: &mut PgConnection,
+    manifest: &KindManifest,
+    manifest_version: i64,
+) -> StoreResult<StoredManifest> {
+    let sql = format!(
+        "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
+             reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
+             orphan_grace_secs, max_transient_attempts, manifest_version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+         ON CONFLICT (kind, kind_version) DO UPDATE SET
+             description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
+             status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
+             reactions = EXCLUDED.reactions, finalizer_name = EXCLUDED.finalizer_name,
+             max_inflight = EXCLUDED.max_inflight, task_deadline_secs = EXCLUDED.task_deadline_secs,
+             resync_interval_secs = EXCLUDED.resync_interval_secs, resync_recomposes = EXCLUDED.resync_recomposes,
+             orphan_grace_secs = EXCLUDED.orphan_grace_secs, max_transient_attempts = EXCLUDED.max_transient_attempts,
+             manifest_version = EXCLUDED.manifest_version, updated_at = now()
+         RETURNING {MANIFEST_COLUMNS}"
+    );
+    let policy = &manifest.policy;
+    let row: ManifestRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&manifest.kind)
+        .bind(small(manifest.kind_version))
+        .bind(&manifest.description)
+        .bind(manifest.spec_schema.as_ref().map(Json))
+        .bind(manifest.status_schema.as_ref().map(Json))
+        .bind(manifest.config_schema.as_ref().map(Json))
+        .bind(Json(&manifest.reactions))
+        .bind(manifest.finalizer_name.as_deref())
+        .bind(policy.max_inflight)
+        .bind(policy.task_deadline_secs)
+        .bind(policy.resync_interval_secs)
+        .bind(policy.resync_recomposes)
+        .bind(policy.orphan_grace_secs)
+        .bind(policy.max_transient_attempts)
+        .bind(manifest_version)
+        .fetch_one(conn)
+        .await?;
+    Ok(row.into_stored())
+}
+
+/// Deletes a manifest (and, by cascade, its kind_config). Returns whether it existed.
+pub async fn delete_manifest(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<bool> {
+    let done = sqlx::query("DELETE FROM kind_manifest WHERE kind = $1 AND kind_version = $2")
+        .bind(kind)
+        .bind(small(kind_version))
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// A page of manifests ordered by (kind, kind_version), after the given key.
+pub async fn list_manifests(
+    pool: &PgPool,
+    kind: Option<&str>,
+    after: Option<(&str, i32)>,
+    limit: i64,
+) -> StoreResult<Vec<StoredManifest>> {
+    let sql = format!(
+        "SELECT {MANIFEST_COLUMNS} FROM kind_manifest
+         WHERE ($1::text IS NULL OR kind = $1)
+           AND ($2::text IS NULL OR (kind, kind_version) > ($2, $3::smallint))
+         ORDER BY kind, kind_version LIMIT $4"
+    );
+    let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kind)
+        .bind(after.map(|(k, _)| k))
+        .bind(after.map(|(_, v)| small(v)).unwrap_or(0))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+}
+
+/// What a resource write needs to know about its kind version, read after
+/// taking the shared kind lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct KindState {
+    /// Content hash of the manifest in force.
+    pub manifest_version: i64,
+    /// Whether the version accepts no new resources.
+    pub retired: bool,
+}
+
+/// The manifest version and retirement of (kind, kind_version), if it exists.
+pub async fn kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<Option<KindState>> {
+    sqlx::query_as(
+        "SELECT m.manifest_version, COALESCE(c.retired, false) AS retired
+         FROM kind_manifest m LEFT JOIN kind_config c USING (kind, kind_version)
+         WHERE m.kind = $1 AND m.kind_version = $2",
+    )
+    .bind(kind)
+    .bind(small(kind_version))
+    .fetch_optional(conn)
+    .await
+}
+
+/// The live operational settings of one kind version.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct KindConfigRow {
+    /// Kind.
+    pub kind: String,
+    /// Kind version.
+    pub kind_version: i32,
+    /// Cluster-wide cap on concurrently running tasks (0 = uncapped).
+    pub max_inflight: i32,
+    /// Task time budget (0 = none).
+    pub task_deadline_secs: i32,
+    /// Resync interval (0 = off).
+    pub resync_interval_secs: i32,
+    /// Whether a resync re-runs the composer.
+    pub resync_recomposes: bool,
+    /// Orphan grace period.
+    pub orphan_grace_secs: i32,
+    /// Transient failures before a failure becomes terminal (0 = unbounded).
+    pub max_transient_attempts: i32,
+    /// Whether the version accepts no new resources.
+    pub retired: bool,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+const CONFIG_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, max_inflight, task_deadline_secs, \
+     resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, retired, updated_at";
+
+/// Reads one kind config, optionally row-locked for an update.
+pub async fn get_config(
+    conn: &mut PgConnection,
+    kind: &str,
+    kind_version: i32,
+    for_update: bool,
+) -> StoreResult<Option<KindConfigRow>> {
+    let lock = if for_update { " FOR UPDATE" } else { "" };
+    let sql = format!("SELECT {CONFIG_COLUMNS} FROM kind_config WHERE kind = $1 AND kind_version = $2{lock}");
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kind)
+        .bind(small(kind_version))
+        .fetch_optional(conn)
+        .await
+}
+
+/// Writes the editable settings of a kind config; unchanged values write nothing.
+pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> StoreResult<KindConfigRow> {
+    let sql = format!(
+        "WITH updated AS (
+             UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
+                 resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
+                 updated_at = now()
+             WHERE kind = $1 AND kind_version = $2
+               AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
+                    max_transient_attempts, retired) IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9)
+             RETURNING {CONFIG_COLUMNS})
+         SELECT * FROM updated
+         UNION ALL
+         SELECT {CONFIG_COLUMNS} FROM kind_config
+         WHERE kind = $1 AND kind_version = $2 AND NOT EXISTS (SELECT 1 FROM updated)"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(&config.kind)
+        .bind(small(config.kind_version))
+        .bind(config.max_inflight)
+        .bind(config.task_deadline_secs)
+        .bind(config.resync_interval_secs)
+        .bind(config.resync_recomposes)
+        .bind(config.orphan_grace_secs)
+        .bind(config.max_transient_attempts)
+        .bind(config.retired)
+        .fetch_one(conn)
+        .await
+}

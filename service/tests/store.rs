@@ -1,0 +1,316 @@
+//! Store-level properties against real PostgreSQL: change-log commit order,
+//! condition timestamps, event-run aggregation, retention and the phase.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use converge_service::config::RetentionArgs;
+use converge_service::domain::event::{EventType, NewEvent};
+use converge_service::domain::position::Position;
+use converge_service::domain::resource::{ConditionInput, Phase};
+use converge_service::engine::retention;
+use converge_service::store::changes;
+use converge_service::store::events::{self, EventFilter};
+use converge_service::store::resources::{self, DesiredResource};
+use converge_service::testing::TestDatabase;
+use serde_json::json;
+use sqlx::{Connection, PgPool};
+use uuid::Uuid;
+
+async fn seed_kind(pool: &PgPool, kind: &str) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO kind_manifest (kind, kind_version, reactions, manifest_version)
+         VALUES ($1, 1, '[{\"name\":\"work\",\"trigger\":\"specChange\",\"emits\":[\"status\"]}]', 1)",
+    )
+    .bind(kind)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+async fn create(pool: &PgPool, kind: &str, name: &str) -> anyhow::Result<Uuid> {
+    let labels = BTreeMap::new();
+    let spec = json!({"n": 1});
+    let desired = DesiredResource {
+        kind,
+        kind_version: 1,
+        name,
+        labels: &labels,
+        spec: &spec,
+        provider_config: None,
+    };
+    let mut conn = pool.acquire().await?;
+    let created = resources::insert(&mut conn, &desired).await?;
+    created.map(|r| r.id).ok_or_else(|| anyhow::anyhow!("not created"))
+}
+
+async fn position_of(pool: &PgPool, id: Uuid) -> anyhow::Result<Position> {
+    let (txid, seq): (i64, i64) = sqlx::query_as("SELECT rv_txid, rv_seq FROM resources WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await?;
+    Ok(Position { txid, seq })
+}
+
+#[tokio::test]
+async fn the_change_log_never_lets_a_reader_pass_an_unfinished_transaction() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let a = create(pool, "thing", "a").await?;
+    let b = create(pool, "thing", "b").await?;
+    // Read after b's creation: only the two updates below can follow.
+    let start = position_of(pool, b).await?;
+
+    // T1 takes a transaction id first and writes, but commits last.
+    let mut t1 = sqlx::PgConnection::connect_with(&db.connect_options()?).await?;
+    let mut t2 = sqlx::PgConnection::connect_with(&db.connect_options()?).await?;
+    sqlx::query("BEGIN").execute(&mut t1).await?;
+    sqlx::query("UPDATE resources SET spec = '{\"n\": 2}', generation = generation + 1 WHERE id = $1")
+        .bind(a)
+        .execute(&mut t1)
+        .await?;
+    sqlx::query("BEGIN").execute(&mut t2).await?;
+    sqlx::query("UPDATE resources SET spec = '{\"n\": 2}', generation = generation + 1 WHERE id = $1")
+        .bind(b)
+        .execute(&mut t2)
+        .await?;
+    sqlx::query("COMMIT").execute(&mut t2).await?;
+
+    // T2 is committed, but T1 (lower id) is not: however long a reader polls,
+    // it must not move past T1 (transaction ids are cluster-wide, so other
+    // tests' transactions may hold the frontier back further; never less).
+    for _ in 0..20 {
+        let visible = changes::read_after(pool, start, 1000).await?;
+        assert!(visible.is_empty(), "read above an unfinished transaction: {visible:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    sqlx::query("COMMIT").execute(&mut t1).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let visible = loop {
+        let visible = changes::read_after(pool, start, 1000).await?;
+        if visible.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break visible;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ids: Vec<Uuid> = visible.iter().map(|c| c.resource_id).collect();
+    assert_eq!(ids, vec![a, b], "both changes, in (txid, seq) order");
+    assert!(visible.windows(2).all(|w| w[0].position() < w[1].position()));
+    assert_eq!(visible[0].position(), position_of(pool, a).await?);
+    assert_eq!(visible[1].position(), position_of(pool, b).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn identical_rewrites_do_not_move_the_resource_version() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let before = position_of(pool, id).await?;
+
+    let labels = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
+    let same_spec = json!({"n": 1});
+    let desired = DesiredResource {
+        kind: "thing",
+        kind_version: 1,
+        name: "a",
+        labels: &BTreeMap::new(),
+        spec: &same_spec,
+        provider_config: None,
+    };
+    let mut conn = pool.acquire().await?;
+    assert!(resources::update_desired(&mut conn, id, &desired).await?.is_none());
+    assert_eq!(position_of(pool, id).await?, before);
+
+    let relabelled = DesiredResource {
+        labels: &labels,
+        ..desired.clone()
+    };
+    let updated = resources::update_desired(&mut conn, id, &relabelled)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("labels changed"))?;
+    assert_eq!(updated.generation, 1, "labels do not bump the generation");
+    assert!(updated.position > before);
+
+    let new_spec = json!({"n": 2});
+    let respecced = DesiredResource {
+        labels: &labels,
+        spec: &new_spec,
+        ..desired
+    };
+    let updated = resources::update_desired(&mut conn, id, &respecced)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("spec changed"))?;
+    assert_eq!(updated.generation, 2);
+    assert_eq!(updated.phase, Phase::Reconciling);
+    Ok(())
+}
+
+#[tokio::test]
+async fn condition_times_follow_status_and_content_changes() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let mut conn = pool.acquire().await?;
+    let ready = |status: &'static str, message: &str| ConditionInput {
+        type_: "Ready".into(),
+        status,
+        reason: "Checked".into(),
+        message: message.into(),
+    };
+
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[ready("False", "warming")]).await?,
+        1
+    );
+    let first = read_condition(pool, id).await?;
+    let position = position_of(pool, id).await?;
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Identical rewrite: nothing moves, not even the resource version.
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[ready("False", "warming")]).await?,
+        0
+    );
+    assert_eq!(read_condition(pool, id).await?, first);
+    assert_eq!(position_of(pool, id).await?, position);
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Message change: update time moves, transition time does not.
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[ready("False", "still warming")]).await?,
+        1
+    );
+    let second = read_condition(pool, id).await?;
+    assert_eq!(second.0, first.0, "last_transition_at stays");
+    assert!(second.1 > first.1, "updated_at moves");
+    assert!(position_of(pool, id).await? > position);
+
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Status flip: both move.
+    resources::set_conditions(&mut conn, id, 1, &[ready("True", "up")]).await?;
+    let third = read_condition(pool, id).await?;
+    assert!(third.0 > second.0 && third.1 > second.1);
+    Ok(())
+}
+
+async fn read_condition(
+    pool: &PgPool,
+    id: Uuid,
+) -> anyhow::Result<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    Ok(sqlx::query_as(
+        "SELECT last_transition_at, updated_at FROM resource_conditions WHERE resource_id = $1 AND type = 'Ready'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+#[tokio::test]
+async fn consecutive_events_extend_one_run_and_timelines_are_bounded() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let mut conn = pool.acquire().await?;
+    let warn = |reason: &'static str| NewEvent {
+        category: "reconcile",
+        type_: EventType::Warning,
+        reason,
+        message: format!("{reason} happened"),
+        detail: Some(json!({"reason": reason})),
+    };
+    for _ in 0..3 {
+        events::record(&mut conn, id, 1, &warn("Retrying"), "test", 0).await?;
+    }
+    events::record(&mut conn, id, 1, &warn("Failed"), "test", 0).await?;
+    events::record(&mut conn, id, 1, &warn("Retrying"), "test", 0).await?;
+    // Another category never merges with this one.
+    events::record(&mut conn, id, 1, &NewEvent::lifecycle("Created", "hello"), "test", 0).await?;
+
+    let runs = events::list(pool, id, &EventFilter::default(), None, 100).await?;
+    let reconcile: Vec<(String, i64)> = runs
+        .iter()
+        .filter(|r| r.category == "reconcile")
+        .map(|r| (r.reason.clone(), r.count))
+        .collect();
+    // Newest first: the flap yields alternating runs, not two counters.
+    assert_eq!(
+        reconcile,
+        vec![("Retrying".into(), 1), ("Failed".into(), 1), ("Retrying".into(), 3)]
+    );
+
+    // Appending with a per-timeline limit trims the oldest runs of that timeline only.
+    events::record(&mut conn, id, 1, &warn("Failed"), "test", 2).await?;
+    let runs = events::list(pool, id, &EventFilter::default(), None, 100).await?;
+    assert_eq!(runs.iter().filter(|r| r.category == "reconcile").count(), 2);
+    assert_eq!(runs.iter().filter(|r| r.category == "lifecycle").count(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_sweeper_enforces_age_and_timeline_limits() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let mut conn = pool.acquire().await?;
+    for i in 0..5 {
+        let reason = if i % 2 == 0 { "Even" } else { "Odd" };
+        events::record(&mut conn, id, 1, &NewEvent::lifecycle(reason, "x"), "test", 0).await?;
+    }
+    sqlx::query("UPDATE resource_events SET last_at = now() - interval '10 days' WHERE reason = 'Odd'")
+        .execute(pool)
+        .await?;
+    sqlx::query("UPDATE resource_changes SET recorded_at = now() - interval '2 days'")
+        .execute(pool)
+        .await?;
+    let retention_args = RetentionArgs {
+        event_runs_per_timeline: 2,
+        event_max_age_secs: 7 * 24 * 3600,
+        change_log_max_age_secs: 24 * 3600,
+        request_id_max_age_secs: 24 * 3600,
+    };
+    let report = retention::sweep(pool, &retention_args).await?;
+    assert_eq!(report.old_events, 2, "the two Odd runs are too old");
+    assert_eq!(report.excess_events, 1, "three Even runs, two kept");
+    assert!(report.changes >= 1);
+    let left = events::list(pool, id, &EventFilter::default(), None, 100).await?;
+    assert_eq!(left.len(), 2);
+    assert_eq!(
+        retention::sweep(pool, &retention_args).await?,
+        Default::default(),
+        "idempotent"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_phase_follows_the_precedence_of_the_lifecycle_scalars() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let cases = [
+        ("synced_gen = 0, health_ok = true", "Reconciling"),
+        ("synced_gen = 1", "Ready"),
+        ("health_ok = false", "Degraded"),
+        ("frozen_until = now() + interval '1 hour'", "Orphaned"),
+        ("failure_gen = 1", "Failed"),
+        ("frozen_until = 'infinity'", "Quarantined"),
+        ("deletion_requested_at = now()", "Deleting"),
+    ];
+    for (assignment, expected) in cases {
+        let sql = format!("UPDATE resources SET {assignment} WHERE id = $1 RETURNING phase");
+        let phase: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+        assert_eq!(phase, expected, "after {assignment}");
+    }
+    Ok(())
+}
