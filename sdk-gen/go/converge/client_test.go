@@ -1,0 +1,126 @@
+package converge_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"converge.dev/sdk/go/converge"
+	convergev1 "converge.dev/sdk/go/gen/converge/v1"
+)
+
+// client dials the server in CONVERGE_ADDR (sdk-gen/test starts one); without it the
+// test is skipped.
+func client(t *testing.T) (*converge.Client, context.Context) {
+	t.Helper()
+	addr := os.Getenv("CONVERGE_ADDR")
+	if addr == "" {
+		t.Skip("CONVERGE_ADDR is not set: start a converge server and set it (sdk-gen/test does)")
+	}
+	c, err := converge.Dial(addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
+}
+
+func TestGetVersion(t *testing.T) {
+	c, ctx := client(t)
+	v, err := c.Cluster.GetVersion(ctx, &convergev1.GetVersionRequest{})
+	if err != nil {
+		t.Fatalf("GetVersion: %v", err)
+	}
+	if v.GetVersion() == "" {
+		t.Errorf("empty version in %v", v)
+	}
+	if !slices.Contains(v.GetApiVersions(), "converge.v1") {
+		t.Errorf("api_versions %q lacks converge.v1", v.GetApiVersions())
+	}
+}
+
+func TestListClusterMembers(t *testing.T) {
+	c, ctx := client(t)
+	resp, err := c.Cluster.ListClusterMembers(ctx, &convergev1.ListClusterMembersRequest{})
+	if err != nil {
+		t.Fatalf("ListClusterMembers: %v", err)
+	}
+	if n := len(resp.GetMembers()); n != 1 {
+		t.Fatalf("got %d members, want 1: %v", n, resp)
+	}
+	if m := resp.GetMembers()[0]; !m.GetReady() || m.GetMemberId() == "" {
+		t.Errorf("member not ready or unnamed: %v", m)
+	}
+}
+
+// unimplementedMethod is a method the server still answers UNIMPLEMENTED
+// (google.rpc.ErrorInfo reason NOT_IMPLEMENTED). Move to another one once this gets
+// implemented.
+const unimplementedMethod = "converge.v1.ReactorBindingService/GetReactorBinding"
+
+func TestUnimplementedCarriesErrorInfo(t *testing.T) {
+	c, ctx := client(t)
+	_, err := c.ReactorBinding.GetReactorBinding(ctx, &convergev1.GetReactorBindingRequest{Name: "y"})
+	if code := status.Code(err); code != codes.Unimplemented {
+		t.Fatalf("GetReactorBinding: got %v (%v), want Unimplemented", code, err)
+	}
+	// Also through a wrapping error.
+	info := converge.ErrorInfo(fmt.Errorf("get reactor binding: %w", err))
+	if info == nil {
+		t.Fatalf("no google.rpc.ErrorInfo in %v", err)
+	}
+	if info.GetReason() != "NOT_IMPLEMENTED" || info.GetDomain() != converge.ErrorDomain {
+		t.Errorf("ErrorInfo = %v, want reason NOT_IMPLEMENTED domain %s", info, converge.ErrorDomain)
+	}
+	if got := info.GetMetadata()["method"]; got != unimplementedMethod {
+		t.Errorf("ErrorInfo metadata method = %q, want %q", got, unimplementedMethod)
+	}
+}
+
+// UNIMPLEMENTED until ResourceService lands, NOT_FOUND (KIND_NOT_FOUND) after.
+func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
+	c, ctx := client(t)
+	_, err := c.Resource.GetResource(ctx, &convergev1.GetResourceRequest{Kind: "x", Name: "y"})
+	code := status.Code(err)
+	if code != codes.Unimplemented && code != codes.NotFound {
+		t.Fatalf("GetResource: got %v (%v), want Unimplemented or NotFound", code, err)
+	}
+	info := converge.ErrorInfo(err)
+	if info == nil {
+		t.Fatalf("no google.rpc.ErrorInfo in %v", err)
+	}
+	if info.GetDomain() != converge.ErrorDomain {
+		t.Errorf("ErrorInfo domain = %q, want %q", info.GetDomain(), converge.ErrorDomain)
+	}
+	if code == codes.Unimplemented && info.GetReason() != "NOT_IMPLEMENTED" ||
+		code == codes.NotFound && !strings.HasSuffix(info.GetReason(), "_NOT_FOUND") {
+		t.Errorf("%v with ErrorInfo reason %q", code, info.GetReason())
+	}
+}
+
+func TestErrorInfoAbsent(t *testing.T) {
+	if converge.ErrorInfo(nil) != nil || converge.ErrorInfo(errors.New("plain")) != nil {
+		t.Error("ErrorInfo of a non-gRPC error must be nil")
+	}
+	if converge.ErrorInfo(status.Error(codes.NotFound, "no details")) != nil {
+		t.Error("ErrorInfo of a status without details must be nil")
+	}
+}
+
+func TestAllServices(t *testing.T) {
+	c := converge.New(nil)
+	if c.Resource == nil || c.Operation == nil || c.Kind == nil || c.ProviderConfig == nil ||
+		c.ReactorBinding == nil || c.Cluster == nil || c.Worker == nil {
+		t.Errorf("a service client is missing: %+v", c)
+	}
+}

@@ -1,0 +1,134 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRIGGER_UNSPECIFIED: _ClassVar[Trigger]
+    TRIGGER_SPEC_CHANGE: _ClassVar[Trigger]
+    TRIGGER_CHILDREN_SETTLED: _ClassVar[Trigger]
+    TRIGGER_DELETE_REQUESTED: _ClassVar[Trigger]
+    TRIGGER_OPERATION: _ClassVar[Trigger]
+    TRIGGER_REACTOR: _ClassVar[Trigger]
+    TRIGGER_RESYNC: _ClassVar[Trigger]
+
+class Emit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMIT_UNSPECIFIED: _ClassVar[Emit]
+    EMIT_CHILDREN: _ClassVar[Emit]
+    EMIT_EDGES: _ClassVar[Emit]
+    EMIT_CONFIGS: _ClassVar[Emit]
+    EMIT_STATUS: _ClassVar[Emit]
+    EMIT_CONDITIONS: _ClassVar[Emit]
+    EMIT_FINALIZER: _ClassVar[Emit]
+    EMIT_OPERATION_OUTPUT: _ClassVar[Emit]
+    EMIT_SIDE_EFFECT: _ClassVar[Emit]
+TRIGGER_UNSPECIFIED: Trigger
+TRIGGER_SPEC_CHANGE: Trigger
+TRIGGER_CHILDREN_SETTLED: Trigger
+TRIGGER_DELETE_REQUESTED: Trigger
+TRIGGER_OPERATION: Trigger
+TRIGGER_REACTOR: Trigger
+TRIGGER_RESYNC: Trigger
+EMIT_UNSPECIFIED: Emit
+EMIT_CHILDREN: Emit
+EMIT_EDGES: Emit
+EMIT_CONFIGS: Emit
+EMIT_STATUS: Emit
+EMIT_CONDITIONS: Emit
+EMIT_FINALIZER: Emit
+EMIT_OPERATION_OUTPUT: Emit
+EMIT_SIDE_EFFECT: Emit
+
+class Reaction(_message.Message):
+    __slots__ = ("name", "trigger", "emits", "verb", "finalizer")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    EMITS_FIELD_NUMBER: _ClassVar[int]
+    VERB_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    trigger: Trigger
+    emits: _containers.RepeatedScalarFieldContainer[Emit]
+    verb: str
+    finalizer: str
+    def __init__(self, name: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., emits: _Optional[_Iterable[_Union[Emit, str]]] = ..., verb: _Optional[str] = ..., finalizer: _Optional[str] = ...) -> None: ...
+
+class KindPolicy(_message.Message):
+    __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts")
+    MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    TASK_DEADLINE_SECS_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_INTERVAL_SECS_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_RECOMPOSES_FIELD_NUMBER: _ClassVar[int]
+    ORPHAN_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRANSIENT_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    max_inflight: int
+    task_deadline_secs: int
+    resync_interval_secs: int
+    resync_recomposes: bool
+    orphan_grace_secs: int
+    max_transient_attempts: int
+    def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ...) -> None: ...
+
+class KindManifest(_message.Message):
+    __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SPEC_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    STATUS_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    REACTIONS_FIELD_NUMBER: _ClassVar[int]
+    FINALIZER_NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    kind_version: int
+    description: str
+    spec_schema: _struct_pb2.Struct
+    status_schema: _struct_pb2.Struct
+    config_schema: _struct_pb2.Struct
+    reactions: _containers.RepeatedCompositeFieldContainer[Reaction]
+    finalizer_name: str
+    policy: KindPolicy
+    manifest_version: int
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class KindConfig(_message.Message):
+    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    TASK_DEADLINE_SECS_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_INTERVAL_SECS_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_RECOMPOSES_FIELD_NUMBER: _ClassVar[int]
+    ORPHAN_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRANSIENT_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    kind_version: int
+    max_inflight: int
+    task_deadline_secs: int
+    resync_interval_secs: int
+    resync_recomposes: bool
+    orphan_grace_secs: int
+    max_transient_attempts: int
+    retired: bool
+    update_time: _timestamp_pb2.Timestamp
+    etag: str
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
