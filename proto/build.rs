@@ -10,6 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut files = Vec::new();
     collect_protos(&root.join("converge"), &mut files)?;
     files.sort();
+    // Error details are not imported by the contract, but clients decode them:
+    // compiling them puts them in the reflection descriptors (so `buf curl`
+    // and grpcurl can show ErrorInfo and BadRequest) and in the Rust crate.
+    files.push(root.join("google/rpc/error_details.proto"));
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }

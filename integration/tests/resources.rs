@@ -694,3 +694,20 @@ async fn events_are_aggregated_runs_listed_newest_first() -> anyhow::Result<()> 
     );
     server.shutdown().await
 }
+
+#[tokio::test]
+async fn a_request_over_the_message_limit_is_resource_exhausted_with_error_info() -> anyhow::Result<()> {
+    let (server, client) = server_with_kinds().await?;
+    // A raw client that is willing to send what the SDK would refuse locally.
+    let mut raw = converge_proto::v1::resource_service_client::ResourceServiceClient::new(client.channel())
+        .max_encoding_message_size(64 * 1024 * 1024);
+    let huge = json!({"cidr": "x".repeat(17 * 1024 * 1024)});
+    expect_error(
+        raw.apply_resource(apply("vpc", "huge", huge)).await,
+        Code::ResourceExhausted,
+        "REQUEST_TOO_LARGE",
+    );
+    // The connection keeps working afterwards.
+    apply_ok(&client, apply("vpc", "small", json!({}))).await?;
+    server.shutdown().await
+}

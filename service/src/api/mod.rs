@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod convert;
 pub mod kind;
+pub mod limits;
 pub mod operation;
 pub mod pages;
 pub mod provider_config;
@@ -91,10 +92,13 @@ impl ApiState {
     }
 }
 
+/// The router type: every service behind the message-limit layer.
+pub type ApiRouter = Router<tower::layer::util::Stack<limits::MessageLimitLayer, tower::layer::util::Identity>>;
+
 /// The assembled router and the names of the services it serves (for health).
 pub struct Routes {
     /// The router, ready to serve.
-    pub router: Router,
+    pub router: ApiRouter,
     /// Fully-qualified names of the application services served.
     pub names: Vec<&'static str>,
 }
@@ -144,6 +148,7 @@ where
     let reflection_v1 = reflection(&names).build_v1()?;
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;
     let router = Server::builder()
+        .layer(limits::MessageLimitLayer)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))

@@ -61,6 +61,8 @@ pub enum Reason {
     EtagMismatch,
     /// The spec is larger than allowed.
     SpecTooLarge,
+    /// The request message is larger than the transport limit.
+    RequestTooLarge,
     /// The database aborted the transaction to resolve a conflict with a
     /// concurrent one; retrying is safe.
     ConcurrentModification,
@@ -98,6 +100,7 @@ impl Reason {
             Reason::SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
             Reason::EtagMismatch => "ETAG_MISMATCH",
             Reason::SpecTooLarge => "SPEC_TOO_LARGE",
+            Reason::RequestTooLarge => "REQUEST_TOO_LARGE",
             Reason::ConcurrentModification => "CONCURRENT_MODIFICATION",
             Reason::NotImplemented => "NOT_IMPLEMENTED",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
@@ -126,7 +129,7 @@ impl Reason {
             | Reason::KindInUse
             | Reason::SchemaRejectsExistingResources => Code::FailedPrecondition,
             Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,
-            Reason::SpecTooLarge => Code::ResourceExhausted,
+            Reason::SpecTooLarge | Reason::RequestTooLarge => Code::ResourceExhausted,
             Reason::NotImplemented => Code::Unimplemented,
             Reason::DatabaseUnavailable | Reason::ShuttingDown => Code::Unavailable,
             Reason::Internal => Code::Internal,

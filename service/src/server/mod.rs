@@ -165,7 +165,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 /// The serving half, ready to be driven: the router future and the health
 /// reporter used to flip status on drain.
 struct Serving {
-    router: tonic::transport::server::Router,
+    router: api::ApiRouter,
     listener: TcpListener,
     health: tonic_health::server::HealthReporter,
     service_names: Vec<&'static str>,
