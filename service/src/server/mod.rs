@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::api::{self, ApiState};
@@ -19,6 +19,7 @@ use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
 use crate::engine::retention;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;
+use crate::watch::{HubConfig, WatchHub};
 
 /// Everything `start` needs.
 #[derive(Debug, Clone)]
@@ -35,6 +36,8 @@ pub struct ServerConfig {
     pub retention: RetentionArgs,
     /// How often the retention sweeper runs.
     pub retention_interval: Duration,
+    /// Watch reader tuning.
+    pub watch: HubConfig,
 }
 
 impl ServerConfig {
@@ -47,6 +50,7 @@ impl ServerConfig {
             membership: MembershipTiming::default(),
             retention: RetentionArgs::default(),
             retention_interval: Duration::from_secs(60),
+            watch: HubConfig::default(),
         }
     }
 }
@@ -232,6 +236,13 @@ async fn prepare_and_spawn(
             stop_rx,
         ));
     }
+    let watch = if config.serve.role.serves_api() {
+        let (hub, task) = WatchHub::start(pool.clone(), catalog.clone(), config.watch, stop.subscribe()).await?;
+        tasks.push(task);
+        Some(hub)
+    } else {
+        None
+    };
     let background = Background { stop, tasks };
     let state = ApiState::new(
         pool,
@@ -239,6 +250,7 @@ async fn prepare_and_spawn(
         config.membership.liveness,
         catalog,
         config.retention,
+        watch,
     );
     let (health, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, health_service)?;
@@ -274,7 +286,13 @@ async fn run(
         background,
     } = serving;
     let (cut, cut_rx) = oneshot::channel::<()>();
-    let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+    // serve_with_incoming ignores the builder's socket options: set them on
+    // the incoming stream. Without TCP_NODELAY every small response waits
+    // for the peer's delayed ACK (~40 ms on Linux).
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)));
+    let serve = router.serve_with_incoming_shutdown(incoming, async {
         let _ = cut_rx.await;
     });
     tokio::pin!(serve);
@@ -288,6 +306,9 @@ async fn run(
             for name in service_names.iter().copied().chain([""]) {
                 health.set_service_status(name, ServingStatus::NotServing).await;
             }
+            // Stop the background loops first: that ends open watch streams
+            // (UNAVAILABLE), which would otherwise hold the drain open.
+            background.stop().await;
             let _ = cut.send(());
             match tokio::time::timeout(grace, &mut serve).await {
                 Ok(served) => served.map_err(ServeError::from),
@@ -298,7 +319,6 @@ async fn run(
             }
         }
     };
-    background.stop().await;
     membership.leave().await;
     db.close().await;
     outcome
