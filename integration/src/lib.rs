@@ -35,6 +35,15 @@ impl TestServer {
 
     /// Starts a server with `role` on `database` (several servers may share one).
     pub async fn start_on(database: TestDatabase, role: Role) -> anyhow::Result<Self> {
+        Self::start_with(database, role, |_| {}).await
+    }
+
+    /// Like [`TestServer::start_on`], letting the test adjust the configuration.
+    pub async fn start_with(
+        database: TestDatabase,
+        role: Role,
+        adjust: impl FnOnce(&mut ServerConfig),
+    ) -> anyhow::Result<Self> {
         let serve = ServeArgs {
             listen_addr: ([127, 0, 0, 1], 0).into(),
             role,
@@ -42,6 +51,7 @@ impl TestServer {
         };
         let mut config = ServerConfig::new(DatabaseTarget::Url(database.url()?), 8, serve);
         config.membership = fast_membership();
+        adjust(&mut config);
         let running = server::start(config).await.context("starting the test server")?;
         Ok(Self { running, database })
     }

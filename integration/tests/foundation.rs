@@ -7,8 +7,8 @@ use std::time::Duration;
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     GetResourceGraphRequest, GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
-    ListProviderConfigsRequest, ListReactorBindingsRequest, MemberRole, ReconcileResourceRequest,
-    WatchResourcesRequest,
+    ListProviderConfigsRequest, ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
+    ReconcileResourceRequest,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -177,7 +177,7 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
             .err(),
         client
             .resources()
-            .watch_resources(WatchResourcesRequest::default())
+            .list_spec_revisions(ListSpecRevisionsRequest::default())
             .await
             .err(),
         client

@@ -16,3 +16,4 @@ pub mod telemetry;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod version;
+pub mod watch;

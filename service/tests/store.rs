@@ -81,7 +81,7 @@ async fn the_change_log_never_lets_a_reader_pass_an_unfinished_transaction() -> 
     // it must not move past T1 (transaction ids are cluster-wide, so other
     // tests' transactions may hold the frontier back further; never less).
     for _ in 0..20 {
-        let visible = changes::read_after(pool, start, 1000).await?;
+        let visible = changes::read_after(pool, start, 1000).await?.rows;
         assert!(visible.is_empty(), "read above an unfinished transaction: {visible:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -89,7 +89,7 @@ async fn the_change_log_never_lets_a_reader_pass_an_unfinished_transaction() -> 
     sqlx::query("COMMIT").execute(&mut t1).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let visible = loop {
-        let visible = changes::read_after(pool, start, 1000).await?;
+        let visible = changes::read_after(pool, start, 1000).await?.rows;
         if visible.len() >= 2 || tokio::time::Instant::now() > deadline {
             break visible;
         }

@@ -11,6 +11,7 @@ pub mod provider_config;
 pub mod reactor_binding;
 pub mod resource;
 pub mod status;
+pub mod watch;
 pub mod worker;
 pub mod write;
 
@@ -54,6 +55,8 @@ pub struct ApiState {
     pub catalog: Arc<KindCatalog>,
     /// Retention settings (events are trimmed as they are written).
     pub retention: RetentionArgs,
+    /// The change-log reader of this process (on API roles).
+    pub watch: Option<Arc<crate::watch::WatchHub>>,
 }
 
 impl ApiState {
@@ -64,6 +67,7 @@ impl ApiState {
         liveness: Duration,
         catalog: Arc<KindCatalog>,
         retention: RetentionArgs,
+        watch: Option<Arc<crate::watch::WatchHub>>,
     ) -> Self {
         Self {
             pool,
@@ -71,6 +75,7 @@ impl ApiState {
             liveness,
             catalog,
             retention,
+            watch,
         }
     }
 

@@ -536,9 +536,10 @@ impl ResourceService for ResourceApi {
 
     async fn watch_resources(
         &self,
-        _request: Request<WatchResourcesRequest>,
+        request: Request<WatchResourcesRequest>,
     ) -> Result<Response<Self::WatchResourcesStream>, Status> {
-        Err(not_implemented("converge.v1.ResourceService/WatchResources", "watches"))
+        let stream = super::watch::watch_resources(&self.state, request.into_inner()).await?;
+        Ok(Response::new(stream))
     }
 
     async fn reconcile_resource(
@@ -627,12 +628,10 @@ impl ResourceService for ResourceApi {
 
     async fn watch_resource_events(
         &self,
-        _request: Request<WatchResourceEventsRequest>,
+        request: Request<WatchResourceEventsRequest>,
     ) -> Result<Response<Self::WatchResourceEventsStream>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/WatchResourceEvents",
-            "watches",
-        ))
+        let stream = super::watch::watch_resource_events(&self.state, request.into_inner()).await?;
+        Ok(Response::new(stream))
     }
 
     async fn get_resource_graph(

@@ -59,6 +59,14 @@ pub enum Reason {
     SchemaRejectsExistingResources,
     /// The etag does not match the stored one.
     EtagMismatch,
+    /// A watch position is older than the retained change log.
+    ResourceVersionTooOld,
+    /// A watch position is ahead of the change log.
+    ResourceVersionTooNew,
+    /// A watcher read too slowly and was cut off.
+    WatchTooSlow,
+    /// A watch could not read the change log.
+    WatchUnavailable,
     /// The spec is larger than allowed.
     SpecTooLarge,
     /// The request message is larger than the transport limit.
@@ -99,6 +107,10 @@ impl Reason {
             Reason::KindInUse => "KIND_IN_USE",
             Reason::SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
             Reason::EtagMismatch => "ETAG_MISMATCH",
+            Reason::ResourceVersionTooOld => "RESOURCE_VERSION_TOO_OLD",
+            Reason::ResourceVersionTooNew => "RESOURCE_VERSION_TOO_NEW",
+            Reason::WatchTooSlow => "WATCH_TOO_SLOW",
+            Reason::WatchUnavailable => "WATCH_UNAVAILABLE",
             Reason::SpecTooLarge => "SPEC_TOO_LARGE",
             Reason::RequestTooLarge => "REQUEST_TOO_LARGE",
             Reason::ConcurrentModification => "CONCURRENT_MODIFICATION",
@@ -129,9 +141,10 @@ impl Reason {
             | Reason::KindInUse
             | Reason::SchemaRejectsExistingResources => Code::FailedPrecondition,
             Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,
-            Reason::SpecTooLarge | Reason::RequestTooLarge => Code::ResourceExhausted,
+            Reason::SpecTooLarge | Reason::RequestTooLarge | Reason::WatchTooSlow => Code::ResourceExhausted,
+            Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
             Reason::NotImplemented => Code::Unimplemented,
-            Reason::DatabaseUnavailable | Reason::ShuttingDown => Code::Unavailable,
+            Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,
             Reason::Internal => Code::Internal,
         }
     }
@@ -213,6 +226,10 @@ impl ApiError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             ApiError::DatabaseUnavailable(_) => Some(Duration::from_secs(1)),
+            ApiError::Refused {
+                reason: Reason::WatchUnavailable,
+                ..
+            } => Some(Duration::from_secs(1)),
             ApiError::ShuttingDown => Some(Duration::from_millis(100)),
             _ => None,
         }

@@ -1,12 +1,14 @@
-//! `resource_changes`: the commit-ordered change log and its retention.
+//! `resource_changes`: the commit-ordered change log, its horizon and retention.
 
-use sqlx::PgPool;
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
 
 use super::StoreResult;
 use crate::domain::position::Position;
 
 /// One change-log entry.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ChangeRow {
     /// Writing transaction.
     pub txid: i64,
@@ -18,6 +20,8 @@ pub struct ChangeRow {
     pub kind: String,
     /// `added`, `modified` or `deleted`.
     pub change: String,
+    /// The final row of a physically deleted resource.
+    pub image: Option<Json<Value>>,
 }
 
 impl ChangeRow {
@@ -30,32 +34,96 @@ impl ChangeRow {
     }
 }
 
-/// Up to `limit` entries after `after`, in commit order, stopping at the
-/// frontier below which every transaction has finished: a reader that
+/// A page of the change log.
+#[derive(Debug, Clone, Default)]
+pub struct ChangePage {
+    /// Entries after the cursor, in commit order.
+    pub rows: Vec<ChangeRow>,
+    /// Every transaction below this id had finished when the page was read.
+    pub frontier: i64,
+}
+
+impl ChangePage {
+    /// The position a reader has safely reached after this page: the last
+    /// entry when the page was full, else everything below the frontier.
+    pub fn reached(&self, after: Position, limit: usize) -> Position {
+        match self.rows.last() {
+            Some(last) if self.rows.len() >= limit => last.position(),
+            _ => after.max(Position {
+                txid: self.frontier,
+                seq: 0,
+            }),
+        }
+    }
+}
+
+/// Up to `limit` entries after `after`, in commit order, below the frontier
+/// (read first, so every entry below it is already visible): a reader that
 /// advances through these pages never skips a change committed later.
-pub async fn read_after(pool: &PgPool, after: Position, limit: i64) -> StoreResult<Vec<ChangeRow>> {
-    sqlx::query_as(
-        "SELECT txid, seq, resource_id, kind, change FROM resource_changes
-         WHERE (txid, seq) > ($1, $2) AND txid < change_frontier()
-         ORDER BY txid, seq LIMIT $3",
+pub async fn read_after(pool: &PgPool, after: Position, limit: usize) -> StoreResult<ChangePage> {
+    let mut conn = pool.acquire().await?;
+    read_after_in(&mut conn, after, limit).await
+}
+
+/// [`read_after`] on a given connection.
+pub async fn read_after_in(conn: &mut PgConnection, after: Position, limit: usize) -> StoreResult<ChangePage> {
+    let frontier: i64 = sqlx::query_scalar("SELECT change_frontier()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let rows = sqlx::query_as(
+        "SELECT txid, seq, resource_id, kind, change, image FROM resource_changes
+         WHERE (txid, seq) > ($1, $2) AND txid < $3
+         ORDER BY txid, seq LIMIT $4",
     )
     .bind(after.txid)
     .bind(after.seq)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    .bind(frontier)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(conn)
+    .await?;
+    Ok(ChangePage { rows, frontier })
 }
 
-/// Deletes up to `batch` entries older than `max_age_secs`.
-pub async fn trim_by_age(pool: &PgPool, max_age_secs: i64, batch: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM resource_changes WHERE (txid, seq) IN (
-             SELECT txid, seq FROM resource_changes WHERE recorded_at < now() - make_interval(secs => $1)
-             ORDER BY recorded_at LIMIT $2)",
+/// Whether entries exist after `after` that the frontier still holds back.
+pub async fn pending_after(pool: &PgPool, after: Position) -> StoreResult<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resource_changes WHERE (txid, seq) > ($1, $2))")
+        .bind(after.txid)
+        .bind(after.seq)
+        .fetch_one(pool)
+        .await
+}
+
+/// The newest trimmed position: resuming below it would skip changes.
+pub async fn horizon(pool: &PgPool) -> StoreResult<Position> {
+    let (txid, seq): (i64, i64) = sqlx::query_as("SELECT txid, seq FROM watch_horizon WHERE log = 'resource_changes'")
+        .fetch_one(pool)
+        .await?;
+    Ok(Position { txid, seq })
+}
+
+/// The newest position a client can have been given: the last entry or the
+/// current frontier, whichever is later.
+pub async fn head(pool: &PgPool) -> StoreResult<Position> {
+    let (txid, seq, frontier): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
+        "SELECT l.txid, l.seq, change_frontier() FROM
+             (SELECT NULL) AS one
+             LEFT JOIN LATERAL (SELECT txid, seq FROM resource_changes ORDER BY txid DESC, seq DESC LIMIT 1) l ON true",
     )
-    .bind(max_age_secs as f64)
-    .bind(batch)
-    .execute(pool)
+    .fetch_one(pool)
     .await?;
-    Ok(done.rows_affected())
+    let last = Position {
+        txid: txid.unwrap_or(0),
+        seq: seq.unwrap_or(0),
+    };
+    Ok(last.max(Position { txid: frontier, seq: 0 }))
+}
+
+/// Deletes up to `batch` entries older than `max_age_secs` and raises the horizon past them.
+pub async fn trim_by_age(pool: &PgPool, max_age_secs: i64, batch: i64) -> StoreResult<u64> {
+    let trimmed: i32 = sqlx::query_scalar("SELECT trim_resource_changes($1, $2)")
+        .bind(max_age_secs as f64)
+        .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(trimmed).unwrap_or(0))
 }

@@ -58,6 +58,11 @@ pub struct EventCursor {
     pub id: Uuid,
 }
 
+/// The columns of an event run with its resource's identity.
+const RUN_SELECT: &str = "SELECT e.id, e.resource_id, r.kind, r.name, e.category, e.type, e.reason, e.message, \
+     e.detail, e.count, e.first_at, e.last_at, e.actor, e.generation, e.ev_txid, e.ev_seq \
+     FROM resource_events e JOIN resources r ON r.id = e.resource_id";
+
 #[derive(Debug, sqlx::FromRow)]
 struct EventRow {
     id: Uuid,
@@ -79,6 +84,34 @@ struct EventRow {
     ev_seq: i64,
 }
 
+impl EventRow {
+    fn into_run(self) -> EventRun {
+        EventRun {
+            id: self.id,
+            resource: ResourceRef {
+                kind: self.kind,
+                name: self.name,
+            },
+            resource_id: self.resource_id,
+            category: self.category,
+            // CHECK-constrained column.
+            type_: EventType::from_db(&self.type_).unwrap_or(EventType::Normal),
+            reason: self.reason,
+            message: self.message,
+            detail: self.detail.map(|d| d.0),
+            count: self.count,
+            first_at: self.first_at,
+            last_at: self.last_at,
+            actor: self.actor,
+            generation: self.generation,
+            position: Position {
+                txid: self.ev_txid,
+                seq: self.ev_seq,
+            },
+        }
+    }
+}
+
 /// A page of a resource's event runs, newest (by last time) first.
 pub async fn list(
     pool: &PgPool,
@@ -87,12 +120,7 @@ pub async fn list(
     after: Option<EventCursor>,
     limit: usize,
 ) -> StoreResult<Vec<EventRun>> {
-    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-        "SELECT e.id, e.resource_id, r.kind, r.name, e.category, e.type, e.reason, e.message, e.detail, e.count,
-                e.first_at, e.last_at, e.actor, e.generation, e.ev_txid, e.ev_seq
-         FROM resource_events e JOIN resources r ON r.id = e.resource_id
-         WHERE e.resource_id = ",
-    );
+    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{RUN_SELECT} WHERE e.resource_id = "));
     query.push_bind(resource_id);
     if let Some(category) = &filter.category {
         query.push(" AND e.category = ").push_bind(category.clone());
@@ -118,62 +146,98 @@ pub async fn list(
         .push(" ORDER BY e.last_at DESC, e.id DESC LIMIT ")
         .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
     let rows: Vec<EventRow> = query.build_query_as().fetch_all(pool).await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| EventRun {
-            id: row.id,
-            resource: ResourceRef {
-                kind: row.kind,
-                name: row.name,
-            },
-            resource_id: row.resource_id,
-            category: row.category,
-            // CHECK-constrained column.
-            type_: EventType::from_db(&row.type_).unwrap_or(EventType::Normal),
-            reason: row.reason,
-            message: row.message,
-            detail: row.detail.map(|d| d.0),
-            count: row.count,
-            first_at: row.first_at,
-            last_at: row.last_at,
-            actor: row.actor,
-            generation: row.generation,
-            position: Position {
-                txid: row.ev_txid,
-                seq: row.ev_seq,
-            },
-        })
-        .collect())
+    Ok(rows.into_iter().map(EventRow::into_run).collect())
 }
 
-/// Deletes up to `batch` runs whose last event is older than `max_age_secs`.
+/// Deletes up to `batch` runs whose last event is older than `max_age_secs`
+/// (raising the resources' event horizons).
 pub async fn trim_by_age(pool: &PgPool, max_age_secs: i64, batch: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM resource_events WHERE id IN (
-             SELECT id FROM resource_events WHERE last_at < now() - make_interval(secs => $1)
-             ORDER BY last_at LIMIT $2)",
-    )
-    .bind(max_age_secs as f64)
-    .bind(batch)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_runs_by_age($1, $2)")
+        .bind(max_age_secs as f64)
+        .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(trimmed).unwrap_or(0))
 }
 
 /// Deletes up to `batch` runs beyond the newest `keep_runs` of their
 /// timeline (a backstop for timelines written before the limit was lowered;
 /// new runs trim their own timeline as they are appended).
 pub async fn trim_timelines(pool: &PgPool, keep_runs: i64, batch: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM resource_events WHERE id IN (
-             SELECT id FROM (
-                 SELECT id, row_number() OVER (PARTITION BY resource_id, category ORDER BY run_seq DESC) AS rank
-                 FROM resource_events) ranked
-             WHERE rank > $1 LIMIT $2)",
-    )
-    .bind(keep_runs)
-    .bind(batch)
-    .execute(pool)
+    let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_timelines($1, $2)")
+        .bind(i32::try_from(keep_runs).unwrap_or(i32::MAX))
+        .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+        .fetch_one(pool)
+        .await?;
+    Ok(u64::try_from(trimmed).unwrap_or(0))
+}
+
+/// Runs of one resource changed after `after` (optionally one category), in
+/// event-log order, below `frontier`.
+pub async fn runs_after(
+    conn: &mut PgConnection,
+    resource_id: Uuid,
+    category: Option<&str>,
+    after: Position,
+    frontier: i64,
+    limit: usize,
+) -> StoreResult<Vec<EventRun>> {
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
+           AND (e.ev_txid, e.ev_seq) > ($3, $4) AND e.ev_txid < $5
+         ORDER BY e.ev_txid, e.ev_seq LIMIT $6"
+    )))
+    .bind(resource_id)
+    .bind(category)
+    .bind(after.txid)
+    .bind(after.seq)
+    .bind(frontier)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(conn)
     .await?;
-    Ok(done.rows_affected())
+    Ok(rows.into_iter().map(EventRow::into_run).collect())
+}
+
+/// The newest `limit` runs of one resource (optionally one category), returned
+/// oldest first.
+pub async fn newest_runs(
+    conn: &mut PgConnection,
+    resource_id: Uuid,
+    category: Option<&str>,
+    limit: usize,
+) -> StoreResult<Vec<EventRun>> {
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT * FROM ({RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
+         ORDER BY e.last_at DESC, e.id DESC LIMIT $3) newest ORDER BY last_at, id"
+    )))
+    .bind(resource_id)
+    .bind(category)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(EventRow::into_run).collect())
+}
+
+/// The resource's event horizon (newest trimmed position) and head (newest
+/// position handed out), with the current frontier.
+pub async fn horizon_and_head(conn: &mut PgConnection, resource_id: Uuid) -> StoreResult<(Position, Position)> {
+    let (h_txid, h_seq, l_txid, l_seq, frontier): (Option<i64>, Option<i64>, Option<i64>, Option<i64>, i64) =
+        sqlx::query_as(
+            "SELECT h.txid, h.seq, l.ev_txid, l.ev_seq, change_frontier() FROM (SELECT NULL) AS one
+             LEFT JOIN event_horizon h ON h.resource_id = $1
+             LEFT JOIN LATERAL (SELECT ev_txid, ev_seq FROM resource_events WHERE resource_id = $1
+                                ORDER BY ev_txid DESC, ev_seq DESC LIMIT 1) l ON true",
+        )
+        .bind(resource_id)
+        .fetch_one(conn)
+        .await?;
+    let horizon = Position {
+        txid: h_txid.unwrap_or(0),
+        seq: h_seq.unwrap_or(0),
+    };
+    let last = Position {
+        txid: l_txid.unwrap_or(0),
+        seq: l_seq.unwrap_or(0),
+    };
+    Ok((horizon, last.max(Position { txid: frontier, seq: 0 })))
 }

@@ -346,6 +346,17 @@ pub async fn list(
     after: Option<ListCursor>,
     limit: usize,
 ) -> StoreResult<Vec<Resource>> {
+    let mut conn = pool.acquire().await?;
+    list_in(&mut conn, filter, after, limit).await
+}
+
+/// [`list`] on a given connection (e.g. inside a snapshot transaction).
+pub async fn list_in(
+    conn: &mut PgConnection,
+    filter: &ResourceFilter,
+    after: Option<ListCursor>,
+    limit: usize,
+) -> StoreResult<Vec<Resource>> {
     let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("SELECT {COLUMNS} FROM {FROM} WHERE true"));
     if let Some(kind) = &filter.kind {
         query.push(" AND r.kind = ").push_bind(kind.clone());
@@ -380,15 +391,104 @@ pub async fn list(
     query
         .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
         .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(pool).await?;
-    let mut resources: Vec<Resource> = rows.into_iter().map(ResourceRow::into_resource).collect();
+    let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(&mut *conn).await?;
+    with_conditions(conn, rows.into_iter().map(ResourceRow::into_resource).collect()).await
+}
+
+async fn with_conditions(conn: &mut PgConnection, mut resources: Vec<Resource>) -> StoreResult<Vec<Resource>> {
     let ids: Vec<Uuid> = resources.iter().map(|r| r.id).collect();
-    let mut conn = pool.acquire().await?;
-    let mut conditions = conditions_for(&mut conn, &ids).await?;
+    let mut conditions = conditions_for(conn, &ids).await?;
     for resource in &mut resources {
         resource.conditions = conditions.remove(&resource.id).unwrap_or_default();
     }
     Ok(resources)
+}
+
+/// The current state of several resources (missing ones are left out).
+pub async fn get_many(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<Resource>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE r.id = ANY($1)");
+    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    with_conditions(conn, rows.into_iter().map(ResourceRow::into_resource).collect()).await
+}
+
+/// The `resources` row as `to_jsonb` renders it (the change log keeps this
+/// image of physically deleted resources).
+#[derive(Debug, serde::Deserialize)]
+struct ImageRow {
+    id: Uuid,
+    kind: String,
+    kind_version: i32,
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    spec: Value,
+    status: Option<Value>,
+    provider_config: Option<String>,
+    generation: i64,
+    synced_gen: i64,
+    health_ok: bool,
+    failure_gen: i64,
+    failure_attempts: i32,
+    #[serde(default)]
+    finalizers: Vec<String>,
+    deletion_requested_at: Option<String>,
+    frozen_until: Option<String>,
+    phase: String,
+    created_at: String,
+    updated_at: String,
+    rv_txid: i64,
+    rv_seq: i64,
+}
+
+fn image_time(value: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(value).ok().map(|t| t.with_timezone(&Utc))
+}
+
+/// Rebuilds the last state of a deleted resource from its change-log image
+/// (owner and root refs are not kept: their rows may be gone too).
+pub fn resource_from_image(image: &Value) -> Option<Resource> {
+    let row: ImageRow = serde_json::from_value(image.clone()).ok()?;
+    let quarantined = row.frozen_until.as_deref() == Some("infinity");
+    Some(Resource {
+        id: row.id,
+        kind: row.kind,
+        kind_version: row.kind_version,
+        name: row.name,
+        labels: row.labels,
+        spec: row.spec,
+        status: row.status,
+        owner: None,
+        root: None,
+        provider_config: row.provider_config,
+        generation: row.generation,
+        synced_gen: row.synced_gen,
+        health_ok: row.health_ok,
+        failure_gen: row.failure_gen,
+        failure_attempts: row.failure_attempts,
+        finalizers: row.finalizers,
+        deletion_requested_at: row.deletion_requested_at.as_deref().and_then(image_time),
+        orphan_until: if quarantined {
+            None
+        } else {
+            row.frozen_until.as_deref().and_then(image_time)
+        },
+        quarantined,
+        phase: Phase::from_db(&row.phase).unwrap_or(Phase::Deleting),
+        created_at: image_time(&row.created_at)?,
+        updated_at: image_time(&row.updated_at)?,
+        position: Position {
+            txid: row.rv_txid,
+            seq: row.rv_seq,
+        },
+        conditions: Vec::new(),
+    })
 }
 
 /// Translates label requirements to SQL. Equality uses containment (`@>`),
