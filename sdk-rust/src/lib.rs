@@ -2,9 +2,12 @@
 //!
 //! [`Client`] is a typed client over every control-plane service, sharing one
 //! HTTP/2 connection. The generated message types are re-exported as
-//! [`proto`].
+//! [`proto`]. [`worker`] is the runtime for worker processes that serve
+//! kinds.
 
 pub use converge_proto as proto;
+
+pub mod worker;
 
 use converge_proto::v1::cluster_service_client::ClusterServiceClient;
 use converge_proto::v1::kind_service_client::KindServiceClient;

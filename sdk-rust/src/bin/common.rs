@@ -1,0 +1,113 @@
+//! Helpers shared by the command-line workers.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use converge_sdk::worker::{Worker, WorkerBuilder};
+use tracing_subscriber::EnvFilter;
+
+/// Settings every worker binary takes, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Broker address, e.g. http://127.0.0.1:50051.
+    #[arg(long, env = "BROKER_ADDR")]
+    pub broker: String,
+    /// Most handlers running at once.
+    #[arg(long, env = "WORKER_MAX_PARALLEL", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_parallel: u32,
+    /// Seconds in-flight handlers get to finish on shutdown.
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT_SECS", default_value_t = 30)]
+    pub drain_timeout_secs: u64,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+impl CommonArgs {
+    /// Installs the log subscriber (logs go to stderr). A bad filter is an
+    /// error rather than a silent default.
+    pub fn init_logging(&self) -> Result<(), String> {
+        let filter =
+            EnvFilter::try_new(&self.log_level).map_err(|e| format!("invalid LOG_LEVEL {:?}: {e}", self.log_level))?;
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init()
+            .map_err(|e| format!("cannot install the logger: {e}"))
+    }
+
+    /// A builder with the broker and the shared settings applied.
+    pub fn builder(&self) -> WorkerBuilder {
+        Worker::builder()
+            .endpoint(self.broker.clone())
+            .max_parallel(self.max_parallel as usize)
+            .drain_timeout(Duration::from_secs(self.drain_timeout_secs))
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = terminate => tracing::info!("SIGTERM received"),
+        () = interrupt => tracing::info!("SIGINT received"),
+    }
+}
+
+/// Builds and runs a worker until a signal, mapping the result to an exit
+/// code: 0 after a clean drain, 1 if the drain was incomplete, 2 for a bad
+/// configuration.
+pub async fn run_worker(builder: WorkerBuilder) -> ExitCode {
+    let worker = match builder.build() {
+        Ok(worker) => worker,
+        Err(error) => {
+            tracing::error!(%error, "invalid worker configuration");
+            return ExitCode::from(2);
+        }
+    };
+    let kinds: Vec<String> = worker.kinds().iter().map(ToString::to_string).collect();
+    tracing::info!(kinds = %kinds.join(","), "worker starting");
+    let handle = worker.handle();
+    let result = worker.run(shutdown_signal()).await;
+    let stats = handle.stats();
+    tracing::info!(
+        completed = stats.completed,
+        failed = stats.failed,
+        reconnects = stats.reconnects,
+        buffered_dropped = stats.buffered_dropped,
+        "worker stopped"
+    );
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "worker did not shut down cleanly");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `hostname-pid`, identifying this process in statuses and logs.
+pub fn worker_identity() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("{host}-{}", std::process::id())
+}

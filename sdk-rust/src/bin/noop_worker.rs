@@ -1,0 +1,71 @@
+//! `converge-noop-worker`: serves the `noop` kind (or any kinds given) with
+//! a handler that optionally sleeps and reports the generation it saw. Used
+//! by tests, demos and benchmarks.
+
+#[path = "common.rs"]
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, async_trait};
+use serde_json::json;
+
+/// Serves kinds with a handler that does nothing but report.
+#[derive(Debug, Parser)]
+#[command(name = "converge-noop-worker", version, about)]
+struct Args {
+    #[command(flatten)]
+    common: common::CommonArgs,
+    /// Pairs to serve, comma-separated KIND:VERSION.
+    #[arg(long, env = "WORKER_KINDS", value_delimiter = ',', default_value = "noop:1")]
+    kinds: Vec<KindVersion>,
+    /// Milliseconds each reaction sleeps before answering.
+    #[arg(long, env = "NOOP_DELAY_MS", default_value_t = 0)]
+    delay_ms: u64,
+}
+
+struct NoopProvider {
+    kind: KindVersion,
+    delay: Duration,
+    identity: Arc<str>,
+}
+
+#[async_trait]
+impl Provider for NoopProvider {
+    fn kind(&self) -> KindVersion {
+        self.kind.clone()
+    }
+
+    async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(Outcome::new().with_status(json!({
+            "observed_generation": request.generation,
+            "worker": &*self.identity,
+        })))
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(error) = args.common.init_logging() {
+        eprintln!("converge-noop-worker: {error}");
+        return ExitCode::from(2);
+    }
+    let identity: Arc<str> = common::worker_identity().into();
+    let delay = Duration::from_millis(args.delay_ms);
+    let mut builder = args.common.builder();
+    for kind in args.kinds {
+        builder = builder.provider(NoopProvider {
+            kind,
+            delay,
+            identity: Arc::clone(&identity),
+        });
+    }
+    common::run_worker(builder).await
+}
