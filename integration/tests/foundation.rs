@@ -8,7 +8,7 @@ use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     GetResourceGraphRequest, GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
     ListProviderConfigsRequest, ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
-    ReconcileResourceRequest,
+    QuarantineResourceRequest, UnquarantineResourceRequest,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -172,7 +172,7 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
     let statuses = vec![
         client
             .resources()
-            .reconcile_resource(ReconcileResourceRequest::default())
+            .quarantine_resource(QuarantineResourceRequest::default())
             .await
             .err(),
         client
@@ -201,8 +201,8 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
             .await
             .err(),
         client
-            .workers()
-            .get_provider_config(GetProviderConfigRequest::default())
+            .resources()
+            .unquarantine_resource(UnquarantineResourceRequest::default())
             .await
             .err(),
     ];

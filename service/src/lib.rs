@@ -4,6 +4,7 @@
 //! library holds them, one module per concern.
 
 pub mod api;
+pub mod broker;
 pub mod catalog;
 pub mod cluster;
 pub mod config;

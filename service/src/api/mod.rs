@@ -12,7 +12,6 @@ pub mod reactor_binding;
 pub mod resource;
 pub mod status;
 pub mod watch;
-pub mod worker;
 pub mod write;
 
 use std::pin::Pin;
@@ -57,6 +56,8 @@ pub struct ApiState {
     pub retention: RetentionArgs,
     /// The change-log reader of this process (on API roles).
     pub watch: Option<Arc<crate::watch::WatchHub>>,
+    /// The broker of this process (on broker roles).
+    pub broker: Option<Arc<crate::broker::Broker>>,
 }
 
 impl ApiState {
@@ -68,6 +69,7 @@ impl ApiState {
         catalog: Arc<KindCatalog>,
         retention: RetentionArgs,
         watch: Option<Arc<crate::watch::WatchHub>>,
+        broker: Option<Arc<crate::broker::Broker>>,
     ) -> Self {
         Self {
             pool,
@@ -76,6 +78,7 @@ impl ApiState {
             catalog,
             retention,
             watch,
+            broker,
         }
     }
 
@@ -148,7 +151,10 @@ where
     let provider_config = service!(api, ProviderConfigServiceServer, provider_config::ProviderConfigApi);
     let reactor_binding = service!(api, ReactorBindingServiceServer, reactor_binding::ReactorBindingApi);
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
-    let worker = service!(workers, WorkerServiceServer, worker::WorkerApi);
+    let worker = match state.broker.clone() {
+        Some(broker) if workers => service!(true, WorkerServiceServer, crate::broker::WorkerApi::new(broker)),
+        _ => None,
+    };
 
     let reflection_v1 = reflection(&names).build_v1()?;
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;

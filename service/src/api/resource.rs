@@ -30,7 +30,7 @@ use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
 use crate::store::events::{EventCursor, EventFilter};
 use crate::store::resources::{DesiredResource, ListCursor, ResourceFilter};
-use crate::store::{events, kinds, resources};
+use crate::store::{events, kinds, resources, work};
 
 /// Serves `converge.v1.ResourceService`.
 #[derive(Debug, Clone)]
@@ -201,6 +201,7 @@ async fn write_resource(
                 if updated.generation != current.generation {
                     let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
                     record(conn, state, &updated, &event).await?;
+                    work::schedule(conn, &[updated.id]).await?;
                 }
                 return Ok((updated, false));
             }
@@ -208,6 +209,7 @@ async fn write_resource(
                 if let Some(created) = resources::insert(conn, &input.desired()).await? {
                     let event = NewEvent::lifecycle("Created", format!("created at generation {}", created.generation));
                     record(conn, state, &created, &event).await?;
+                    work::schedule(conn, &[created.id]).await?;
                     return Ok((created, true));
                 }
             }
@@ -544,12 +546,31 @@ impl ResourceService for ResourceApi {
 
     async fn reconcile_resource(
         &self,
-        _request: Request<ReconcileResourceRequest>,
+        request: Request<ReconcileResourceRequest>,
     ) -> Result<Response<ReconcileResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/ReconcileResource",
-            "the reconcile engine",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("ReconcileResource", &req.request_id, false, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let req = target.clone();
+            Box::pin(async move {
+                let current = resources::find_for_update(conn, &req.kind, &req.name)
+                    .await?
+                    .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+                work::request_reconcile(conn, current.id, req.reset_backoff).await?;
+                let resource = resources::get_by_id(conn, current.id)
+                    .await?
+                    .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+                let version = manifest_version_in(conn, &resource).await?;
+                Ok(ReconcileResourceResponse {
+                    resource: Some(resource_to_proto(resource, version)),
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn quarantine_resource(

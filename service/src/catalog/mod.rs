@@ -62,7 +62,8 @@ impl KindCatalog {
         Arc::new(Self::default())
     }
 
-    fn cached(&self, kind: &str, kind_version: i32) -> Option<Arc<CompiledKind>> {
+    /// The cached compiled manifest of a kind version, if any.
+    pub fn cached(&self, kind: &str, kind_version: i32) -> Option<Arc<CompiledKind>> {
         let map = self.compiled.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(&(kind.to_owned(), kind_version)).cloned()
     }
@@ -83,6 +84,17 @@ impl KindCatalog {
     pub fn evict(&self, kind: &str, kind_version: i32) {
         let mut map = self.compiled.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         map.remove(&(kind.to_owned(), kind_version));
+    }
+
+    /// The compiled manifest of a kind version: cached, or loaded now.
+    pub async fn current(&self, pool: &PgPool, kind: &str, kind_version: i32) -> Option<Arc<CompiledKind>> {
+        if let Some(hit) = self.cached(kind, kind_version) {
+            return Some(hit);
+        }
+        let mut conn = pool.acquire().await.ok()?;
+        let compiled = load(&mut conn, kind, kind_version).await.ok()?;
+        self.insert(compiled.clone());
+        Some(compiled)
     }
 
     /// The compiled manifest of (kind, kind_version) at exactly

@@ -1,4 +1,5 @@
 //! Control-plane sweepers: idempotent loops that are safe to run on several
 //! pods at once.
 
+pub mod reaper;
 pub mod retention;

@@ -38,6 +38,8 @@ pub struct ServerConfig {
     pub retention_interval: Duration,
     /// Watch reader tuning.
     pub watch: HubConfig,
+    /// Reaper timing.
+    pub reaper: crate::engine::reaper::ReaperConfig,
 }
 
 impl ServerConfig {
@@ -51,6 +53,7 @@ impl ServerConfig {
             retention: RetentionArgs::default(),
             retention_interval: Duration::from_secs(60),
             watch: HubConfig::default(),
+            reaper: crate::engine::reaper::ReaperConfig::default(),
         }
     }
 }
@@ -243,6 +246,18 @@ async fn prepare_and_spawn(
     } else {
         None
     };
+    if config.serve.role.serves_api() {
+        tasks.push(crate::engine::reaper::spawn(
+            pool.clone(),
+            config.reaper,
+            stop.subscribe(),
+        ));
+    }
+    let broker = config
+        .serve
+        .role
+        .serves_workers()
+        .then(|| crate::broker::Broker::start(pool.clone(), membership.member_id().to_owned(), catalog.clone()));
     let background = Background { stop, tasks };
     let state = ApiState::new(
         pool,
@@ -251,6 +266,7 @@ async fn prepare_and_spawn(
         catalog,
         config.retention,
         watch,
+        broker,
     );
     let (health, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, health_service)?;

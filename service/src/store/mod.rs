@@ -7,6 +7,7 @@ pub mod events;
 pub mod kinds;
 pub mod requests;
 pub mod resources;
+pub mod work;
 
 /// A failed database statement.
 pub type StoreResult<T> = Result<T, sqlx::Error>;

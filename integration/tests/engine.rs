@@ -1,0 +1,416 @@
+//! The reconcile engine end to end: resources applied through the API are
+//! worked by SDK workers over the real worker stream and reach READY, with
+//! retries, terminal failures, requeue-after, caps across brokers and
+//! deadlines.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{apply, apply_manifest, apply_ok, work_manifest};
+use converge_integration::{TestDatabase, TestServer, eventually};
+use converge_proto::v1::{
+    GetResourceRequest, KindConfig, ListResourcesRequest, Phase, ReconcileResourceRequest, Resource,
+    UpdateKindConfigRequest,
+};
+use converge_sdk::Client;
+use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, Worker, async_trait};
+use converge_service::config::Role;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+type Behaviour = Arc<dyn Fn(&ReactionRequest, usize) -> Result<Outcome, HandlerError> + Send + Sync>;
+
+/// A scriptable provider for kind `job` version 1 that records what it ran.
+#[derive(Clone)]
+struct Scripted {
+    calls: Arc<Mutex<HashMap<(String, i64), usize>>>,
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    delay: Duration,
+    /// The first attempt of every resource never finishes on its own.
+    hang_first: bool,
+    behaviour: Behaviour,
+}
+
+impl Scripted {
+    fn new(delay: Duration, behaviour: Behaviour) -> Self {
+        Self {
+            calls: Arc::default(),
+            running: Arc::default(),
+            peak: Arc::default(),
+            delay,
+            hang_first: false,
+            behaviour,
+        }
+    }
+
+    fn ok() -> Self {
+        Self::new(
+            Duration::ZERO,
+            Arc::new(|req, _| Ok(Outcome::new().with_status(json!({"seen": req.generation})))),
+        )
+    }
+
+    fn calls(&self) -> HashMap<(String, i64), usize> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    fn kind(&self) -> KindVersion {
+        KindVersion::new("job", 1)
+    }
+
+    async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
+        let attempt = {
+            let mut calls = self.calls.lock().map_err(|_| HandlerError::transient("poisoned"))?;
+            let entry = calls
+                .entry((request.resource.name.clone(), request.generation))
+                .or_default();
+            *entry += 1;
+            *entry
+        };
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        if self.hang_first && attempt == 1 {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        let result = (self.behaviour)(&request, attempt);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+/// Runs a worker until the returned sender fires (or is dropped).
+fn run_worker(address: String, provider: Scripted, parallel: usize) -> oneshot::Sender<()> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let worker = Worker::builder()
+            .endpoint(address)
+            .provider(provider)
+            .max_parallel(parallel)
+            .heartbeat_interval(Duration::from_millis(500))
+            .drain_timeout(Duration::from_secs(5))
+            .build();
+        match worker {
+            Ok(worker) => {
+                let _ = worker
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            }
+            Err(e) => panic!("worker: {e}"),
+        }
+    });
+    stop
+}
+
+async fn get(client: &Client, name: &str) -> anyhow::Result<Resource> {
+    client
+        .resources()
+        .get_resource(GetResourceRequest {
+            kind: "job".into(),
+            name: name.into(),
+        })
+        .await?
+        .into_inner()
+        .resource
+        .ok_or_else(|| anyhow::anyhow!("no resource"))
+}
+
+async fn wait_phase(client: &Client, name: &str, phase: Phase, timeout: Duration) -> anyhow::Result<Resource> {
+    eventually(timeout, || async {
+        let resource = get(client, name).await?;
+        Ok((resource.phase() == phase).then_some(resource))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{name} never reached {phase:?}: {e}"))
+}
+
+async fn count_phase(client: &Client, phase: Phase) -> anyhow::Result<usize> {
+    let mut count = 0;
+    let mut request = ListResourcesRequest {
+        kind: Some("job".into()),
+        phases: vec![phase.into()],
+        page_size: 1000,
+        ..Default::default()
+    };
+    loop {
+        let page = client.resources().list_resources(request.clone()).await?.into_inner();
+        count += page.resources.len();
+        if page.next_page_token.is_empty() {
+            return Ok(count);
+        }
+        request.page_token = page.next_page_token;
+    }
+}
+
+async fn set_config(client: &Client, config: KindConfig, paths: &[&str]) -> anyhow::Result<()> {
+    client
+        .kinds()
+        .update_kind_config(UpdateKindConfigRequest {
+            config: Some(config),
+            update_mask: Some(prost_types::FieldMask {
+                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+fn job_config() -> KindConfig {
+    KindConfig {
+        kind: "job".into(),
+        kind_version: 1,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn applied_resources_are_worked_once_per_generation_and_become_ready() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    set_config(
+        &client,
+        KindConfig {
+            max_inflight: 0,
+            ..job_config()
+        },
+        &["max_inflight"],
+    )
+    .await?;
+    let provider = Scripted::ok();
+    let _worker = run_worker(server.address(), provider.clone(), 32);
+
+    const N: usize = 300;
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let client = client.clone();
+        writers.push(tokio::spawn(async move {
+            for i in (w..N).step_by(4) {
+                client
+                    .resources()
+                    .apply_resource(apply("job", &format!("j{i}"), json!({"n": i})))
+                    .await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    eventually(Duration::from_secs(60), || async {
+        Ok((count_phase(&client, Phase::Ready).await? == N).then_some(()))
+    })
+    .await?;
+    let ready = get(&client, "j7").await?;
+    assert_eq!(ready.observed_generation, 1);
+    assert_eq!(ready.status.as_ref().map(common::json), Some(json!({"seen": 1.0})));
+
+    // A spec change is worked again, once.
+    apply_ok(&client, apply("job", "j7", json!({"n": "changed"}))).await?;
+    let again = wait_phase(&client, "j7", Phase::Ready, Duration::from_secs(20)).await?;
+    assert_eq!(again.observed_generation, 2);
+    let calls = provider.calls();
+    assert_eq!(calls.len(), N + 1, "every (resource, generation) was worked");
+    assert!(calls.values().all(|n| *n == 1), "and each exactly once: {calls:?}");
+    server.shutdown().await
+}
+
+#[tokio::test]
+async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_failed() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    let mut manifest = work_manifest("job", 1, None);
+    if let Some(policy) = manifest.policy.as_mut() {
+        policy.max_transient_attempts = 3;
+    }
+    apply_manifest(&client, manifest).await?;
+    let provider = Scripted::new(
+        Duration::ZERO,
+        Arc::new(|req, attempt| {
+            let spec = serde_json::to_value(&req.resource.spec).unwrap_or_default();
+            match spec.get("mode").and_then(|m| m.as_str()) {
+                Some("flaky") if attempt < 3 => Err(HandlerError::transient(format!("try {attempt} failed"))),
+                Some("broken") => Err(HandlerError::transient("always broken")),
+                Some("fatal") => Err(HandlerError::terminal("cannot ever work")),
+                _ => Ok(Outcome::new().with_status(json!({"ok": true}))),
+            }
+        }),
+    );
+    let _worker = run_worker(server.address(), provider.clone(), 8);
+
+    apply_ok(&client, apply("job", "flaky", json!({"mode": "flaky"}))).await?;
+    apply_ok(&client, apply("job", "broken", json!({"mode": "broken"}))).await?;
+    apply_ok(&client, apply("job", "fatal", json!({"mode": "fatal"}))).await?;
+
+    // Retries with backoff (1 s, 2 s) until the third attempt succeeds.
+    let flaky = wait_phase(&client, "flaky", Phase::Ready, Duration::from_secs(30)).await?;
+    assert_eq!(flaky.failure_attempts, 0);
+    assert_eq!(provider.calls().get(&("flaky".into(), 1)), Some(&3));
+
+    // Three transient failures are terminal (max_transient_attempts = 3).
+    let broken = wait_phase(&client, "broken", Phase::Failed, Duration::from_secs(30)).await?;
+    assert_eq!((broken.failed_generation, broken.failure_attempts), (1, 3));
+    // A terminal error stops at once.
+    let fatal = wait_phase(&client, "fatal", Phase::Failed, Duration::from_secs(10)).await?;
+    assert_eq!(provider.calls().get(&("fatal".into(), 1)), Some(&1));
+    assert_eq!(fatal.failure_attempts, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        provider.calls().get(&("broken".into(), 1)),
+        Some(&3),
+        "no retry after terminal"
+    );
+
+    // A spec change clears Failed.
+    apply_ok(&client, apply("job", "broken", json!({"mode": "fine"}))).await?;
+    let fixed = wait_phase(&client, "broken", Phase::Ready, Duration::from_secs(20)).await?;
+    assert_eq!(fixed.observed_generation, 2);
+
+    // ReconcileResource retries a terminally failed generation on demand.
+    client
+        .resources()
+        .reconcile_resource(ReconcileResourceRequest {
+            kind: "job".into(),
+            name: "fatal".into(),
+            reset_backoff: true,
+            ..Default::default()
+        })
+        .await?;
+    eventually(Duration::from_secs(10), || async {
+        Ok((provider.calls().get(&("fatal".into(), 1)) == Some(&2)).then_some(()))
+    })
+    .await?;
+    server.shutdown().await
+}
+
+#[tokio::test]
+async fn requeue_after_comes_back_without_failing() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    let provider = Scripted::new(
+        Duration::ZERO,
+        Arc::new(|_, attempt| {
+            if attempt < 3 {
+                Ok(Outcome::new()
+                    .with_status(json!({"state": "provisioning"}))
+                    .with_requeue_after(Duration::from_millis(300)))
+            } else {
+                Ok(Outcome::new().with_status(json!({"state": "done"})))
+            }
+        }),
+    );
+    let _worker = run_worker(server.address(), provider.clone(), 4);
+    apply_ok(&client, apply("job", "slow", json!({}))).await?;
+    let pending = eventually(Duration::from_secs(10), || async {
+        let r = get(&client, "slow").await?;
+        Ok((r.status.is_some()).then_some(r))
+    })
+    .await?;
+    assert_eq!(pending.phase(), Phase::Reconciling, "not settled yet");
+    assert_eq!(pending.failure_attempts, 0);
+    let done = wait_phase(&client, "slow", Phase::Ready, Duration::from_secs(10)).await?;
+    assert_eq!(done.status.as_ref().map(common::json), Some(json!({"state": "done"})));
+    assert_eq!(provider.calls().get(&("slow".into(), 1)), Some(&3));
+    server.shutdown().await
+}
+
+#[tokio::test]
+async fn max_inflight_holds_across_two_brokers_and_can_be_raised_live() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let a = TestServer::start_on(database.clone(), Role::All).await?;
+    let b = TestServer::start_on(database, Role::All).await?;
+    let client = a.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    set_config(
+        &client,
+        KindConfig {
+            max_inflight: 3,
+            ..job_config()
+        },
+        &["max_inflight"],
+    )
+    .await?;
+    // One shared tally across both workers.
+    let provider = Scripted::new(
+        Duration::from_millis(100),
+        Arc::new(|_, _| Ok(Outcome::new().with_status(json!({})))),
+    );
+    let _wa = run_worker(a.address(), provider.clone(), 10);
+    let _wb = run_worker(b.address(), provider.clone(), 10);
+    for i in 0..40 {
+        apply_ok(&client, apply("job", &format!("c{i}"), json!({}))).await?;
+    }
+    eventually(Duration::from_secs(60), || async {
+        Ok((count_phase(&client, Phase::Ready).await? == 40).then_some(()))
+    })
+    .await?;
+    let capped_peak = provider.peak.load(Ordering::SeqCst);
+    assert!(capped_peak <= 3, "max_inflight 3 was exceeded: {capped_peak}");
+
+    set_config(
+        &client,
+        KindConfig {
+            max_inflight: 12,
+            ..job_config()
+        },
+        &["max_inflight"],
+    )
+    .await?;
+    provider.peak.store(0, Ordering::SeqCst);
+    for i in 40..100 {
+        apply_ok(&client, apply("job", &format!("c{i}"), json!({}))).await?;
+    }
+    eventually(Duration::from_secs(60), || async {
+        Ok((count_phase(&client, Phase::Ready).await? == 100).then_some(()))
+    })
+    .await?;
+    let raised_peak = provider.peak.load(Ordering::SeqCst);
+    assert!(
+        raised_peak > 3 && raised_peak <= 12,
+        "raised cap not in effect: {raised_peak}"
+    );
+    a.shutdown().await?;
+    b.shutdown().await
+}
+
+#[tokio::test]
+async fn a_hung_handler_is_cancelled_at_its_deadline_and_retried() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let server = TestServer::start_with(database, Role::All, |config| {
+        config.reaper.interval = Duration::from_millis(200);
+    })
+    .await?;
+    let client = server.client().await?;
+    let mut manifest = work_manifest("job", 1, None);
+    if let Some(policy) = manifest.policy.as_mut() {
+        policy.task_deadline_secs = 1;
+    }
+    apply_manifest(&client, manifest).await?;
+    let mut provider = Scripted::new(
+        Duration::ZERO,
+        Arc::new(|_, attempt| Ok(Outcome::new().with_status(json!({"attempt": attempt})))),
+    );
+    provider.hang_first = true;
+    let _worker = run_worker(server.address(), provider.clone(), 4);
+    apply_ok(&client, apply("job", "hang", json!({}))).await?;
+    let done = wait_phase(&client, "hang", Phase::Ready, Duration::from_secs(30)).await?;
+    assert_eq!(done.status.as_ref().map(common::json), Some(json!({"attempt": 2.0})));
+    assert!(provider.calls().get(&("hang".into(), 1)).copied().unwrap_or(0) >= 2);
+    let retried = get(&client, "hang").await?;
+    assert_eq!(retried.failure_attempts, 0, "success resets the failure count");
+    server.shutdown().await
+}

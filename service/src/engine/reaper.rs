@@ -1,0 +1,52 @@
+//! The reaper: the engine's backstops, run on every control pod (each
+//! statement is idempotent and locks with SKIP LOCKED, so pods share it).
+//! Frees leases whose holders stopped attesting them, fails tasks past their
+//! deadline, re-queues lagging resources that lost their task (after a crash
+//! empties the unlogged queue), and drops tasks of deleted or frozen resources.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::store::work::{self, ReapReport};
+
+/// Reaper timing.
+#[derive(Debug, Clone, Copy)]
+pub struct ReaperConfig {
+    /// Pause between passes.
+    pub interval: Duration,
+    /// A lease not attested for this long is freed (workers attest every 5 s).
+    pub stale_after: Duration,
+    /// Rows handled per backstop per pass.
+    pub batch: i32,
+}
+
+impl Default for ReaperConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            stale_after: Duration::from_secs(20),
+            batch: 1000,
+        }
+    }
+}
+
+/// Runs reaper passes until `stop` flips.
+pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
+                    Ok(report) if report != ReapReport::default() => tracing::debug!(?report, "reaper pass"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
+                },
+            }
+        }
+    })
+}

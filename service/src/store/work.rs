@@ -1,0 +1,319 @@
+//! `work_queue`: scheduling, claims, fenced completions, leases and the
+//! reaper's backstops.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{Connection, PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::StoreResult;
+
+/// Queues reconcile tasks for the given resources where they are eligible;
+/// returns how many were queued or re-pointed.
+pub async fn schedule(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32> {
+    sqlx::query_scalar("SELECT schedule_eligible($1)")
+        .bind(ids)
+        .fetch_one(conn)
+        .await
+}
+
+/// Asks for a resource to be reconciled now: skips a pending retry delay,
+/// clears a terminal failure of the current generation (and the failure
+/// count when `reset`), and queues a task even if the resource is synced.
+pub async fn request_reconcile(conn: &mut PgConnection, id: Uuid, reset: bool) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE resources SET failure_gen = 0,
+                failure_attempts = CASE WHEN $2 THEN 0 ELSE failure_attempts END
+         WHERE id = $1 AND (failure_gen <> 0 OR ($2 AND failure_attempts <> 0))",
+    )
+    .bind(id)
+    .bind(reset)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
+         SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id
+         FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
+         WHERE r.id = $1 AND r.deletion_requested_at IS NULL AND r.frozen_until IS NULL
+         ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE SET not_before = now()
+             WHERE w.broker_id IS NULL",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// A claimed task with the state of its resource.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedTask {
+    /// The unguessable lease handle.
+    pub lease_token: Uuid,
+    /// The fence.
+    pub claim_epoch: i64,
+    /// Generation to reconcile.
+    pub generation: i64,
+    /// Manifest version the task was scheduled under.
+    pub manifest_version: i64,
+    /// Attempt number of this task (1 = first).
+    pub attempts: i32,
+    /// Seconds left before the deadline (None = no deadline).
+    pub deadline_secs: Option<f64>,
+    /// Resource id.
+    pub resource_id: Uuid,
+    /// Kind.
+    pub kind: String,
+    /// Kind version.
+    pub kind_version: i32,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: Json<BTreeMap<String, String>>,
+    /// Spec.
+    pub spec: Json<Value>,
+    /// Status.
+    pub status: Option<Json<Value>>,
+    /// Newest reconciled generation.
+    pub synced_gen: i64,
+    /// Health.
+    pub health_ok: bool,
+    /// Finalizers.
+    pub finalizers: Vec<String>,
+}
+
+/// Claims up to `limit` runnable tasks of (kind, kind_version) for `broker`,
+/// never exceeding the kind's cluster-wide `max_inflight`: capped kinds claim
+/// under a per-kind lock and count the leases held everywhere.
+pub async fn claim(
+    pool: &PgPool,
+    broker: &str,
+    kind: &str,
+    kind_version: i32,
+    limit: i64,
+) -> StoreResult<Vec<ClaimedTask>> {
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let cap: Option<i32> =
+        sqlx::query_scalar("SELECT max_inflight FROM kind_config WHERE kind = $1 AND kind_version = $2")
+            .bind(kind)
+            .bind(kind_version)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let mut budget = limit;
+    if let Some(cap) = cap.filter(|c| *c > 0) {
+        // Serialise the claims of a capped kind so two brokers cannot both
+        // take the last free slot.
+        sqlx::query("SELECT pg_advisory_xact_lock(kind_lock_key($1, $2) # 1)")
+            .bind(kind)
+            .bind(kind_version)
+            .execute(&mut *tx)
+            .await?;
+        let leased: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM work_queue WHERE kind = $1 AND kind_version = $2 AND broker_id IS NOT NULL",
+        )
+        .bind(kind)
+        .bind(kind_version)
+        .fetch_one(&mut *tx)
+        .await?;
+        budget = budget.min((i64::from(cap) - leased).max(0));
+    }
+    if budget == 0 {
+        tx.rollback().await?;
+        return Ok(Vec::new());
+    }
+    let claimed: Vec<ClaimedTask> = sqlx::query_as(
+        "WITH picked AS (
+             SELECT id, shard_id FROM work_queue
+             WHERE broker_id IS NULL AND kind = $1 AND kind_version = $2 AND not_before <= now()
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED
+         ),
+         claimed AS (
+             UPDATE work_queue w
+             SET broker_id = $4, lease_token = gen_random_uuid(), claim_epoch = w.claim_epoch + 1,
+                 heartbeat_at = now(), attempts = w.attempts + 1,
+                 deadline_at = CASE WHEN c.task_deadline_secs > 0
+                                    THEN now() + make_interval(secs => c.task_deadline_secs) END
+             FROM picked p, kind_config c
+             WHERE w.id = p.id AND w.shard_id = p.shard_id AND c.kind = w.kind AND c.kind_version = w.kind_version
+             RETURNING w.*
+         )
+         SELECT cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts,
+                extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs,
+                r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec,
+                r.status, r.synced_gen, r.health_ok, r.finalizers
+         FROM claimed cl JOIN resources r ON r.id = cl.resource_id",
+    )
+    .bind(kind)
+    .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+    .bind(budget)
+    .bind(broker)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// A worker's result for one lease.
+#[derive(Debug, Clone, Default)]
+pub struct Completion {
+    /// Lease handle.
+    pub lease_token: Uuid,
+    /// Fence epoch.
+    pub claim_epoch: i64,
+    /// Generation worked.
+    pub generation: i64,
+    /// Manifest version worked under.
+    pub manifest_version: i64,
+    /// New status document.
+    pub status: Option<Value>,
+    /// Conditions ([{type, status, reason, message}]).
+    pub conditions: Vec<Value>,
+    /// Reported health.
+    pub healthy: Option<bool>,
+    /// Failure message (None = success).
+    pub error: Option<String>,
+    /// Whether the failure is terminal.
+    pub terminal: bool,
+    /// Come back after this many milliseconds (not settled yet).
+    pub requeue_after_ms: Option<i64>,
+}
+
+/// What happened to a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionOutcome {
+    /// The fence no longer matches: dropped.
+    Stale,
+    /// Applied: the generation is synced.
+    Applied,
+    /// Applied as "not settled yet": queued again after the requested delay.
+    Requeued,
+    /// Recorded as a failure.
+    Failed,
+}
+
+/// Applies a completion if its fence still matches.
+pub async fn complete(pool: &PgPool, completion: &Completion) -> StoreResult<CompletionOutcome> {
+    let outcome: String = sqlx::query_scalar("SELECT complete_work($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+        .bind(completion.lease_token)
+        .bind(completion.claim_epoch)
+        .bind(completion.generation)
+        .bind(completion.manifest_version)
+        .bind(completion.status.as_ref().map(Json))
+        .bind(Json(&completion.conditions))
+        .bind(completion.healthy)
+        .bind(completion.error.as_deref())
+        .bind(completion.terminal)
+        .bind(completion.requeue_after_ms)
+        .fetch_one(pool)
+        .await?;
+    Ok(match outcome.as_str() {
+        "applied" => CompletionOutcome::Applied,
+        "requeued" => CompletionOutcome::Requeued,
+        "failed" => CompletionOutcome::Failed,
+        _ => CompletionOutcome::Stale,
+    })
+}
+
+/// Refreshes the leases a worker attested are still progressing.
+pub async fn heartbeat(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
+    if leases.is_empty() {
+        return Ok(0);
+    }
+    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    let done = sqlx::query(
+        "UPDATE work_queue w SET heartbeat_at = now()
+         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
+         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch AND w.broker_id = $1",
+    )
+    .bind(broker)
+    .bind(&tokens)
+    .bind(&epochs)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Takes over leases a reconnecting worker still holds (its tasks keep running).
+pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<Uuid>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    sqlx::query_scalar(
+        "UPDATE work_queue w SET broker_id = $1, heartbeat_at = now()
+         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
+         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch
+         RETURNING w.lease_token",
+    )
+    .bind(broker)
+    .bind(&tokens)
+    .bind(&epochs)
+    .fetch_all(pool)
+    .await
+}
+
+/// Frees leases of a lost worker stream at once (new epoch), so others can claim.
+pub async fn release(pool: &PgPool, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
+    if tokens.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE work_queue SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
+                claim_epoch = claim_epoch + 1
+         WHERE lease_token = ANY($2) AND broker_id = $1",
+    )
+    .bind(broker)
+    .bind(tokens)
+    .execute(pool)
+    .await?;
+    if done.rows_affected() > 0 {
+        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+            .execute(pool)
+            .await?;
+    }
+    Ok(done.rows_affected())
+}
+
+/// What one reaper pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Stale leases freed.
+    pub stale: i32,
+    /// Overdue tasks failed.
+    pub overdue: i32,
+    /// Lagging resources re-queued.
+    pub requeued: i32,
+    /// Orphaned tasks dropped.
+    pub dropped: i32,
+}
+
+/// One reaper pass over all backstops.
+pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<ReapReport> {
+    // Separate statements: each backstop sees the previous one's effect.
+    let stale: i32 = sqlx::query_scalar("SELECT reap_stale_work($1, $2)")
+        .bind(stale_secs)
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
+    let mut counts = [0i32; 3];
+    for (slot, sql) in counts.iter_mut().zip([
+        "SELECT expire_overdue_work($1)",
+        "SELECT requeue_lagging($1)",
+        "SELECT drop_orphaned_work($1)",
+    ]) {
+        *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
+    }
+    let [overdue, requeued, dropped] = counts;
+    Ok(ReapReport {
+        stale,
+        overdue,
+        requeued,
+        dropped,
+    })
+}
