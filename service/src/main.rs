@@ -68,11 +68,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => {
+            let mut signals = server::ShutdownSignal::install().context("installing signal handlers")?;
             let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve);
             config.retention = cli.retention;
             let running = server::start(config).await.context("starting the server")?;
             tracing::info!(addr = %running.local_addr(), "converge is serving");
-            server::shutdown_signal().await;
+            signals.recv().await;
             tracing::info!("shutdown requested; draining");
             running.shutdown().await.context("shutting down")
         }

@@ -217,7 +217,7 @@ async fn a_killed_converge_takes_its_postgres_down_and_restarts_cleanly() -> any
     second.wait_serving().await?;
     kill(second.pid()?, Signal::SIGTERM)?;
     let status = second.wait_exit(Duration::from_secs(15)).await?;
-    assert!(status.success(), "{}", second.log());
+    assert!(status.success(), "exit {status}:\n{}", second.log());
     Ok(())
 }
 

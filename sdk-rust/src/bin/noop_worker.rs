@@ -25,12 +25,20 @@ struct Args {
     /// Milliseconds each reaction sleeps before answering.
     #[arg(long, env = "NOOP_DELAY_MS", default_value_t = 0)]
     delay_ms: u64,
+    /// Append one line "<kind>/<name> <generation>" per finished reaction to
+    /// this file (lets tests count how often each generation was worked).
+    #[arg(long, env = "NOOP_RECORD")]
+    record: Option<std::path::PathBuf>,
 }
+
+/// The shared record file, written one whole line at a time.
+type Record = Arc<std::sync::Mutex<std::fs::File>>;
 
 struct NoopProvider {
     kind: KindVersion,
     delay: Duration,
     identity: Arc<str>,
+    record: Option<Record>,
 }
 
 #[async_trait]
@@ -42,6 +50,17 @@ impl Provider for NoopProvider {
     async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
+        }
+        if let Some(record) = &self.record {
+            use std::io::Write as _;
+            let line = format!(
+                "{}/{} {}\n",
+                request.resource.kind, request.resource.name, request.generation
+            );
+            let mut file = record
+                .lock()
+                .map_err(|_| HandlerError::transient("record file lock poisoned"))?;
+            file.write_all(line.as_bytes())?;
         }
         Ok(Outcome::new().with_status(json!({
             "observed_generation": request.generation,
@@ -59,12 +78,23 @@ async fn main() -> ExitCode {
     }
     let identity: Arc<str> = common::worker_identity().into();
     let delay = Duration::from_millis(args.delay_ms);
+    let record = match &args.record {
+        None => None,
+        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => Some(Arc::new(std::sync::Mutex::new(file))),
+            Err(error) => {
+                eprintln!("converge-noop-worker: cannot open {}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut builder = args.common.builder();
     for kind in args.kinds {
         builder = builder.provider(NoopProvider {
             kind,
             delay,
             identity: Arc::clone(&identity),
+            record: record.clone(),
         });
     }
     common::run_worker(builder).await

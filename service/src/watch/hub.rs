@@ -414,12 +414,15 @@ impl WatchHub {
     }
 
     /// Turns change-log entries into deliverable changes: several entries of
-    /// one resource collapse into its latest state, at its last position.
+    /// one resource collapse into its latest state, at its last position,
+    /// typed by its last entry (a deletion wins). A creation followed by a
+    /// change collapses to MODIFIED, never ADDED: the collapse may span a
+    /// subscriber's start, and the subscriber may already hold the resource.
     async fn build(&self, rows: &[ChangeRow]) -> Result<Vec<Arc<Change>>, sqlx::Error> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        // Per resource: the type of its first entry here and its last entry.
+        // Per resource: the type of its collapsed change and its last entry.
         let mut order: Vec<Uuid> = Vec::new();
         let mut seen: HashMap<Uuid, (ChangeType, usize)> = HashMap::new();
         for (i, row) in rows.iter().enumerate() {
@@ -429,10 +432,14 @@ impl WatchHub {
                 _ => ChangeType::Modified,
             };
             match seen.get_mut(&row.resource_id) {
-                Some((first, last)) => {
+                Some((collapsed, last)) => {
                     *last = i;
-                    if kind == ChangeType::Deleted {
-                        *first = ChangeType::Deleted;
+                    if *collapsed != ChangeType::Deleted {
+                        *collapsed = if kind == ChangeType::Deleted {
+                            ChangeType::Deleted
+                        } else {
+                            ChangeType::Modified
+                        };
                     }
                 }
                 None => {

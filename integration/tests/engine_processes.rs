@@ -1,0 +1,330 @@
+//! The engine with real processes: the noop worker binary, the converge
+//! binary, and kills (SIGKILL) of both mid-run.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{apply, apply_manifest, work_manifest};
+use converge_integration::{TestDatabase, TestServer, eventually};
+use converge_proto::worker_v1::work_stream_request::Payload as Up;
+use converge_proto::worker_v1::work_stream_response::Payload as Down;
+use converge_proto::worker_v1::{KindVersion, StageComplete, Subscribe, WorkStreamRequest};
+use converge_sdk::Client;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::process::{Child, Command};
+
+/// A binary built next to this test (by `cargo test --workspace`).
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow::anyhow!("no target directory"))?;
+    let path = dir.join(name);
+    anyhow::ensure!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
+    Ok(Command::new(binary("converge-noop-worker")?)
+        .env("BROKER_ADDR", address)
+        .env("WORKER_MAX_PARALLEL", parallel.to_string())
+        .env("NOOP_DELAY_MS", delay_ms.to_string())
+        .env("NOOP_RECORD", record)
+        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
+        .env("LOG_LEVEL", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
+    let pid = child.id().ok_or_else(|| anyhow::anyhow!("process already gone"))?;
+    kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
+    Ok(())
+}
+
+async fn count(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await?)
+}
+
+async fn apply_many(client: &Client, prefix: &str, n: usize) -> anyhow::Result<()> {
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let client = client.clone();
+        let prefix = prefix.to_owned();
+        writers.push(tokio::spawn(async move {
+            for i in (w..n).step_by(8) {
+                client
+                    .resources()
+                    .apply_resource(apply("noop", &format!("{prefix}{i}"), json!({"i": i})))
+                    .await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    Ok(())
+}
+
+/// How often each `kind/name generation` was worked, from a record file.
+fn worked(record: &Path) -> anyhow::Result<HashMap<String, usize>> {
+    let mut counts = HashMap::new();
+    for line in std::fs::read_to_string(record)?.lines() {
+        *counts.entry(line.to_owned()).or_default() += 1;
+    }
+    Ok(counts)
+}
+
+#[tokio::test]
+async fn ten_thousand_noop_resources_reach_ready_each_generation_worked_once() -> anyhow::Result<()> {
+    const N: usize = 10_000;
+    let scratch = tempfile::tempdir()?;
+    let record = scratch.path().join("worked.log");
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
+    client
+        .kinds()
+        .update_kind_config(converge_proto::v1::UpdateKindConfigRequest {
+            config: Some(converge_proto::v1::KindConfig {
+                kind: "noop".into(),
+                kind_version: 1,
+                max_inflight: 0,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["max_inflight".into()],
+            }),
+            ..Default::default()
+        })
+        .await?;
+    let mut worker = noop_worker(&server.address(), 64, 0, &record)?;
+    apply_many(&client, "n", N).await?;
+    let pool = server.database().pool().clone();
+    eventually(Duration::from_secs(300), || async {
+        let ready = count(&pool, "SELECT count(*) FROM resources WHERE phase = 'Ready'").await?;
+        Ok((ready == N as i64).then_some(()))
+    })
+    .await?;
+    let counts = worked(&record)?;
+    assert_eq!(counts.len(), N, "every resource was worked");
+    let repeats: Vec<(&String, &usize)> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(repeats.is_empty(), "each generation worked exactly once: {repeats:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM work_queue").await?, 0);
+    signal(&worker, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(15), worker.wait()).await??;
+    assert!(status.success(), "the worker drains and exits cleanly: {status}");
+    server.shutdown().await
+}
+
+#[tokio::test]
+async fn a_killed_workers_leases_are_reclaimed_and_stale_results_dropped() -> anyhow::Result<()> {
+    let scratch = tempfile::tempdir()?;
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
+    let pool = server.database().pool().clone();
+
+    // A raw worker takes one task and answers with an old epoch: dropped.
+    let mut raw = client.workers();
+    let (up, up_rx) = tokio::sync::mpsc::channel(8);
+    up.send(WorkStreamRequest {
+        payload: Some(Up::Subscribe(Subscribe {
+            kinds: vec![KindVersion {
+                kind: "noop".into(),
+                kind_version: 1,
+            }],
+            max_inflight: 1,
+            ..Default::default()
+        })),
+    })
+    .await?;
+    let mut down = raw
+        .work_stream(tokio_stream::wrappers::ReceiverStream::new(up_rx))
+        .await?
+        .into_inner();
+    client
+        .resources()
+        .apply_resource(apply("noop", "fenced", json!({})))
+        .await?;
+    let task = loop {
+        match down.message().await? {
+            Some(message) => {
+                if let Some(Down::Task(task)) = message.payload {
+                    break task;
+                }
+            }
+            None => anyhow::bail!("no task"),
+        }
+    };
+    let stale = StageComplete {
+        lease_token: task.lease_token.clone(),
+        claim_epoch: task.claim_epoch - 1,
+        generation: task.generation,
+        manifest_version: task.manifest_version,
+        status: Some(common::object(json!({"from": "stale"}))),
+        ..Default::default()
+    };
+    up.send(WorkStreamRequest {
+        payload: Some(Up::Complete(stale)),
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let synced = count(
+        &pool,
+        "SELECT count(*) FROM resources WHERE name = 'fenced' AND status IS NULL",
+    )
+    .await?;
+    assert_eq!(synced, 1, "a stale completion changes nothing");
+    let fresh = StageComplete {
+        lease_token: task.lease_token.clone(),
+        claim_epoch: task.claim_epoch,
+        generation: task.generation,
+        manifest_version: task.manifest_version,
+        status: Some(common::object(json!({"from": "fresh"}))),
+        ..Default::default()
+    };
+    up.send(WorkStreamRequest {
+        payload: Some(Up::Complete(fresh)),
+    })
+    .await?;
+    eventually(Duration::from_secs(10), || async {
+        let ready = count(
+            &pool,
+            "SELECT count(*) FROM resources WHERE name = 'fenced' AND phase = 'Ready'",
+        )
+        .await?;
+        Ok((ready == 1).then_some(()))
+    })
+    .await?;
+    drop(up);
+
+    // A slow worker holds leases and is killed; another finishes the work.
+    let slow_record = scratch.path().join("slow.log");
+    let mut slow = noop_worker(&server.address(), 20, 60_000, &slow_record)?;
+    apply_many(&client, "k", 40).await?;
+    // The kind is capped at 5 tasks in flight (work_manifest's policy).
+    eventually(Duration::from_secs(20), || async {
+        let leased = count(&pool, "SELECT count(*) FROM work_queue WHERE broker_id IS NOT NULL").await?;
+        Ok((leased == 5).then_some(()))
+    })
+    .await?;
+    signal(&slow, Signal::SIGKILL)?;
+    slow.wait().await?;
+    let fast_record = scratch.path().join("fast.log");
+    let mut fast = noop_worker(&server.address(), 20, 0, &fast_record)?;
+    eventually(Duration::from_secs(60), || async {
+        let ready = count(
+            &pool,
+            "SELECT count(*) FROM resources WHERE name LIKE 'k%' AND phase = 'Ready'",
+        )
+        .await?;
+        Ok((ready == 40).then_some(()))
+    })
+    .await?;
+    assert!(
+        worked(&slow_record).map(|c| c.is_empty()).unwrap_or(true),
+        "the killed worker finished nothing"
+    );
+    assert_eq!(worked(&fast_record)?.len(), 40);
+    signal(&fast, Signal::SIGTERM)?;
+    fast.wait().await?;
+    server.shutdown().await
+}
+
+/// A converge server process on an existing database.
+fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
+    Ok(Command::new(binary("converge")?)
+        .env("DATABASE_URL", database_url)
+        .env("LISTEN_ADDR", addr)
+        .env("LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log)?))
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
+    eventually(Duration::from_secs(60), || async {
+        match Client::connect(address.to_owned()).await {
+            Ok(client) => {
+                let up = client
+                    .cluster()
+                    .get_version(converge_proto::v1::GetVersionRequest {})
+                    .await
+                    .is_ok();
+                Ok(up.then_some(client))
+            }
+            Err(_) => Ok(None),
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_run_recovers_everything_after_restart() -> anyhow::Result<()> {
+    const N: usize = 1_500;
+    let scratch = tempfile::tempdir()?;
+    let database = TestDatabase::new().await?;
+    let url = database.url()?;
+    let pool = database.pool().clone();
+    let addr = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.to_string()
+    };
+    let address = format!("http://{addr}");
+    let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
+    let client = connect_when_up(&address).await?;
+    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
+    let record = scratch.path().join("worked.log");
+    let mut worker = noop_worker(&address, 32, 20, &record)?;
+    apply_many(&client, "c", N).await?;
+    eventually(Duration::from_secs(60), || async {
+        let ready = count(&pool, "SELECT count(*) FROM resources WHERE phase = 'Ready'").await?;
+        Ok((ready > 0).then_some(()))
+    })
+    .await?;
+    let in_flight = count(&pool, "SELECT count(*) FROM resources WHERE phase <> 'Ready'").await?;
+    assert!(
+        in_flight > 1_000,
+        "killed mid-run with {in_flight} resources still in flight"
+    );
+
+    signal(&server, Signal::SIGKILL)?;
+    server.wait().await?;
+    // As if PostgreSQL itself had crashed: unlogged tables come back empty.
+    sqlx::query("TRUNCATE work_queue").execute(&pool).await?;
+
+    let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
+    eventually(Duration::from_secs(300), || async {
+        let ready = count(&pool, "SELECT count(*) FROM resources WHERE phase = 'Ready'").await?;
+        Ok((ready == N as i64).then_some(()))
+    })
+    .await?;
+    assert_eq!(worked(&record)?.len(), N, "nothing was lost");
+    signal(&worker, Signal::SIGTERM)?;
+    worker.wait().await?;
+    signal(&restarted, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}
