@@ -19,7 +19,7 @@ use converge_proto::worker_v1::work_stream_response::Payload as Down;
 use converge_proto::worker_v1::worker_service_server::WorkerService;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
@@ -32,8 +32,14 @@ use crate::domain::manifest::{Emit, Trigger};
 use crate::domain::violation::Violation;
 use crate::store::work::{self, ClaimedTask, Completion, CompletionOutcome};
 
-/// Failsafe interval between claim attempts when no wake-up arrives.
+/// Failsafe interval between claim attempts when idle.
 const CLAIM_POLL: Duration = Duration::from_millis(500);
+/// Claim interval while work is flowing. Wake-ups are throttled to one per
+/// 50 ms window, so after activity a session keeps polling at least that
+/// long to catch work committed just after the wake it saw.
+const BUSY_POLL: Duration = Duration::from_millis(10);
+/// How long a session keeps polling fast after the last sign of work.
+const LINGER: Duration = Duration::from_millis(120);
 /// Largest number of tasks one worker may hold at once.
 const MAX_WORKER_INFLIGHT: usize = 10_000;
 
@@ -56,22 +62,24 @@ pub struct Broker {
     pool: PgPool,
     member_id: String,
     catalog: Arc<KindCatalog>,
-    wake: Arc<Notify>,
+    /// Bumped on every `work_ready` notification; a session that was busy
+    /// when it changed still sees the change (no lost wake-ups).
+    wake: watch::Sender<u64>,
     stats: BrokerStats,
 }
 
 impl Broker {
     /// A broker claiming as `member_id`; spawns the `work_ready` listener.
     pub fn start(pool: PgPool, member_id: String, catalog: Arc<KindCatalog>) -> Arc<Self> {
-        let wake = Arc::new(Notify::new());
-        tokio::spawn(listen(pool.clone(), wake.clone()));
-        Arc::new(Self {
+        let broker = Arc::new(Self {
             pool,
             member_id,
             catalog,
-            wake,
+            wake: watch::channel(0).0,
             stats: BrokerStats::default(),
-        })
+        });
+        tokio::spawn(listen(Arc::downgrade(&broker)));
+        broker
     }
 
     /// The broker's counters.
@@ -80,19 +88,20 @@ impl Broker {
     }
 }
 
-async fn listen(pool: PgPool, wake: Arc<Notify>) {
+/// Forwards `work_ready` notifications until the broker is dropped.
+async fn listen(broker: std::sync::Weak<Broker>) {
     loop {
-        let listener = async {
+        let Some(pool) = broker.upgrade().map(|b| b.pool.clone()) else { return };
+        let listening = async {
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.listen("work_ready").await?;
             loop {
                 listener.recv().await?;
-                wake.notify_waiters();
+                let Some(broker) = broker.upgrade() else { return Ok::<(), sqlx::Error>(()) };
+                broker.wake.send_modify(|n| *n = n.wrapping_add(1));
             }
-            #[allow(unreachable_code)]
-            Ok::<(), sqlx::Error>(())
         };
-        if let Err(e) = listener.await {
+        if let Err(e) = listening.await {
             tracing::debug!(error = %e, "work_ready listener failed; retrying");
         }
         if pool.is_closed() {
@@ -202,11 +211,15 @@ impl Session {
             }
             Err(e) => tracing::warn!(error = %e, "could not adopt resumed leases"),
         }
+        let mut wake = self.broker.wake.subscribe();
+        let mut busy_until = tokio::time::Instant::now() + LINGER;
         loop {
-            if let Err(e) = self.dispatch().await {
-                tracing::warn!(error = %e, "claiming work failed");
+            match self.dispatch().await {
+                Ok(0) => {}
+                Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
+                Err(e) => tracing::warn!(error = %e, "claiming work failed"),
             }
-            let wake = self.broker.wake.clone();
+            let pause = if tokio::time::Instant::now() < busy_until { BUSY_POLL } else { CLAIM_POLL };
             tokio::select! {
                 message = inbound.message() => match message {
                     Ok(Some(message)) => match self.handle(message).await {
@@ -223,8 +236,8 @@ impl Session {
                     },
                     Ok(None) | Err(_) => break,
                 },
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep(CLAIM_POLL) => {}
+                _ = wake.changed() => busy_until = tokio::time::Instant::now() + LINGER,
+                _ = tokio::time::sleep(pause) => {}
                 _ = self.out.closed() => break,
             }
         }
@@ -234,13 +247,15 @@ impl Session {
         }
     }
 
-    /// Claims and sends tasks while the worker has free slots.
-    async fn dispatch(&mut self) -> Result<(), sqlx::Error> {
+    /// Claims and sends tasks while the worker has free slots; returns how
+    /// many were sent.
+    async fn dispatch(&mut self) -> Result<usize, sqlx::Error> {
         let ready: Vec<(String, i32)> = self.ready.iter().cloned().collect();
+        let mut sent = 0;
         for (kind, version) in ready {
             let free = self.max.saturating_sub(self.leases.len());
             if free == 0 {
-                return Ok(());
+                return Ok(sent);
             }
             let claimed = work::claim(
                 &self.broker.pool,
@@ -259,12 +274,13 @@ impl Session {
                 self.leases.insert(task.lease_token);
                 let message = stage_task(task, reaction.clone());
                 if self.out.send(Ok(message)).await.is_err() {
-                    return Ok(());
+                    return Ok(sent);
                 }
+                sent += 1;
                 self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(())
+        Ok(sent)
     }
 
     /// The reaction a reconcile task runs: the kind's worker reaction

@@ -126,7 +126,20 @@ pub async fn claim(
         tx.rollback().await?;
         return Ok(Vec::new());
     }
-    let claimed: Vec<ClaimedTask> = sqlx::query_as(
+    let claimed = claim_in(&mut tx, broker, kind, kind_version, budget).await?;
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// The claim statement itself.
+async fn claim_in(
+    conn: &mut PgConnection,
+    broker: &str,
+    kind: &str,
+    kind_version: i32,
+    budget: i64,
+) -> StoreResult<Vec<ClaimedTask>> {
+    sqlx::query_as(
         "WITH picked AS (
              SELECT id, shard_id FROM work_queue
              WHERE broker_id IS NULL AND kind = $1 AND kind_version = $2 AND not_before <= now()
@@ -153,10 +166,8 @@ pub async fn claim(
     .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
     .bind(budget)
     .bind(broker)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(claimed)
+    .fetch_all(conn)
+    .await
 }
 
 /// A worker's result for one lease.
