@@ -91,13 +91,17 @@ impl Broker {
 /// Forwards `work_ready` notifications until the broker is dropped.
 async fn listen(broker: std::sync::Weak<Broker>) {
     loop {
-        let Some(pool) = broker.upgrade().map(|b| b.pool.clone()) else { return };
+        let Some(pool) = broker.upgrade().map(|b| b.pool.clone()) else {
+            return;
+        };
         let listening = async {
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.listen("work_ready").await?;
             loop {
                 listener.recv().await?;
-                let Some(broker) = broker.upgrade() else { return Ok::<(), sqlx::Error>(()) };
+                let Some(broker) = broker.upgrade() else {
+                    return Ok::<(), sqlx::Error>(());
+                };
                 broker.wake.send_modify(|n| *n = n.wrapping_add(1));
             }
         };
@@ -219,7 +223,11 @@ impl Session {
                 Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
                 Err(e) => tracing::warn!(error = %e, "claiming work failed"),
             }
-            let pause = if tokio::time::Instant::now() < busy_until { BUSY_POLL } else { CLAIM_POLL };
+            let pause = if tokio::time::Instant::now() < busy_until {
+                BUSY_POLL
+            } else {
+                CLAIM_POLL
+            };
             tokio::select! {
                 message = inbound.message() => match message {
                     Ok(Some(message)) => match self.handle(message).await {

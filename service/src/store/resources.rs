@@ -153,10 +153,7 @@ pub async fn insert(conn: &mut PgConnection, desired: &DesiredResource<'_>) -> S
     .bind(desired.provider_config.flatten())
     .fetch_optional(&mut *conn)
     .await?;
-    match inserted {
-        Some(id) => get_by_id(conn, id).await,
-        None => Ok(None),
-    }
+    reread(conn, inserted).await
 }
 
 /// Writes the user-owned fields of an existing resource. Nothing is written
@@ -185,10 +182,7 @@ pub async fn update_desired(
     .bind(desired.provider_config.flatten())
     .fetch_optional(&mut *conn)
     .await?;
-    match updated {
-        Some(id) => get_by_id(conn, id).await,
-        None => Ok(None),
-    }
+    reread(conn, updated).await
 }
 
 /// Marks a resource for deletion (once) and seeds its finalizer from the
@@ -209,7 +203,12 @@ pub async fn mark_deleting(conn: &mut PgConnection, id: Uuid) -> StoreResult<Opt
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
-    match updated {
+    reread(conn, updated).await
+}
+
+/// The resource a write touched, as the API reads it (`None`: nothing written).
+async fn reread(conn: &mut PgConnection, written: Option<Uuid>) -> StoreResult<Option<Resource>> {
+    match written {
         Some(id) => get_by_id(conn, id).await,
         None => Ok(None),
     }
