@@ -138,13 +138,18 @@ impl ResourceWrite {
 /// The actor recorded on events written by API calls.
 const API_ACTOR: &str = "api";
 
-/// Writes one resource inside the caller's transaction. Returns the
-/// resource as stored and whether it was created.
-async fn write_resource(
-    conn: &mut PgConnection,
-    state: &ApiState,
-    input: &ResourceWrite,
-) -> Result<(Resource, bool), ApiError> {
+/// What a resource write produced.
+struct Written {
+    /// The resource as stored.
+    resource: Resource,
+    /// Whether this write created it.
+    created: bool,
+    /// The manifest version it was validated under.
+    manifest_version: i64,
+}
+
+/// Writes one resource inside the caller's transaction.
+async fn write_resource(conn: &mut PgConnection, state: &ApiState, input: &ResourceWrite) -> Result<Written, ApiError> {
     resources::lock_kind_shared(conn, &input.kind, input.kind_version).await?;
     let kind_state = kinds::kind_state(conn, &input.kind, input.kind_version)
         .await?
@@ -188,8 +193,13 @@ async fn write_resource(
         }
         match existing {
             Some(current) => {
+                let manifest_version = kind_state.manifest_version;
                 let Some(updated) = resources::update_desired(conn, current.id, &input.desired()).await? else {
-                    return Ok((current, false));
+                    return Ok(Written {
+                        resource: current,
+                        created: false,
+                        manifest_version,
+                    });
                 };
                 if updated.kind_version != current.kind_version {
                     let event = NewEvent::lifecycle(
@@ -203,14 +213,22 @@ async fn write_resource(
                     record(conn, state, &updated, &event).await?;
                     work::schedule(conn, &[updated.id]).await?;
                 }
-                return Ok((updated, false));
+                return Ok(Written {
+                    resource: updated,
+                    created: false,
+                    manifest_version,
+                });
             }
             None => {
                 if let Some(created) = resources::insert(conn, &input.desired()).await? {
                     let event = NewEvent::lifecycle("Created", format!("created at generation {}", created.generation));
                     record(conn, state, &created, &event).await?;
                     work::schedule(conn, &[created.id]).await?;
-                    return Ok((created, true));
+                    return Ok(Written {
+                        resource: created,
+                        created: true,
+                        manifest_version: kind_state.manifest_version,
+                    });
                 }
             }
         }
@@ -389,11 +407,10 @@ impl ResourceService for ResourceApi {
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
             Box::pin(async move {
-                let (resource, created) = write_resource(conn, &state, &input).await?;
-                let version = manifest_version_in(conn, &resource).await?;
+                let written = write_resource(conn, &state, &input).await?;
                 Ok(ApplyResourceResponse {
-                    resource: Some(resource_to_proto(resource, version)),
-                    created,
+                    resource: Some(resource_to_proto(written.resource, written.manifest_version)),
+                    created: written.created,
                 })
             })
         })
@@ -424,10 +441,9 @@ impl ResourceService for ResourceApi {
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
             Box::pin(async move {
-                let (resource, _) = write_resource(conn, &state, &input).await?;
-                let version = manifest_version_in(conn, &resource).await?;
+                let written = write_resource(conn, &state, &input).await?;
                 Ok(CreateResourceResponse {
-                    resource: Some(resource_to_proto(resource, version)),
+                    resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                 })
             })
         })
