@@ -46,28 +46,40 @@ impl CommonArgs {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is
+/// called (not when first polled), so call it before starting the worker: a
+/// signal that arrives during start-up then drains instead of killing.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        let terminate = async {
+            match terminate {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await;
+                }
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
+        };
+        let interrupt = async {
+            match interrupt {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGINT");
+                    std::future::pending::<()>().await;
+                }
             }
+        };
+        tokio::select! {
+            () = terminate => tracing::info!("SIGTERM received"),
+            () = interrupt => tracing::info!("SIGINT received"),
         }
-    };
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        () = terminate => tracing::info!("SIGTERM received"),
-        () = interrupt => tracing::info!("SIGINT received"),
     }
 }
 
@@ -82,10 +94,11 @@ pub async fn run_worker(builder: WorkerBuilder) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let signals = shutdown_signal();
     let kinds: Vec<String> = worker.kinds().iter().map(ToString::to_string).collect();
     tracing::info!(kinds = %kinds.join(","), "worker starting");
     let handle = worker.handle();
-    let result = worker.run(shutdown_signal()).await;
+    let result = worker.run(signals).await;
     let stats = handle.stats();
     tracing::info!(
         completed = stats.completed,
