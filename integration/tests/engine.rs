@@ -91,27 +91,14 @@ impl Provider for Scripted {
 
 /// Runs a worker until the returned sender fires (or is dropped).
 fn run_worker(address: String, provider: Scripted, parallel: usize) -> oneshot::Sender<()> {
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let worker = Worker::builder()
+    common::spawn_worker(
+        Worker::builder()
             .endpoint(address)
             .provider(provider)
             .max_parallel(parallel)
             .heartbeat_interval(Duration::from_millis(500))
-            .drain_timeout(Duration::from_secs(5))
-            .build();
-        match worker {
-            Ok(worker) => {
-                let _ = worker
-                    .run(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            }
-            Err(e) => panic!("worker: {e}"),
-        }
-    });
-    stop
+            .drain_timeout(Duration::from_secs(5)),
+    )
 }
 
 async fn get(client: &Client, name: &str) -> anyhow::Result<Resource> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    GetResourceGraphRequest, GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
+    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
     ListProviderConfigsRequest, ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
     QuarantineResourceRequest, UnquarantineResourceRequest,
 };
@@ -178,11 +178,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
         client
             .resources()
             .list_spec_revisions(ListSpecRevisionsRequest::default())
-            .await
-            .err(),
-        client
-            .resources()
-            .get_resource_graph(GetResourceGraphRequest::default())
             .await
             .err(),
         client

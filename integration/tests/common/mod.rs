@@ -7,7 +7,9 @@ use converge_proto::v1::{
     Resource, Trigger,
 };
 use converge_sdk::Client;
+use converge_sdk::worker::WorkerBuilder;
 use serde_json::Value;
+use tokio::sync::oneshot;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -142,4 +144,23 @@ pub fn expect_error<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, r
 /// Just the fields of [`expect_error`]'s violations.
 pub fn fields(violations: &[(String, String)]) -> Vec<&str> {
     violations.iter().map(|(f, _)| f.as_str()).collect()
+}
+
+/// Runs the worker `builder` describes (in this process, over the real
+/// worker stream) until the returned sender fires or is dropped.
+pub fn spawn_worker(builder: WorkerBuilder) -> oneshot::Sender<()> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        match builder.build() {
+            Ok(worker) => {
+                let _ = worker
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            }
+            Err(e) => panic!("worker: {e}"),
+        }
+    });
+    stop
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Number, Value};
 
 use super::status::{ApiError, Reason};
 use crate::domain::event::{EventRun, EventType};
+use crate::domain::graph::{DependencyEdge, GraphNode, ValueFlow};
 use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef, normalize_numbers};
 use crate::domain::violation::Violation;
 
@@ -192,6 +193,36 @@ pub fn resource_to_proto(resource: Resource, manifest_version: i64) -> pb::Resou
         orphan_expire_time: resource.orphan_until.map(timestamp),
         provider_config: resource.provider_config.unwrap_or_default(),
         manifest_version,
+    }
+}
+
+/// A composition-graph node as a proto message.
+pub fn graph_node_to_proto(node: GraphNode) -> pb::GraphNode {
+    pb::GraphNode {
+        uid: node.id.to_string(),
+        kind: node.kind,
+        name: node.name,
+        kind_version: node.kind_version,
+        phase: phase_to_proto(node.phase).into(),
+        owner: node.owner.map(ref_to_proto),
+        generation: node.generation,
+        observed_generation: node.synced_gen,
+    }
+}
+
+fn value_flow_to_proto(flow: ValueFlow) -> pb::ValueFlow {
+    pb::ValueFlow {
+        dependent_field: flow.dependent_field,
+        source_field: flow.source_field,
+    }
+}
+
+/// A dependency edge as a proto message.
+pub fn edge_to_proto(edge: DependencyEdge) -> pb::DependencyEdge {
+    pb::DependencyEdge {
+        dependent: Some(ref_to_proto(edge.dependent)),
+        dependency: Some(ref_to_proto(edge.dependency)),
+        value_flows: edge.value_flows.into_iter().map(value_flow_to_proto).collect(),
     }
 }
 

@@ -17,7 +17,10 @@ use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use super::convert::{event_to_proto, from_timestamp, phases_from_proto, resource_to_proto, struct_to_json};
+use super::convert::{
+    edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, phases_from_proto, resource_to_proto,
+    struct_to_json,
+};
 use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
 use super::status::{ApiError, Reason, not_implemented};
 use super::write::{self, WriteCall};
@@ -29,8 +32,9 @@ use crate::domain::page_token::{filter_hash, page_size};
 use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
 use crate::store::events::{EventCursor, EventFilter};
+use crate::store::graph::GraphCursor;
 use crate::store::resources::{DesiredResource, ListCursor, ResourceFilter};
-use crate::store::{events, kinds, resources, work};
+use crate::store::{events, graph, kinds, resources, work};
 
 /// Serves `converge.v1.ResourceService`.
 #[derive(Debug, Clone)]
@@ -673,12 +677,39 @@ impl ResourceService for ResourceApi {
 
     async fn get_resource_graph(
         &self,
-        _request: Request<GetResourceGraphRequest>,
+        request: Request<GetResourceGraphRequest>,
     ) -> Result<Response<GetResourceGraphResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/GetResourceGraph",
-            "composition graphs",
-        ))
+        let req = request.into_inner();
+        let mut violations = Vec::new();
+        violations.extend(validate_kind_name("/kind", &req.kind).err());
+        violations.extend(validate_resource_name("/name", &req.name).err());
+        if !violations.is_empty() {
+            return Err(ApiError::violations(Reason::InvalidName, violations).into());
+        }
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        let filters = filter_hash(&[&req.kind, &req.name]);
+        let after = decode_token(&req.page_token, filters)?
+            .map(|position| time_and_id(&position))
+            .transpose()?
+            .map(|(created_at, id)| GraphCursor { created_at, id });
+        let mut page = graph::page(&self.state.pool, &req.kind, &req.name, after, limit + 1)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+        let next_page_token = finish_page(&mut page.nodes, limit, filters, |last| {
+            time_and_id_position(last.created_at, last.id)
+        });
+        // The extra node fetched to detect a next page may have brought edges.
+        page.retain_edges_of_nodes();
+        let mut root = graph_node_to_proto(page.root);
+        // The contract leaves the root's owner out, whatever it is.
+        root.owner = None;
+        Ok(Response::new(GetResourceGraphResponse {
+            root: Some(root),
+            nodes: page.nodes.into_iter().map(graph_node_to_proto).collect(),
+            edges: page.edges.into_iter().map(edge_to_proto).collect(),
+            next_page_token,
+        }))
     }
 
     async fn list_spec_revisions(

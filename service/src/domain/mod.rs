@@ -1,6 +1,8 @@
 //! Domain types and rules, independent of the wire format and the database.
 
+pub mod composition;
 pub mod event;
+pub mod graph;
 pub mod labels;
 pub mod manifest;
 pub mod names;

@@ -1,5 +1,6 @@
 //! Control-plane sweepers: idempotent loops that are safe to run on several
 //! pods at once.
 
+pub mod drainer;
 pub mod reaper;
 pub mod retention;

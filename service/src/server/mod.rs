@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub watch: HubConfig,
     /// Reaper timing.
     pub reaper: crate::engine::reaper::ReaperConfig,
+    /// Drainer tuning.
+    pub drainer: crate::engine::drainer::DrainerConfig,
 }
 
 impl ServerConfig {
@@ -54,6 +56,7 @@ impl ServerConfig {
             retention_interval: Duration::from_secs(60),
             watch: HubConfig::default(),
             reaper: crate::engine::reaper::ReaperConfig::default(),
+            drainer: crate::engine::drainer::DrainerConfig::default(),
         }
     }
 }
@@ -252,12 +255,21 @@ async fn prepare_and_spawn(
             config.reaper,
             stop.subscribe(),
         ));
+        tasks.push(crate::engine::drainer::spawn(
+            pool.clone(),
+            config.drainer,
+            membership.shards(),
+            stop.subscribe(),
+        ));
     }
-    let broker = config
-        .serve
-        .role
-        .serves_workers()
-        .then(|| crate::broker::Broker::start(pool.clone(), membership.member_id().to_owned(), catalog.clone()));
+    let broker = config.serve.role.serves_workers().then(|| {
+        crate::broker::Broker::start(
+            pool.clone(),
+            membership.member_id().to_owned(),
+            catalog.clone(),
+            membership.shards(),
+        )
+    });
     let background = Background { stop, tasks };
     let state = ApiState::new(
         pool,

@@ -4,7 +4,9 @@
 pub mod changes;
 pub mod cluster;
 pub mod events;
+pub mod graph;
 pub mod kinds;
+pub mod pipeline;
 pub mod requests;
 pub mod resources;
 pub mod work;

@@ -3,12 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::StoreResult;
+use crate::cluster::ShardRange;
 
 /// Queues reconcile tasks for the given resources where they are eligible;
 /// returns how many were queued or re-pointed.
@@ -84,17 +86,44 @@ pub struct ClaimedTask {
     pub health_ok: bool,
     /// Finalizers.
     pub finalizers: Vec<String>,
+    /// Generation of the last composition.
+    pub composed_gen: i64,
+}
+
+/// The columns of a [`ClaimedTask`] over a task row `cl` and its resource `r`.
+const TASK_COLUMNS: &str = "cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
+     extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs, \
+     r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, \
+     r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen";
+
+/// The leased tasks behind `leases` (for leases adopted after a reconnect).
+pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTask>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {TASK_COLUMNS} FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
+         WHERE cl.lease_token = ANY ($1) AND NOT cl.outcome_pending"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(leases)
+        .fetch_all(pool)
+        .await
 }
 
 /// Claims up to `limit` runnable tasks of (kind, kind_version) for `broker`,
 /// never exceeding the kind's cluster-wide `max_inflight`: capped kinds claim
-/// under a per-kind lock and count the leases held everywhere.
+/// under a per-kind lock and count the leases held everywhere. Tasks in the
+/// broker's own shard range come first; when those run out it takes tasks
+/// from other ranges, so a kind whose workers all reached other brokers is
+/// never starved.
 pub async fn claim(
     pool: &PgPool,
     broker: &str,
     kind: &str,
     kind_version: i32,
     limit: i64,
+    shards: Option<ShardRange>,
 ) -> StoreResult<Vec<ClaimedTask>> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
@@ -126,7 +155,12 @@ pub async fn claim(
         tx.rollback().await?;
         return Ok(Vec::new());
     }
-    let claimed = claim_in(&mut tx, broker, kind, kind_version, budget).await?;
+    let own = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
+    let mut claimed = claim_in(&mut tx, broker, kind, kind_version, budget, own, false).await?;
+    let rest = budget - i64::try_from(claimed.len()).unwrap_or(budget);
+    if rest > 0 && (own.lo > 0 || own.hi < 255) {
+        claimed.extend(claim_in(&mut tx, broker, kind, kind_version, rest, own, true).await?);
+    }
     tx.commit().await?;
     Ok(claimed)
 }
@@ -138,11 +172,20 @@ async fn claim_in(
     kind: &str,
     kind_version: i32,
     budget: i64,
+    range: ShardRange,
+    outside: bool,
 ) -> StoreResult<Vec<ClaimedTask>> {
-    sqlx::query_as(
+    // Two statement texts: the plain range lets the planner prune partitions.
+    let shards = if outside {
+        "NOT (shard_id BETWEEN $5 AND $6)"
+    } else {
+        "shard_id BETWEEN $5 AND $6"
+    };
+    let sql = format!(
         "WITH picked AS (
              SELECT id, shard_id FROM work_queue
              WHERE broker_id IS NULL AND kind = $1 AND kind_version = $2 AND not_before <= now()
+               AND {shards}
              LIMIT $3
              FOR UPDATE SKIP LOCKED
          ),
@@ -156,79 +199,90 @@ async fn claim_in(
              WHERE w.id = p.id AND w.shard_id = p.shard_id AND c.kind = w.kind AND c.kind_version = w.kind_version
              RETURNING w.*
          )
-         SELECT cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts,
-                extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs,
-                r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec,
-                r.status, r.synced_gen, r.health_ok, r.finalizers
-         FROM claimed cl JOIN resources r ON r.id = cl.resource_id",
-    )
-    .bind(kind)
-    .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-    .bind(budget)
-    .bind(broker)
-    .fetch_all(conn)
-    .await
+         SELECT {TASK_COLUMNS} FROM claimed cl JOIN resources r ON r.id = cl.resource_id"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kind)
+        .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+        .bind(budget)
+        .bind(broker)
+        .bind(range.lo)
+        .bind(range.hi)
+        .fetch_all(conn)
+        .await
 }
 
-/// A worker's result for one lease.
-#[derive(Debug, Clone, Default)]
-pub struct Completion {
+/// The final result of one task's pipeline, bound for the outbox.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskResult {
     /// Lease handle.
-    pub lease_token: Uuid,
+    pub lease: Uuid,
     /// Fence epoch.
-    pub claim_epoch: i64,
+    pub epoch: i64,
     /// Generation worked.
     pub generation: i64,
     /// Manifest version worked under.
     pub manifest_version: i64,
-    /// New status document.
+    /// New status document (`None` = unchanged).
     pub status: Option<Value>,
     /// Conditions ([{type, status, reason, message}]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Value>,
-    /// Reported health.
+    /// Reported health (`None` = unchanged).
     pub healthy: Option<bool>,
-    /// Failure message (None = success).
-    pub error: Option<String>,
-    /// Whether the failure is terminal.
-    pub terminal: bool,
+    /// false: a composite's partial result (its rollup has not run).
+    pub advance: bool,
     /// Come back after this many milliseconds (not settled yet).
     pub requeue_after_ms: Option<i64>,
+    /// Failure message (`None` = success).
+    pub error: Option<String>,
+    /// Failure reason (UpperCamelCase; `None` = a default).
+    pub reason: Option<String>,
+    /// Whether the failure is terminal.
+    pub terminal: bool,
 }
 
-/// What happened to a completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompletionOutcome {
-    /// The fence no longer matches: dropped.
-    Stale,
-    /// Applied: the generation is synced.
-    Applied,
-    /// Applied as "not settled yet": queued again after the requested delay.
-    Requeued,
-    /// Recorded as a failure.
-    Failed,
+/// Writes results to the outbox where their fences still match; returns the
+/// leases whose results were accepted (the others were stale).
+pub async fn append_outbox(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
+    if results.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT append_outbox($1)")
+        .bind(Json(results))
+        .fetch_all(pool)
+        .await
 }
 
-/// Applies a completion if its fence still matches.
-pub async fn complete(pool: &PgPool, completion: &Completion) -> StoreResult<CompletionOutcome> {
-    let outcome: String = sqlx::query_scalar("SELECT complete_work($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-        .bind(completion.lease_token)
-        .bind(completion.claim_epoch)
-        .bind(completion.generation)
-        .bind(completion.manifest_version)
-        .bind(completion.status.as_ref().map(Json))
-        .bind(Json(&completion.conditions))
-        .bind(completion.healthy)
-        .bind(completion.error.as_deref())
-        .bind(completion.terminal)
-        .bind(completion.requeue_after_ms)
+/// Applies up to `max` outbox rows of `range` in one transaction; returns how many.
+pub async fn drain_outbox(pool: &PgPool, max: i32, range: ShardRange) -> StoreResult<i32> {
+    sqlx::query_scalar("SELECT drain_outbox_batch($1, $2, $3)")
+        .bind(max)
+        .bind(range.lo)
+        .bind(range.hi)
         .fetch_one(pool)
-        .await?;
-    Ok(match outcome.as_str() {
-        "applied" => CompletionOutcome::Applied,
-        "requeued" => CompletionOutcome::Requeued,
-        "failed" => CompletionOutcome::Failed,
-        _ => CompletionOutcome::Stale,
-    })
+        .await
+}
+
+/// Whether any owner of `range` is armed for a rollup recheck.
+pub async fn rollup_rechecks_armed(pool: &PgPool, range: ShardRange) -> StoreResult<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM rollup_recheck WHERE shard_id BETWEEN $1 AND $2)")
+        .bind(range.lo)
+        .bind(range.hi)
+        .fetch_one(pool)
+        .await
+}
+
+/// Re-pends owners armed for a rollup recheck in `range`; returns tasks queued.
+pub async fn drain_rollup_rechecks(pool: &PgPool, max: i32, range: ShardRange, window_secs: f64) -> StoreResult<i32> {
+    sqlx::query_scalar("SELECT drain_rollup_rechecks($1, $2, $3, $4)")
+        .bind(max)
+        .bind(range.lo)
+        .bind(range.hi)
+        .bind(window_secs)
+        .fetch_one(pool)
+        .await
 }
 
 /// Refreshes the leases a worker attested are still progressing.

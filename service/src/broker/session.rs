@@ -1,0 +1,575 @@
+//! One worker stream: claims tasks for the pairs the worker serves, walks
+//! each task through its pipeline (compose → work → rollup), and hands the
+//! final results to the outbox in batches.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use converge_proto::worker_v1 as wpb;
+use converge_proto::worker_v1::work_stream_request::Payload as Up;
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+use uuid::Uuid;
+
+use super::Broker;
+use super::wire::{self, Input};
+use crate::api::convert::struct_to_json;
+use crate::api::status::{ApiError, Reason};
+use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
+use crate::domain::violation::Violation;
+use crate::store::pipeline::{self, Composed};
+use crate::store::work::{self, ClaimedTask, TaskResult};
+
+/// Failsafe interval between claim attempts when idle.
+const CLAIM_POLL: Duration = Duration::from_millis(500);
+/// Claim interval while work is flowing. Wake-ups are throttled to one per
+/// 50 ms window, so after activity a session keeps polling at least that
+/// long to catch work committed just after the wake it saw.
+const BUSY_POLL: Duration = Duration::from_millis(10);
+/// How long a session keeps polling fast after the last sign of work.
+const LINGER: Duration = Duration::from_millis(120);
+/// Most messages handled before the results they produced are flushed.
+const MAX_BATCH: usize = 512;
+/// Most descendants handed to a rollup.
+const MAX_ROLLUP_DESCENDANTS: i64 = 10_000;
+/// Most children handed to a composer as observed.
+const MAX_OBSERVED_CHILDREN: i64 = 10_000;
+
+/// Why handling a worker message failed.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    /// The worker broke the protocol: the stream ends with this status.
+    #[error("protocol error: {0}")]
+    Protocol(Status),
+    /// The database failed; the stream stays open.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// A task this stream holds, keyed by its current lease.
+struct InFlight {
+    task: ClaimedTask,
+    plan: StagePlan,
+    /// The stage dispatched; `None` for a lease adopted after a reconnect
+    /// (the completion says which stage it finished).
+    stage: Option<Stage>,
+    /// Status and conditions produced by earlier stages of this reconcile.
+    status: Option<Value>,
+    conditions: Vec<Value>,
+}
+
+/// The broker side of one worker stream.
+pub(super) struct Session {
+    broker: Arc<Broker>,
+    kinds: BTreeSet<(String, i32)>,
+    ready: BTreeSet<(String, i32)>,
+    max: usize,
+    tasks: HashMap<Uuid, InFlight>,
+    /// Final results not yet written to the outbox.
+    results: Vec<TaskResult>,
+    out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
+}
+
+impl Session {
+    pub(super) fn new(
+        broker: Arc<Broker>,
+        kinds: BTreeSet<(String, i32)>,
+        max: usize,
+        out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
+    ) -> Self {
+        Self {
+            broker,
+            ready: kinds.clone(),
+            kinds,
+            max,
+            tasks: HashMap::new(),
+            results: Vec::new(),
+            out,
+        }
+    }
+
+    pub(super) async fn run(mut self, mut inbound: Streaming<wpb::WorkStreamRequest>, resumed: Vec<(Uuid, i64)>) {
+        let pool = self.broker.pool.clone();
+        if let Err(e) = self.adopt(&resumed).await {
+            tracing::warn!(error = %e, "could not adopt resumed leases");
+        }
+        let mut wake = self.broker.wake.subscribe();
+        let mut busy_until = tokio::time::Instant::now() + LINGER;
+        'session: loop {
+            match self.dispatch().await {
+                Ok(0) => {}
+                Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
+                Err(e) => tracing::warn!(error = %e, "claiming work failed"),
+            }
+            let pause = if tokio::time::Instant::now() < busy_until {
+                BUSY_POLL
+            } else {
+                CLAIM_POLL
+            };
+            tokio::select! {
+                message = inbound.message() => {
+                    let mut next = message;
+                    // Handle whatever else already arrived, then write the
+                    // results of the whole batch at once.
+                    for _ in 0..MAX_BATCH {
+                        match next {
+                            Ok(Some(message)) => {
+                                if !self.handle_logged(message).await {
+                                    break 'session;
+                                }
+                            }
+                            Ok(None) | Err(_) => break 'session,
+                        }
+                        match inbound.message().now_or_never() {
+                            Some(message) => next = message,
+                            None => break,
+                        }
+                    }
+                    self.flush().await;
+                    busy_until = tokio::time::Instant::now() + LINGER;
+                },
+                _ = wake.changed() => busy_until = tokio::time::Instant::now() + LINGER,
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.out.closed() => break,
+            }
+        }
+        self.flush().await;
+        let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
+        if let Err(e) = work::release(&pool, &self.broker.member_id, &tokens).await {
+            tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
+        }
+    }
+
+    /// Takes over the leases a reconnecting worker still holds.
+    async fn adopt(&mut self, resumed: &[(Uuid, i64)]) -> Result<(), sqlx::Error> {
+        let adopted = work::adopt(&self.broker.pool, &self.broker.member_id, resumed).await?;
+        for task in work::leased(&self.broker.pool, &adopted).await? {
+            let plan = self.plan(&task.kind, task.kind_version).await;
+            self.tasks.insert(
+                task.lease_token,
+                InFlight {
+                    task,
+                    plan,
+                    stage: None,
+                    status: None,
+                    conditions: Vec::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Handles one message; false when the stream must end.
+    async fn handle_logged(&mut self, message: wpb::WorkStreamRequest) -> bool {
+        match self.handle(message).await {
+            Ok(()) => true,
+            Err(SessionError::Protocol(status)) => {
+                let _ = self.out.send(Err(status)).await;
+                false
+            }
+            // The lease stays: the worker's heartbeats stop covering it
+            // and the reaper makes it claimable again.
+            Err(SessionError::Database(e)) => {
+                tracing::warn!(error = %e, "could not apply a worker message");
+                true
+            }
+        }
+    }
+
+    /// Writes the pending results to the outbox; the fence drops stale ones.
+    async fn flush(&mut self) {
+        if self.results.is_empty() {
+            return;
+        }
+        let results = std::mem::take(&mut self.results);
+        let stats = &self.broker.stats;
+        match work::append_outbox(&self.broker.pool, &results).await {
+            Ok(accepted) => {
+                let accepted_count = accepted.len() as u64;
+                let failed = results
+                    .iter()
+                    .filter(|r| r.error.is_some() && accepted.contains(&r.lease))
+                    .count() as u64;
+                stats.applied.fetch_add(accepted_count - failed, Ordering::Relaxed);
+                stats.failed.fetch_add(failed, Ordering::Relaxed);
+                let stale = results.len() as u64 - accepted_count;
+                if stale > 0 {
+                    tracing::debug!(stale, "dropped stale completions");
+                    stats.stale.fetch_add(stale, Ordering::Relaxed);
+                }
+            }
+            // The leases stay held without heartbeats: the reaper frees
+            // them and the work runs again (at least once).
+            Err(e) => tracing::warn!(error = %e, results = results.len(), "could not write results"),
+        }
+    }
+
+    /// Claims and sends tasks while the worker has free slots; returns how
+    /// many were sent.
+    async fn dispatch(&mut self) -> Result<usize, sqlx::Error> {
+        let ready: Vec<(String, i32)> = self.ready.iter().cloned().collect();
+        let shards = *self.broker.shards.borrow();
+        let mut sent = 0;
+        for (kind, version) in ready {
+            let free = self.max.saturating_sub(self.tasks.len());
+            if free == 0 {
+                return Ok(sent);
+            }
+            let claimed = work::claim(
+                &self.broker.pool,
+                &self.broker.member_id,
+                &kind,
+                version,
+                i64::try_from(free).unwrap_or(i64::MAX),
+                shards,
+            )
+            .await?;
+            if claimed.is_empty() {
+                continue;
+            }
+            let plan = self.plan(&kind, version).await;
+            for task in claimed {
+                let first = plan.first(task.composed_gen < task.generation);
+                let flight = InFlight {
+                    task,
+                    plan: plan.clone(),
+                    stage: first,
+                    status: None,
+                    conditions: Vec::new(),
+                };
+                match first {
+                    // A child may have started progressing again since the
+                    // task was queued: the rollup waits for it.
+                    Some(Stage::Rollup)
+                        if !pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? =>
+                    {
+                        self.finish(flight, false);
+                    }
+                    Some(stage) => {
+                        if !self.send_stage(flight, stage).await? {
+                            return Ok(sent);
+                        }
+                        sent += 1;
+                    }
+                    // Nothing to run (e.g. a kind with only a teardown): done.
+                    None => self.finish(flight, true),
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// The stages of a kind, from the stored manifest; the worker holds none.
+    async fn plan(&self, kind: &str, version: i32) -> StagePlan {
+        self.broker
+            .catalog
+            .current(&self.broker.pool, kind, version)
+            .await
+            .map(|compiled| StagePlan::of(&compiled.manifest.reactions))
+            .unwrap_or_else(|| StagePlan {
+                work: Some("work".to_owned()),
+                ..StagePlan::default()
+            })
+    }
+
+    /// Sends the task for `stage` (loading its input); false if the stream is gone.
+    async fn send_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<bool, sqlx::Error> {
+        let pool = &self.broker.pool;
+        let id = flight.task.resource_id;
+        let so_far = flight
+            .status
+            .clone()
+            .or_else(|| flight.task.status.as_ref().map(|s| s.0.clone()));
+        let input = match stage {
+            Stage::Compose => Input::Compose {
+                observed: pipeline::children(pool, id, MAX_OBSERVED_CHILDREN).await?,
+                edges: pipeline::edges(pool, id).await?,
+            },
+            Stage::Work => Input::Work(so_far),
+            Stage::Rollup => Input::Rollup {
+                descendants: pipeline::descendants(pool, id, MAX_ROLLUP_DESCENDANTS).await?,
+                status: so_far,
+            },
+        };
+        let reaction = flight.plan.reaction(stage).unwrap_or_default().to_owned();
+        let message = wire::stage_task(&flight.task, &reaction, input);
+        flight.stage = Some(stage);
+        // Tracked before sending: if the stream is gone, it is released with the others.
+        self.tasks.insert(flight.task.lease_token, flight);
+        if self.out.send(Ok(message)).await.is_err() {
+            return Ok(false);
+        }
+        self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    async fn handle(&mut self, message: wpb::WorkStreamRequest) -> Result<(), SessionError> {
+        match message.payload {
+            Some(Up::Complete(complete)) => self.complete(complete).await,
+            Some(Up::Heartbeat(heartbeat)) => {
+                let leases: Vec<(Uuid, i64)> = heartbeat
+                    .leases
+                    .iter()
+                    .filter_map(|l| Uuid::parse_str(&l.lease_token).ok().map(|t| (t, l.claim_epoch)))
+                    .collect();
+                work::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                Ok(())
+            }
+            Some(Up::Interest(interest)) => {
+                let pair = (interest.kind, interest.kind_version.max(1));
+                if interest.ready && self.kinds.contains(&pair) {
+                    self.ready.insert(pair);
+                } else {
+                    self.ready.remove(&pair);
+                }
+                Ok(())
+            }
+            Some(Up::Subscribe(_)) => Err(SessionError::Protocol(
+                ApiError::refused(
+                    Reason::InvalidField,
+                    "Subscribe may only be the first message of a stream",
+                )
+                .into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    async fn complete(&mut self, complete: wpb::StageComplete) -> Result<(), SessionError> {
+        let stale = |session: &Self| {
+            session.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        };
+        let Ok(token) = Uuid::parse_str(&complete.lease_token) else {
+            return stale(self);
+        };
+        // A completion that does not match the dispatch leaves the task in
+        // flight: the right answer may still come.
+        let matches = self.tasks.get(&token).is_some_and(|flight| {
+            complete.claim_epoch == flight.task.claim_epoch && complete.generation == flight.task.generation
+        });
+        let Some(mut flight) = matches.then(|| self.tasks.remove(&token)).flatten() else {
+            return stale(self);
+        };
+        let stage = flight.stage.or_else(|| wire::stage_of(&complete));
+        if let Some(error) = &complete.error {
+            self.results.push(TaskResult {
+                error: Some(if error.message.is_empty() {
+                    "the worker reported a failure without a message".to_owned()
+                } else {
+                    error.message.clone()
+                }),
+                reason: Some(error.reason.clone()).filter(|r| !r.is_empty()),
+                terminal: error.terminal,
+                ..result_of(&flight)
+            });
+            return Ok(());
+        }
+        if let Some(status) = complete.status.clone() {
+            flight.status = Some(struct_to_json(Some(status)));
+        }
+        flight.conditions.extend(wire::conditions(&complete.conditions));
+        let healthy = wire::health(&complete);
+        if let Some(ms) = wire::requeue_after_ms(&complete) {
+            self.results.push(TaskResult {
+                requeue_after_ms: Some(ms),
+                healthy,
+                ..result_of(&flight)
+            });
+            return Ok(());
+        }
+        match stage {
+            Some(Stage::Compose) => self.composed(flight, complete).await?,
+            Some(Stage::Work) => self.next_stage(flight, Stage::Work, healthy).await?,
+            Some(Stage::Rollup) | None => self.results.push(TaskResult {
+                healthy,
+                ..result_of(&flight)
+            }),
+        }
+        Ok(())
+    }
+
+    /// Applies a composition, then moves the task on.
+    async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), sqlx::Error> {
+        let (children, edges) = wire::composition(complete.compose_result.clone().unwrap_or_default());
+        if let Err(problems) = self.check_composition(&children, &edges).await {
+            self.fail(&flight, "CompositionInvalid", &problems);
+            return Ok(());
+        }
+        let task = &flight.task;
+        let composed = pipeline::apply_composition(
+            &self.broker.pool,
+            task.lease_token,
+            task.claim_epoch,
+            task.generation,
+            task.resource_id,
+            &children,
+            &edges,
+        )
+        .await?;
+        match composed {
+            Composed::Applied { fence, .. } => {
+                self.broker.stats.composed.fetch_add(1, Ordering::Relaxed);
+                let mut flight = flight;
+                flight.task.lease_token = fence.lease_token;
+                flight.task.claim_epoch = fence.claim_epoch;
+                flight.task.deadline_secs = fence.deadline_secs;
+                flight.task.composed_gen = flight.task.generation;
+                self.continue_after(flight, Stage::Compose, wire::health(&complete))
+                    .await
+            }
+            Composed::Stale => {
+                self.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Composed::Refused(message) => {
+                self.fail(
+                    &flight,
+                    "CompositionRefused",
+                    &[Violation::new("/compose_result", message)],
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves a task past a finished `stage` under a fresh fence.
+    async fn next_stage(
+        &mut self,
+        mut flight: InFlight,
+        stage: Stage,
+        healthy: Option<bool>,
+    ) -> Result<(), sqlx::Error> {
+        if flight.plan.after(stage).is_none() {
+            self.results.push(TaskResult {
+                healthy,
+                ..result_of(&flight)
+            });
+            return Ok(());
+        }
+        let task = &flight.task;
+        let Some(fence) =
+            pipeline::advance_stage(&self.broker.pool, task.lease_token, task.claim_epoch, task.generation).await?
+        else {
+            self.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        flight.task.lease_token = fence.lease_token;
+        flight.task.claim_epoch = fence.claim_epoch;
+        flight.task.deadline_secs = fence.deadline_secs;
+        self.continue_after(flight, stage, healthy).await
+    }
+
+    /// Dispatches the stage after `stage` (the task already holds its new
+    /// fence), or ends the reconcile: fully, or as a composite's partial
+    /// result when its rollup must wait for children still progressing.
+    async fn continue_after(
+        &mut self,
+        flight: InFlight,
+        stage: Stage,
+        healthy: Option<bool>,
+    ) -> Result<(), sqlx::Error> {
+        match flight.plan.after(stage) {
+            Some(Stage::Rollup) => {
+                if pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? {
+                    self.send_stage(flight, Stage::Rollup).await?;
+                } else {
+                    self.results.push(TaskResult {
+                        healthy,
+                        advance: false,
+                        ..result_of(&flight)
+                    });
+                }
+            }
+            Some(next) => {
+                self.send_stage(flight, next).await?;
+            }
+            None => self.results.push(TaskResult {
+                healthy,
+                ..result_of(&flight)
+            }),
+        }
+        Ok(())
+    }
+
+    /// Ends a task that had nothing to run.
+    fn finish(&mut self, flight: InFlight, advance: bool) {
+        self.results.push(TaskResult {
+            advance,
+            ..result_of(&flight)
+        });
+    }
+
+    /// Records a terminal failure of the task's generation.
+    fn fail(&mut self, flight: &InFlight, reason: &str, problems: &[Violation]) {
+        let listed: Vec<String> = problems
+            .iter()
+            .take(10)
+            .map(|p| format!("{}: {}", p.field, p.description))
+            .collect();
+        let more = problems.len().saturating_sub(listed.len());
+        let mut message = format!("the composition was refused: {}", listed.join("; "));
+        if more > 0 {
+            message.push_str(&format!(" (and {more} more)"));
+        }
+        self.results.push(TaskResult {
+            error: Some(message),
+            reason: Some(reason.to_owned()),
+            terminal: true,
+            ..result_of(flight)
+        });
+    }
+
+    /// The shape, kinds and spec schemas of a composition.
+    async fn check_composition(&self, children: &[ChildSpec], edges: &[Edge]) -> Result<(), Vec<Violation>> {
+        validate_composition(children, edges)?;
+        let mut problems = Vec::new();
+        for (i, child) in children.iter().enumerate() {
+            let at = format!("/compose_result/desired/{i}");
+            match self
+                .broker
+                .catalog
+                .current(&self.broker.pool, &child.kind, child.kind_version)
+                .await
+            {
+                None => problems.push(Violation::new(
+                    format!("{at}/kind"),
+                    format!("kind {} version {} does not exist", child.kind, child.kind_version),
+                )),
+                // Fields filled by value flows arrive later, so a schema
+                // must not require them (documented in the worker contract).
+                Some(compiled) => {
+                    if let Some(schema) = &compiled.spec
+                        && let Err(found) = schema.validate(&format!("{at}/spec"), &child.spec)
+                    {
+                        problems.extend(found);
+                    }
+                }
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
+    }
+}
+
+/// A result of the task with what its stages produced so far.
+fn result_of(flight: &InFlight) -> TaskResult {
+    let task = &flight.task;
+    TaskResult {
+        lease: task.lease_token,
+        epoch: task.claim_epoch,
+        generation: task.generation,
+        manifest_version: task.manifest_version,
+        status: flight.status.clone(),
+        conditions: flight.conditions.clone(),
+        healthy: None,
+        advance: true,
+        requeue_after_ms: None,
+        error: None,
+        reason: None,
+        terminal: false,
+    }
+}

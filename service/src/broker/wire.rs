@@ -1,0 +1,254 @@
+//! Conversions between the worker contract and the broker's types: the
+//! StageTask of each stage, and the parts of a StageComplete.
+
+use std::collections::BTreeMap;
+
+use converge_proto::worker_v1 as wpb;
+use converge_proto::worker_v1::work_stream_response::Payload as Down;
+use serde_json::{Value, json};
+
+use crate::api::convert::{json_to_struct, struct_to_json, timestamp};
+use crate::domain::composition::{ChildSpec, Edge, Ref, Stage, ValueFlow};
+use crate::store::pipeline::{EdgeRow, MemberRow};
+use crate::store::work::ClaimedTask;
+
+/// The stage-specific input of a task.
+pub enum Input {
+    /// Compose: the current children and edges.
+    Compose {
+        /// Children as stored.
+        observed: Vec<MemberRow>,
+        /// Edges as stored.
+        edges: Vec<EdgeRow>,
+    },
+    /// Work: the status so far.
+    Work(Option<Value>),
+    /// Rollup: the settled subtree and the status so far.
+    Rollup {
+        /// The subtree.
+        descendants: Vec<MemberRow>,
+        /// Status so far.
+        status: Option<Value>,
+    },
+}
+
+/// The StageTask message of one dispatch.
+pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::WorkStreamResponse {
+    let status = task.status.as_ref().and_then(|s| json_to_struct(&s.0));
+    let resource = wpb::Resource {
+        uid: task.resource_id.to_string(),
+        kind: task.kind.clone(),
+        kind_version: task.kind_version,
+        name: task.name.clone(),
+        labels: task.labels.0.clone(),
+        spec: json_to_struct(&task.spec.0),
+        status,
+        generation: task.generation,
+        observed_generation: task.synced_gen,
+        ready: task.synced_gen >= task.generation && task.health_ok,
+        healthy: task.health_ok,
+        finalizers: task.finalizers.clone(),
+        ..Default::default()
+    };
+    let deadline = task.deadline_secs.map(|secs| {
+        // Never zero: a real deadline that has just passed is still a deadline.
+        let secs = secs.max(0.001);
+        prost_types::Duration {
+            seconds: secs.trunc() as i64,
+            nanos: (secs.fract() * 1e9) as i32,
+        }
+    });
+    let (stage, trigger, input) = match input {
+        Input::Compose { observed, edges } => (
+            wpb::Stage::Compose,
+            wpb::Trigger::SpecChange,
+            wpb::stage_task::Input::ComposeInput(wpb::ComposeInput {
+                desired: observed.iter().map(child_of).collect(),
+                observed: observed.into_iter().map(member).collect(),
+                edges: edges.into_iter().map(edge_of).collect(),
+                configs: Vec::new(),
+            }),
+        ),
+        Input::Work(status) => (
+            wpb::Stage::Work,
+            wpb::Trigger::SpecChange,
+            wpb::stage_task::Input::WorkInput(wpb::WorkInput {
+                status: status.as_ref().and_then(json_to_struct),
+            }),
+        ),
+        Input::Rollup { descendants, status } => (
+            wpb::Stage::Rollup,
+            wpb::Trigger::ChildrenSettled,
+            wpb::stage_task::Input::RollupInput(wpb::RollupInput {
+                descendants: descendants.into_iter().map(member).collect(),
+                status: status.as_ref().and_then(json_to_struct),
+            }),
+        ),
+    };
+    wpb::WorkStreamResponse {
+        payload: Some(Down::Task(wpb::StageTask {
+            stage: stage.into(),
+            kind: task.kind.clone(),
+            kind_version: task.kind_version,
+            resource: Some(resource),
+            generation: task.generation,
+            reaction: reaction.to_owned(),
+            trigger: trigger.into(),
+            lease_token: task.lease_token.to_string(),
+            claim_epoch: task.claim_epoch,
+            manifest_version: task.manifest_version,
+            task_deadline: deadline,
+            attempt: task.attempts,
+            input: Some(input),
+            ..Default::default()
+        })),
+    }
+}
+
+fn member(row: MemberRow) -> wpb::Resource {
+    let reference = |kind: Option<String>, name: Option<String>| match (kind, name) {
+        (Some(kind), Some(name)) => Some(wpb::ResourceRef { kind, name }),
+        _ => None,
+    };
+    wpb::Resource {
+        uid: row.id.to_string(),
+        kind: row.kind,
+        kind_version: row.kind_version,
+        name: row.name,
+        labels: row.labels.0,
+        spec: json_to_struct(&row.spec.0),
+        status: row.status.as_ref().and_then(|s| json_to_struct(&s.0)),
+        generation: row.generation,
+        observed_generation: row.synced_gen,
+        ready: row.is_ready,
+        healthy: row.health_ok,
+        owner: reference(row.owner_kind, row.owner_name),
+        root: reference(row.root_kind, row.root_name),
+        finalizers: row.finalizers,
+        delete_time: row.deletion_requested_at.map(timestamp),
+        orphan_expire_time: row.frozen_until.map(timestamp),
+        quarantined: row.quarantined,
+    }
+}
+
+fn child_of(row: &MemberRow) -> wpb::ChildSpec {
+    wpb::ChildSpec {
+        kind: row.kind.clone(),
+        kind_version: row.kind_version,
+        name: row.name.clone(),
+        labels: row.labels.0.clone(),
+        spec: json_to_struct(&row.spec.0),
+    }
+}
+
+fn edge_of(row: EdgeRow) -> wpb::DepEdge {
+    wpb::DepEdge {
+        dependent: Some(wpb::ResourceRef {
+            kind: row.dependent_kind,
+            name: row.dependent_name,
+        }),
+        dependency: Some(wpb::ResourceRef {
+            kind: row.dependency_kind,
+            name: row.dependency_name,
+        }),
+        value_flows: row
+            .value_flows
+            .0
+            .into_iter()
+            .map(|f| wpb::ValueFlow {
+                dependent_field: f.dependent,
+                source_field: f.source,
+            })
+            .collect(),
+    }
+}
+
+/// The children and edges of a compose result, in domain form.
+pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>) {
+    let children = result
+        .desired
+        .into_iter()
+        .map(|c| ChildSpec {
+            kind: c.kind,
+            kind_version: c.kind_version,
+            name: c.name,
+            labels: c.labels.into_iter().collect::<BTreeMap<_, _>>(),
+            spec: c.spec.map_or_else(|| json!({}), |s| struct_to_json(Some(s))),
+        })
+        .collect();
+    let reference = |r: Option<wpb::ResourceRef>| {
+        let r = r.unwrap_or_default();
+        Ref {
+            kind: r.kind,
+            name: r.name,
+        }
+    };
+    let edges = result
+        .edges
+        .into_iter()
+        .map(|e| Edge {
+            dependent: reference(e.dependent),
+            dependency: reference(e.dependency),
+            flows: e
+                .value_flows
+                .into_iter()
+                .map(|f| ValueFlow {
+                    dependent: f.dependent_field,
+                    source: f.source_field,
+                })
+                .collect(),
+        })
+        .collect();
+    (children, edges)
+}
+
+/// Conditions in the database's JSON shape.
+pub fn conditions(conditions: &[wpb::Condition]) -> Vec<Value> {
+    conditions
+        .iter()
+        .map(|c| {
+            let status = match wpb::ConditionStatus::try_from(c.status) {
+                Ok(wpb::ConditionStatus::True) => "True",
+                Ok(wpb::ConditionStatus::False) => "False",
+                _ => "Unknown",
+            };
+            json!({"type": c.r#type, "status": status, "reason": c.reason, "message": c.message})
+        })
+        .collect()
+}
+
+/// Health as reported: explicit, else from a Ready condition, else unknown.
+pub fn health(complete: &wpb::StageComplete) -> Option<bool> {
+    complete.healthy.or_else(|| {
+        complete.conditions.iter().rev().find(|c| c.r#type == "Ready").and_then(
+            |c| match wpb::ConditionStatus::try_from(c.status) {
+                Ok(wpb::ConditionStatus::True) => Some(true),
+                Ok(wpb::ConditionStatus::False) => Some(false),
+                _ => None,
+            },
+        )
+    })
+}
+
+/// The stage a completion says it finished.
+pub fn stage_of(complete: &wpb::StageComplete) -> Option<Stage> {
+    match wpb::Stage::try_from(complete.stage) {
+        Ok(wpb::Stage::Compose) => Some(Stage::Compose),
+        Ok(wpb::Stage::Work) => Some(Stage::Work),
+        Ok(wpb::Stage::Rollup) => Some(Stage::Rollup),
+        _ => None,
+    }
+}
+
+/// The requeue delay in milliseconds, if one was asked for.
+pub fn requeue_after_ms(complete: &wpb::StageComplete) -> Option<i64> {
+    complete
+        .requeue_after
+        .as_ref()
+        .map(|d| {
+            d.seconds
+                .saturating_mul(1000)
+                .saturating_add(i64::from(d.nanos / 1_000_000))
+        })
+        .filter(|ms| *ms > 0)
+}

@@ -1,0 +1,120 @@
+//! The drainer: applies the results workers left in `work_outbox`, many per
+//! transaction, over this member's shard range; then re-checks owners whose
+//! rollup was held back by a child settling in a concurrent transaction.
+//! Woken by `outbox_ready` and by a failsafe poll; idempotent and safe on
+//! several pods at once (SKIP LOCKED, fenced rows).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cluster::ShardRange;
+use crate::store::work;
+
+/// Drainer tuning.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainerConfig {
+    /// Outbox rows applied per transaction.
+    pub batch: i32,
+    /// Poll interval when no wake-up arrives.
+    pub failsafe: Duration,
+    /// Poll interval while rollup rechecks are armed.
+    pub recheck_poll: Duration,
+    /// How long an armed rollup recheck is kept while its owner stays blocked.
+    pub recheck_window: Duration,
+}
+
+impl Default for DrainerConfig {
+    fn default() -> Self {
+        Self {
+            batch: 500,
+            failsafe: Duration::from_secs(1),
+            recheck_poll: Duration::from_millis(25),
+            recheck_window: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Runs the drainer until `stop` flips.
+pub fn spawn(
+    pool: PgPool,
+    config: DrainerConfig,
+    shards: watch::Receiver<Option<ShardRange>>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let (wake_tx, mut wake) = watch::channel(0u64);
+        let listener = tokio::spawn(listen(pool.clone(), wake_tx));
+        loop {
+            let range = *shards.borrow();
+            let pause = match range {
+                Some(range) => match pass(&pool, &config, range).await {
+                    // More may be waiting: go again at once.
+                    Ok(Pass { drained, .. }) if drained >= config.batch => Duration::ZERO,
+                    Ok(Pass { armed: true, .. }) => config.recheck_poll,
+                    Ok(_) => config.failsafe,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "drain pass failed");
+                        config.failsafe
+                    }
+                },
+                None => config.failsafe,
+            };
+            if pause.is_zero() {
+                if *stop.borrow() {
+                    break;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = wake.changed() => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+        listener.abort();
+    })
+}
+
+/// What one pass did.
+struct Pass {
+    drained: i32,
+    /// Whether rollup rechecks remain armed (poll again soon).
+    armed: bool,
+}
+
+async fn pass(pool: &PgPool, config: &DrainerConfig, range: ShardRange) -> Result<Pass, sqlx::Error> {
+    let drained = work::drain_outbox(pool, config.batch, range).await?;
+    let armed = work::rollup_rechecks_armed(pool, range).await?;
+    if armed {
+        work::drain_rollup_rechecks(pool, config.batch, range, config.recheck_window.as_secs_f64()).await?;
+    }
+    Ok(Pass { drained, armed })
+}
+
+/// Forwards `outbox_ready` notifications until the channel closes.
+async fn listen(pool: PgPool, wake: watch::Sender<u64>) {
+    loop {
+        let listening = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen("outbox_ready").await?;
+            loop {
+                listener.recv().await?;
+                if wake.send(0).is_err() {
+                    return Ok::<(), sqlx::Error>(());
+                }
+            }
+        };
+        match listening.await {
+            Ok(()) => return,
+            Err(e) => tracing::debug!(error = %e, "outbox_ready listener failed; retrying"),
+        }
+        if pool.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
