@@ -1,18 +1,35 @@
-//! The `converge` binary: parses configuration, then serves, migrates or
-//! prints its version.
+//! The `converge` binary: parses configuration, then serves (alone or with
+//! the demo, `dev`), migrates or prints its version.
+
+mod dev;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use converge_service::config::{Cli, Command};
-use converge_service::db::{Database, migrate};
-use converge_service::server::{self, ServerConfig};
+use converge_service::db::{Database, DatabaseTarget, migrate};
+use converge_service::server::{self, RunningServer, ServerConfig};
 use converge_service::{telemetry, version};
 
+/// The log filter of `converge dev` unless one is given: its progress line
+/// shares the terminal with the logs.
+const DEV_DEFAULT_LOG_LEVEL: &str = "warn";
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    telemetry::init(cli.common.log_format, &cli.common.log_level);
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let log_level = match cli.command {
+        Some(Command::Dev(_)) if matches.value_source("log_level") == Some(ValueSource::DefaultValue) => {
+            DEV_DEFAULT_LOG_LEVEL
+        }
+        _ => cli.common.log_level.as_str(),
+    };
+    telemetry::init(cli.common.log_format, log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -48,9 +65,9 @@ fn report(error: &anyhow::Error) -> String {
     line
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(mut cli: Cli) -> anyhow::Result<()> {
     let target = server::database_target(&cli.common);
-    match cli.command.unwrap_or(Command::Serve) {
+    match cli.command.take().unwrap_or(Command::Serve) {
         Command::Version => {
             println!("converge {}", version::VERSION);
             Ok(())
@@ -69,13 +86,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve => {
             let mut signals = server::ShutdownSignal::install().context("installing signal handlers")?;
-            let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve);
-            config.retention = cli.retention;
-            let running = server::start(config).await.context("starting the server")?;
-            tracing::info!(addr = %running.local_addr(), "converge is serving");
+            let running = start_server(target, &cli).await?;
             signals.recv().await;
             tracing::info!("shutdown requested; draining");
             running.shutdown().await.context("shutting down")
         }
+        Command::Dev(args) => {
+            dev::check(&args)?;
+            let signals = server::ShutdownSignal::install().context("installing signal handlers")?;
+            let running = start_server(target, &cli).await?;
+            dev::run(&args, running, signals).await
+        }
     }
+}
+
+/// Starts the server as `serve` runs it, from the parsed command line.
+async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<RunningServer> {
+    let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve.clone());
+    config.retention = cli.retention;
+    let running = server::start(config).await.context("starting the server")?;
+    tracing::info!(addr = %running.local_addr(), "converge is serving");
+    Ok(running)
 }

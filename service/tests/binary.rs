@@ -361,3 +361,49 @@ async fn the_harness_hands_out_isolated_migrated_databases() -> anyhow::Result<(
     assert_eq!(in_b, 0);
     Ok(())
 }
+
+/// The README's first command: `converge dev` on the embedded default brings
+/// the composition demo to Ready and (with --exit-when-ready) exits 0 after
+/// printing the tree; its embedded PostgreSQL goes down with it.
+#[tokio::test]
+async fn dev_brings_the_demo_tree_to_ready_on_the_embedded_default() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let data_dir = scratch.path().join("data");
+    let dir = data_dir.to_string_lossy().into_owned();
+    let out = scratch.path().join("dev.out");
+    let addr = free_addr()?;
+    let mut child = Command::new(BIN)
+        .args([
+            "dev",
+            "--data-dir",
+            &dir,
+            "--exit-when-ready",
+            "--delay-ms",
+            "20",
+            "--timeout",
+            "120",
+        ])
+        .env_remove("DATABASE_URL")
+        .env("LISTEN_ADDR", &addr)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(fs::File::create(&out)?))
+        .stderr(Stdio::from(fs::File::create(scratch.path().join("dev.log"))?))
+        .kill_on_drop(true)
+        .spawn()?;
+    let status = match tokio::time::timeout(Duration::from_secs(180), child.wait()).await {
+        Ok(status) => status?,
+        Err(_) => anyhow::bail!("converge dev did not finish:\n{}", fs::read_to_string(&out)?),
+    };
+    let printed = fs::read_to_string(&out)?;
+    assert!(status.success(), "converge dev failed ({status}):\n{printed}");
+    assert!(printed.contains("bom/demo is Ready"), "{printed}");
+    assert!(printed.contains("11 of 11 children ready"), "{printed}");
+    for kind in ["account", "tgw", "vpc", "route"] {
+        assert!(printed.contains(kind), "{kind} missing from the summary:\n{printed}");
+    }
+    assert!(
+        !data_dir.join("pgdata/postmaster.pid").exists(),
+        "the embedded server stopped with converge"
+    );
+    Ok(())
+}

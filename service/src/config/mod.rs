@@ -35,6 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the control plane (the default).
     Serve,
+    /// Run the control plane with the example kinds and their workers
+    /// in-process, apply a demo BOM and show its tree reconciling.
+    Dev(DevArgs),
     /// Apply pending database migrations and exit.
     Migrate,
     /// Print the build version and exit.
@@ -102,6 +105,50 @@ impl ServeArgs {
     /// The graceful-shutdown bound as a duration.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+/// Options of `converge dev`. The server options (`--listen-addr`,
+/// `--data-dir`, ...) apply as they do to `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct DevArgs {
+    /// Teams of the demo BOM, comma-separated (each gets an account, a VPC
+    /// and a route).
+    #[arg(long, env = "CONVERGE_DEV_TEAMS", value_delimiter = ',',
+          default_values_t = ["payments".to_owned(), "search".to_owned(), "ledger".to_owned()])]
+    pub teams: Vec<String>,
+
+    /// Name of the demo BOM resource; its children are named after it.
+    #[arg(long, env = "CONVERGE_DEV_BOM_NAME", default_value = "demo")]
+    pub bom_name: String,
+
+    /// Teams whose route fails on purpose, comma-separated (the BOM then
+    /// settles Degraded, naming them).
+    #[arg(long, env = "CONVERGE_DEV_FAIL_TEAMS", value_delimiter = ',')]
+    pub fail_teams: Vec<String>,
+
+    /// Simulated provider latency in milliseconds: each leaf task takes
+    /// between half and one and a half times this; 0 = none.
+    #[arg(long, env = "CONVERGE_DEV_DELAY_MS", default_value_t = 400,
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub delay_ms: u64,
+
+    /// Exit once the BOM has settled and the summary is printed: 0 when it
+    /// is Ready, 1 when it is Degraded or Failed or not settled within
+    /// `--timeout`.
+    #[arg(long, env = "CONVERGE_DEV_EXIT_WHEN_READY")]
+    pub exit_when_ready: bool,
+
+    /// With `--exit-when-ready`: seconds to wait for the BOM to settle.
+    #[arg(long = "timeout", env = "CONVERGE_DEV_TIMEOUT_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout_secs: u64,
+}
+
+impl DevArgs {
+    /// The `--timeout` bound as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
     }
 }
 
@@ -231,6 +278,43 @@ mod tests {
         let cli = Cli::try_parse_from(["converge", "--role", "broker"]).expect("parses");
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.role, Role::Broker);
+    }
+
+    #[test]
+    fn dev_takes_its_flags_and_the_server_flags() {
+        let cli = Cli::try_parse_from([
+            "converge",
+            "dev",
+            "--teams",
+            "a,b",
+            "--fail-teams",
+            "b",
+            "--delay-ms",
+            "0",
+            "--exit-when-ready",
+            "--timeout",
+            "30",
+            "--listen-addr",
+            "127.0.0.1:0",
+        ])
+        .expect("parses");
+        let Some(Command::Dev(dev)) = cli.command else {
+            panic!("not dev: {:?}", cli.command);
+        };
+        assert_eq!(dev.teams, ["a", "b"]);
+        assert_eq!(dev.fail_teams, ["b"]);
+        assert_eq!(dev.bom_name, "demo");
+        assert_eq!(dev.delay_ms, 0);
+        assert!(dev.exit_when_ready);
+        assert_eq!(dev.timeout(), Duration::from_secs(30));
+        assert_eq!(cli.serve.listen_addr.port(), 0);
+
+        let cli = Cli::try_parse_from(["converge", "dev"]).expect("parses");
+        let Some(Command::Dev(dev)) = cli.command else {
+            panic!("not dev: {:?}", cli.command);
+        };
+        assert_eq!(dev.teams, ["payments", "search", "ledger"]);
+        assert!(dev.fail_teams.is_empty() && !dev.exit_when_ready);
     }
 
     #[test]

@@ -1,0 +1,137 @@
+//! The leaf handlers: `account`, `vpc`, `tgw` and `route`.
+//!
+//! Each sleeps the simulated latency and answers with its status (a
+//! deterministic id plus the values it was given) and `Ready=True`. A field
+//! that a value flow fills from an upstream is required before work starts:
+//! if it is missing the handler fails transiently and the broker retries.
+
+use converge_sdk::worker::{Condition, ConditionStatus, HandlerError, Outcome, ReactionRequest};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::sim::{self, Latency};
+
+/// Spec of an `account`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AccountSpec {
+    team: String,
+    region: String,
+}
+
+/// Spec of a `vpc`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct VpcSpec {
+    team: String,
+    cidr: String,
+    account_id: Option<String>,
+}
+
+/// Spec of a `tgw`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TgwSpec {
+    region: String,
+    account_id: Option<String>,
+}
+
+/// Spec of a `route`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RouteSpec {
+    team: String,
+    destination_cidr: String,
+    vpc_id: Option<String>,
+    tgw_id: Option<String>,
+    #[serde(default)]
+    simulate_failure: bool,
+}
+
+/// Works an `account`.
+pub(super) async fn account(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
+    let spec: AccountSpec = spec_of(request)?;
+    latency.wait().await;
+    let id = sim::account_id(&request.resource.name);
+    let message = format!("account {id} for team {} in {}", spec.team, spec.region);
+    Ok(provisioned(
+        json!({"accountId": id, "team": spec.team, "region": spec.region}),
+        message,
+    ))
+}
+
+/// Works a `vpc`.
+pub(super) async fn vpc(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
+    let spec: VpcSpec = spec_of(request)?;
+    let account_id = upstream(spec.account_id, "accountId", "account")?;
+    latency.wait().await;
+    let id = sim::vpc_id(&request.resource.name);
+    let message = format!(
+        "vpc {id} ({}) for team {} in account {account_id}",
+        spec.cidr, spec.team
+    );
+    Ok(provisioned(
+        json!({"vpcId": id, "accountId": account_id, "cidr": spec.cidr}),
+        message,
+    ))
+}
+
+/// Works a `tgw`.
+pub(super) async fn tgw(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
+    let spec: TgwSpec = spec_of(request)?;
+    let account_id = upstream(spec.account_id, "accountId", "network account")?;
+    latency.wait().await;
+    let id = sim::tgw_id(&request.resource.name);
+    let message = format!("transit gateway {id} in account {account_id}, {}", spec.region);
+    Ok(provisioned(
+        json!({"tgwId": id, "accountId": account_id, "region": spec.region}),
+        message,
+    ))
+}
+
+/// Works a `route`; fails terminally when the spec asks for it.
+pub(super) async fn route(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
+    let spec: RouteSpec = spec_of(request)?;
+    let vpc_id = upstream(spec.vpc_id, "vpcId", "vpc")?;
+    let tgw_id = upstream(spec.tgw_id, "tgwId", "transit gateway")?;
+    latency.wait().await;
+    if spec.simulate_failure {
+        return Err(HandlerError::terminal(format!(
+            "simulated failure: team {} is listed in the BOM's failTeams",
+            spec.team
+        ))
+        .with_reason("SimulatedFailure"));
+    }
+    let id = sim::route_id(&request.resource.name);
+    let message = format!("route {id}: {} via {tgw_id} to {vpc_id}", spec.destination_cidr);
+    Ok(provisioned(
+        json!({"routeId": id, "vpcId": vpc_id, "tgwId": tgw_id, "destinationCidr": spec.destination_cidr}),
+        message,
+    ))
+}
+
+/// The resource's spec as `T`; a spec that does not fit is a terminal error
+/// (retrying the same spec cannot help).
+fn spec_of<T: DeserializeOwned>(request: &ReactionRequest) -> Result<T, HandlerError> {
+    serde_json::from_value(request.resource.spec.clone()).map_err(|e| {
+        HandlerError::terminal(format!("invalid {} spec: {e}", request.resource.kind)).with_reason("InvalidSpec")
+    })
+}
+
+/// A value that flows in from an upstream, or a transient error saying it
+/// has not arrived yet.
+fn upstream(value: Option<String>, field: &str, from: &str) -> Result<String, HandlerError> {
+    value.filter(|v| !v.is_empty()).ok_or_else(|| {
+        HandlerError::transient(format!("spec.{field} is not set yet (it flows from the {from})"))
+            .with_reason("WaitingForUpstream")
+    })
+}
+
+fn provisioned(status: serde_json::Value, message: String) -> Outcome {
+    Outcome::new().with_status(status).with_condition(
+        Condition::new("Ready", ConditionStatus::True)
+            .with_reason("Provisioned")
+            .with_message(message),
+    )
+}

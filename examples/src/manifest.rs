@@ -1,0 +1,229 @@
+//! Manifest files: the JSON body of `KindService.ApplyKindManifest` in the
+//! proto3 JSON mapping (what `buf curl -d @file` sends), turned into the
+//! generated request message so Rust callers can apply the same files.
+//!
+//! Only the fields a manifest file carries are read: the `manifest` (kind,
+//! version, description, schemas, reactions, finalizer name, policy) and the
+//! optional `validateOnly` / `requestId`. Output-only fields are refused, as
+//! are unknown ones, so a typo in a file is an error rather than a silently
+//! dropped field. Enum values are their proto names (`TRIGGER_SPEC_CHANGE`).
+
+use converge_sdk::proto::v1 as pb;
+use converge_sdk::worker::convert::json_to_struct;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Why a manifest file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file is not the expected JSON shape.
+    #[error("manifest file {file}: {source}")]
+    Json {
+        /// Name of the file.
+        file: String,
+        /// The parse error (it names the line and column).
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An enum value is not one of the proto names.
+    #[error("manifest file {file}: {value:?} is not a known {what} (use the proto name, e.g. {example})")]
+    UnknownEnum {
+        /// Name of the file.
+        file: String,
+        /// Which enum.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// A valid value.
+        example: &'static str,
+    },
+    /// A schema is not a JSON object.
+    #[error("manifest file {file}: {field} must be a JSON object")]
+    NotAnObject {
+        /// Name of the file.
+        file: String,
+        /// The manifest field.
+        field: &'static str,
+    },
+}
+
+/// The request body of a manifest file.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RequestJson {
+    manifest: ManifestJson,
+    #[serde(default, alias = "validate_only")]
+    validate_only: bool,
+    #[serde(default, alias = "request_id")]
+    request_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ManifestJson {
+    kind: String,
+    #[serde(alias = "kind_version")]
+    kind_version: i32,
+    #[serde(default)]
+    description: String,
+    #[serde(default, alias = "spec_schema")]
+    spec_schema: Option<Value>,
+    #[serde(default, alias = "status_schema")]
+    status_schema: Option<Value>,
+    #[serde(default, alias = "config_schema")]
+    config_schema: Option<Value>,
+    #[serde(default)]
+    reactions: Vec<ReactionJson>,
+    #[serde(default, alias = "finalizer_name")]
+    finalizer_name: String,
+    #[serde(default)]
+    policy: Option<PolicyJson>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReactionJson {
+    name: String,
+    trigger: String,
+    #[serde(default)]
+    emits: Vec<String>,
+    #[serde(default)]
+    verb: String,
+    #[serde(default)]
+    finalizer: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PolicyJson {
+    #[serde(default, alias = "max_inflight")]
+    max_inflight: i32,
+    #[serde(default, alias = "task_deadline_secs")]
+    task_deadline_secs: i32,
+    #[serde(default, alias = "resync_interval_secs")]
+    resync_interval_secs: i32,
+    #[serde(default, alias = "resync_recomposes")]
+    resync_recomposes: bool,
+    #[serde(default, alias = "orphan_grace_secs")]
+    orphan_grace_secs: i32,
+    #[serde(default, alias = "max_transient_attempts")]
+    max_transient_attempts: i32,
+}
+
+/// Parses the manifest file `file` (its name, for messages) with content
+/// `json` into an `ApplyKindManifestRequest`.
+pub fn parse_apply_request(file: &str, json: &str) -> Result<pb::ApplyKindManifestRequest, ManifestError> {
+    let request: RequestJson = serde_json::from_str(json).map_err(|source| ManifestError::Json {
+        file: file.to_owned(),
+        source,
+    })?;
+    let m = request.manifest;
+    let schema = |value: Option<Value>, field: &'static str| {
+        value
+            .map(|v| {
+                json_to_struct(v, field).map_err(|_| ManifestError::NotAnObject {
+                    file: file.to_owned(),
+                    field,
+                })
+            })
+            .transpose()
+    };
+    let reactions = m
+        .reactions
+        .into_iter()
+        .map(|r| reaction(file, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let policy = m.policy.unwrap_or_default();
+    Ok(pb::ApplyKindManifestRequest {
+        manifest: Some(pb::KindManifest {
+            kind: m.kind,
+            kind_version: m.kind_version,
+            description: m.description,
+            spec_schema: schema(m.spec_schema, "specSchema")?,
+            status_schema: schema(m.status_schema, "statusSchema")?,
+            config_schema: schema(m.config_schema, "configSchema")?,
+            reactions,
+            finalizer_name: m.finalizer_name,
+            policy: Some(pb::KindPolicy {
+                max_inflight: policy.max_inflight,
+                task_deadline_secs: policy.task_deadline_secs,
+                resync_interval_secs: policy.resync_interval_secs,
+                resync_recomposes: policy.resync_recomposes,
+                orphan_grace_secs: policy.orphan_grace_secs,
+                max_transient_attempts: policy.max_transient_attempts,
+            }),
+            ..Default::default()
+        }),
+        validate_only: request.validate_only,
+        request_id: request.request_id,
+    })
+}
+
+fn reaction(file: &str, r: ReactionJson) -> Result<pb::Reaction, ManifestError> {
+    let unknown = |what, value: &str, example| ManifestError::UnknownEnum {
+        file: file.to_owned(),
+        what,
+        value: value.to_owned(),
+        example,
+    };
+    let trigger =
+        pb::Trigger::from_str_name(&r.trigger).ok_or_else(|| unknown("trigger", &r.trigger, "TRIGGER_SPEC_CHANGE"))?;
+    let emits = r
+        .emits
+        .iter()
+        .map(|e| {
+            pb::Emit::from_str_name(e)
+                .map(|e| e as i32)
+                .ok_or_else(|| unknown("emit", e, "EMIT_STATUS"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(pb::Reaction {
+        name: r.name,
+        trigger: trigger as i32,
+        emits,
+        verb: r.verb,
+        finalizer: r.finalizer,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_noop_file_parses() {
+        let request = parse_apply_request("noop/manifest.json", include_str!("../noop/manifest.json")).unwrap();
+        let manifest = request.manifest.unwrap();
+        assert_eq!(manifest.kind, "noop");
+        assert_eq!(manifest.kind_version, 1);
+        assert_eq!(manifest.reactions.len(), 1);
+        assert_eq!(manifest.reactions[0].trigger, pb::Trigger::SpecChange as i32);
+        assert_eq!(manifest.reactions[0].emits, [pb::Emit::Status as i32]);
+        assert!(manifest.spec_schema.is_some());
+        assert!(manifest.status_schema.is_none());
+    }
+
+    #[test]
+    fn bad_files_name_the_problem() {
+        let err = parse_apply_request(
+            "x.json",
+            r#"{"manifest": {"kind": "x", "kindVersion": 1, "reactions": [{"name": "w", "trigger": "SPEC"}]}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("\"SPEC\" is not a known trigger"), "{err}");
+
+        let err = parse_apply_request(
+            "x.json",
+            r#"{"manifest": {"kind": "x", "kindVersion": 1, "specSchema": 3}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("specSchema must be a JSON object"), "{err}");
+
+        let err = parse_apply_request(
+            "x.json",
+            r#"{"manifest": {"kind": "x", "kindVersion": 1, "colour": 3}}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field `colour`"), "{err}");
+    }
+}
