@@ -194,6 +194,23 @@ async fn a_killed_workers_leases_are_reclaimed_and_stale_results_dropped() -> an
     )
     .await?;
     assert_eq!(synced, 1, "a stale completion changes nothing");
+    // ... and is counted where operators see it.
+    eventually(Duration::from_secs(10), || async {
+        let members = client
+            .cluster()
+            .list_cluster_members(converge_proto::v1::ListClusterMembersRequest::default())
+            .await?
+            .into_inner()
+            .members;
+        let stale: i64 = members
+            .iter()
+            .filter_map(|m| m.broker_counters.as_ref())
+            .map(|c| c.stale)
+            .sum();
+        let connected: i32 = members.iter().map(|m| m.connected_workers).sum();
+        Ok((stale >= 1 && connected >= 1).then_some(()))
+    })
+    .await?;
     let fresh = StageComplete {
         lease_token: task.lease_token.clone(),
         claim_epoch: task.claim_epoch,
@@ -295,9 +312,11 @@ async fn a_server_killed_mid_run_recovers_everything_after_restart() -> anyhow::
     let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
     let client = connect_when_up(&address).await?;
     apply_manifest(&client, work_manifest("noop", 1, None)).await?;
+    apply_many(&client, "c", N).await?;
+    // The worker starts once everything is queued, so the kill finds most
+    // of the work in flight however fast the engine is.
     let record = scratch.path().join("worked.log");
     let mut worker = noop_worker(&address, 32, 20, &record)?;
-    apply_many(&client, "c", N).await?;
     eventually(Duration::from_secs(60), || async {
         let ready = count(&pool, "SELECT count(*) FROM resources WHERE phase = 'Ready'").await?;
         Ok((ready > 0).then_some(()))
@@ -312,7 +331,9 @@ async fn a_server_killed_mid_run_recovers_everything_after_restart() -> anyhow::
     signal(&server, Signal::SIGKILL)?;
     server.wait().await?;
     // As if PostgreSQL itself had crashed: unlogged tables come back empty.
-    sqlx::query("TRUNCATE work_queue").execute(&pool).await?;
+    sqlx::query("TRUNCATE work_queue, work_outbox, rollup_recheck")
+        .execute(&pool)
+        .await?;
 
     let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
     eventually(Duration::from_secs(300), || async {

@@ -8,7 +8,6 @@ use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
     ListProviderConfigsRequest, ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
-    QuarantineResourceRequest, UnquarantineResourceRequest,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -172,11 +171,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
     let statuses = vec![
         client
             .resources()
-            .quarantine_resource(QuarantineResourceRequest::default())
-            .await
-            .err(),
-        client
-            .resources()
             .list_spec_revisions(ListSpecRevisionsRequest::default())
             .await
             .err(),
@@ -193,11 +187,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
         client
             .reactor_bindings()
             .list_reactor_bindings(ListReactorBindingsRequest::default())
-            .await
-            .err(),
-        client
-            .resources()
-            .unquarantine_resource(UnquarantineResourceRequest::default())
             .await
             .err(),
     ];

@@ -601,14 +601,16 @@ async fn pagination_is_stable_under_concurrent_inserts() -> anyhow::Result<()> {
 #[tokio::test]
 async fn events_are_aggregated_runs_listed_newest_first() -> anyhow::Result<()> {
     let (server, client) = server_with_kinds().await?;
-    apply_ok(&client, apply("vpc", "ev", json!({"cidr": "0"}))).await?;
+    // A kind with a finalizer: the deleted resource stays (Deleting) while
+    // no worker runs its teardown, so its events can still be read.
+    apply_ok(&client, apply("db", "ev", json!({"cidr": "0"}))).await?;
     for i in 1..=4 {
-        apply_ok(&client, apply("vpc", "ev", json!({"cidr": i.to_string()}))).await?;
+        apply_ok(&client, apply("db", "ev", json!({"cidr": i.to_string()}))).await?;
     }
     client
         .resources()
         .delete_resource(DeleteResourceRequest {
-            kind: "vpc".into(),
+            kind: "db".into(),
             name: "ev".into(),
             ..Default::default()
         })
@@ -624,7 +626,7 @@ async fn events_are_aggregated_runs_listed_newest_first() -> anyhow::Result<()> 
         }
     };
     let base = ListResourceEventsRequest {
-        kind: "vpc".into(),
+        kind: "db".into(),
         name: "ev".into(),
         ..Default::default()
     };

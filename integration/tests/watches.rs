@@ -48,7 +48,11 @@ fn name_of(message: &WatchResourcesResponse) -> String {
 async fn server_with_kind() -> anyhow::Result<(TestServer, Client)> {
     let server = TestServer::start().await?;
     let client = server.client().await?;
-    apply_manifest(&client, work_manifest("app", 1, None)).await?;
+    // A finalizer keeps a deleted app in place (Deleting) until its teardown
+    // runs; no worker runs here, so deletions stay visible as modifications.
+    let mut app = work_manifest("app", 1, None);
+    app.finalizer_name = "converge.dev/app".into();
+    apply_manifest(&client, app).await?;
     apply_manifest(&client, work_manifest("other", 1, None)).await?;
     Ok((server, client))
 }

@@ -2,8 +2,8 @@
 
 use converge_proto::v1::cluster_service_server::ClusterService;
 use converge_proto::v1::{
-    ClusterMember, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest, ListClusterMembersResponse,
-    MemberRole, ShardRange,
+    BrokerCounters, ClusterMember, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest,
+    ListClusterMembersResponse, MemberRole, ShardRange,
 };
 use tonic::{Request, Response, Status};
 
@@ -81,8 +81,18 @@ fn member_to_proto(row: MemberRow) -> ClusterMember {
         start_time: Some(timestamp(row.started_at)),
         last_heartbeat_time: Some(timestamp(row.last_heartbeat)),
         in_flight: row.in_flight,
-        connected_workers: 0,
+        connected_workers: row.connected_workers,
         workers: Vec::new(),
         config: None,
+        broker_counters: (row.role != "control").then(|| {
+            let count = |name: &str| row.counters.0.get(name).copied().unwrap_or(0);
+            BrokerCounters {
+                dispatched: count("dispatched"),
+                applied: count("applied"),
+                failed: count("failed"),
+                stale: count("stale"),
+                composed: count("composed"),
+            }
+        }),
     }
 }

@@ -31,6 +31,7 @@ use crate::domain::names::{validate_kind_name, validate_kind_version, validate_r
 use crate::domain::page_token::{filter_hash, page_size};
 use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
+use crate::store::deletion::{self, SetAside};
 use crate::store::events::{EventCursor, EventFilter};
 use crate::store::graph::GraphCursor;
 use crate::store::resources::{DesiredResource, ListCursor, ResourceFilter};
@@ -339,12 +340,9 @@ async fn manifest_version_in(conn: &mut PgConnection, resource: &Resource) -> Re
         .unwrap_or(0))
 }
 
-/// Marks a resource for deletion inside the caller's transaction.
-async fn delete_in(
-    conn: &mut PgConnection,
-    state: &ApiState,
-    req: &DeleteResourceRequest,
-) -> Result<DeleteResourceResponse, ApiError> {
+/// Requests deletion of a resource (and its teardown tree) inside the
+/// caller's transaction.
+async fn delete_in(conn: &mut PgConnection, req: &DeleteResourceRequest) -> Result<DeleteResourceResponse, ApiError> {
     let Some(current) = resources::find_for_update(conn, &req.kind, &req.name).await? else {
         if req.allow_missing {
             return Ok(DeleteResourceResponse { resource: None });
@@ -358,19 +356,77 @@ async fn delete_in(
             resource: Some(resource_to_proto(current, version)),
         });
     }
-    let resource = match resources::mark_deleting(conn, current.id).await? {
-        Some(marked) => {
-            let event = NewEvent::lifecycle("DeletionRequested", "deletion requested");
-            record(conn, state, &marked, &event).await?;
-            marked
-        }
-        // Already being deleted: idempotent.
-        None => current,
-    };
+    // Marks the whole teardown tree (idempotent: an already marked tree is
+    // left as it is), reads the target as marked, then starts the teardown
+    // of what is already unblocked. The sweep may remove the target at once
+    // (nothing depends on it and it has no finalizer); the answer is the
+    // resource as it stood when its deletion was requested.
+    let tree = deletion::mark(conn, current.id, API_ACTOR).await?;
+    let resource = resources::get_by_id(conn, current.id).await?.unwrap_or(current);
+    deletion::sweep(conn, &tree).await?;
     let version = manifest_version_in(conn, &resource).await?;
     Ok(DeleteResourceResponse {
         resource: Some(resource_to_proto(resource, version)),
     })
+}
+
+/// Longest note accepted on a quarantine or release, in bytes.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// Which way a quarantine call goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quarantine {
+    /// Set the resource aside.
+    Set,
+    /// Release it.
+    Release,
+}
+
+/// Quarantines or releases a resource inside the caller's transaction;
+/// returns the resource as it is afterwards.
+async fn quarantine_in(
+    conn: &mut PgConnection,
+    kind: &str,
+    name: &str,
+    note: &str,
+    action: Quarantine,
+) -> Result<converge_proto::v1::Resource, ApiError> {
+    let current = resources::find_for_update(conn, kind, name)
+        .await?
+        .ok_or_else(|| resource_not_found(kind, name))?;
+    let outcome = match action {
+        Quarantine::Set => deletion::quarantine(conn, current.id, API_ACTOR, note).await?,
+        Quarantine::Release => deletion::unquarantine(conn, current.id, API_ACTOR, note).await?,
+    };
+    match outcome {
+        SetAside::NotFound => return Err(resource_not_found(kind, name)),
+        SetAside::Deleting => {
+            return Err(ApiError::refused(
+                Reason::DeletionPending,
+                format!("{kind}/{name} is being deleted and cannot be quarantined"),
+            ));
+        }
+        SetAside::Unchanged | SetAside::Changed => {}
+    }
+    let resource = resources::get_by_id(conn, current.id)
+        .await?
+        .ok_or_else(|| resource_not_found(kind, name))?;
+    let version = manifest_version_in(conn, &resource).await?;
+    Ok(resource_to_proto(resource, version))
+}
+
+/// Checks the names and the note of a quarantine call.
+fn check_quarantine_request(kind: &str, name: &str, note: &str) -> Result<(), ApiError> {
+    let mut violations = Vec::new();
+    violations.extend(validate_kind_name("/kind", kind).err());
+    violations.extend(validate_resource_name("/name", name).err());
+    if !violations.is_empty() {
+        return Err(ApiError::violations(Reason::InvalidName, violations));
+    }
+    if note.len() > MAX_NOTE_BYTES {
+        return Err(Violation::new("/message", format!("must be at most {MAX_NOTE_BYTES} bytes")).into());
+    }
+    Ok(())
 }
 
 /// Resolves a kind + name reference to an id (`None` when missing).
@@ -544,11 +600,10 @@ impl ResourceService for ResourceApi {
         let call = WriteCall::new("DeleteResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
-        let state = self.state.clone();
         let target = req.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, req) = (state.clone(), target.clone());
-            Box::pin(async move { delete_in(conn, &state, &req).await })
+            let req = target.clone();
+            Box::pin(async move { delete_in(conn, &req).await })
         })
         .await?;
         Ok(Response::new(answer))
@@ -595,22 +650,48 @@ impl ResourceService for ResourceApi {
 
     async fn quarantine_resource(
         &self,
-        _request: Request<QuarantineResourceRequest>,
+        request: Request<QuarantineResourceRequest>,
     ) -> Result<Response<QuarantineResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/QuarantineResource",
-            "quarantine",
-        ))
+        let req = request.into_inner();
+        check_quarantine_request(&req.kind, &req.name, &req.message)?;
+        let call = WriteCall::new("QuarantineResource", &req.request_id, false, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let req = target.clone();
+            Box::pin(async move {
+                let resource = quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Set).await?;
+                Ok(QuarantineResourceResponse {
+                    resource: Some(resource),
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn unquarantine_resource(
         &self,
-        _request: Request<UnquarantineResourceRequest>,
+        request: Request<UnquarantineResourceRequest>,
     ) -> Result<Response<UnquarantineResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/UnquarantineResource",
-            "quarantine",
-        ))
+        let req = request.into_inner();
+        check_quarantine_request(&req.kind, &req.name, &req.message)?;
+        let call = WriteCall::new("UnquarantineResource", &req.request_id, false, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let req = target.clone();
+            Box::pin(async move {
+                let resource = quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Release).await?;
+                Ok(UnquarantineResourceResponse {
+                    resource: Some(resource),
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn list_resource_events(

@@ -11,8 +11,9 @@
 mod session;
 mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use converge_proto::worker_v1 as wpb;
@@ -28,7 +29,7 @@ use uuid::Uuid;
 use crate::api::ResponseStream;
 use crate::api::status::ApiError;
 use crate::catalog::KindCatalog;
-use crate::cluster::ShardRange;
+use crate::cluster::{LoadSource, MemberLoad, ShardRange};
 use crate::domain::violation::Violation;
 use session::Session;
 
@@ -48,6 +49,28 @@ pub struct BrokerStats {
     pub dispatched: AtomicU64,
     /// Compositions applied.
     pub composed: AtomicU64,
+    /// Worker streams open right now.
+    pub connected: AtomicI64,
+    /// Tasks held by this broker's streams right now.
+    pub in_flight: AtomicI64,
+}
+
+impl LoadSource for BrokerStats {
+    fn load(&self) -> MemberLoad {
+        let read = |counter: &AtomicU64| i64::try_from(counter.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        let gauge = |gauge: &AtomicI64| i32::try_from(gauge.load(Ordering::Relaxed).max(0)).unwrap_or(i32::MAX);
+        MemberLoad {
+            in_flight: gauge(&self.in_flight),
+            connected_workers: gauge(&self.connected),
+            counters: BTreeMap::from([
+                ("dispatched".to_owned(), read(&self.dispatched)),
+                ("applied".to_owned(), read(&self.applied)),
+                ("failed".to_owned(), read(&self.failed)),
+                ("stale".to_owned(), read(&self.stale)),
+                ("composed".to_owned(), read(&self.composed)),
+            ]),
+        }
+    }
 }
 
 /// The broker of this process.
@@ -61,7 +84,7 @@ pub struct Broker {
     /// Bumped on every `work_ready` notification; a session that was busy
     /// when it changed still sees the change (no lost wake-ups).
     wake: watch::Sender<u64>,
-    stats: BrokerStats,
+    stats: Arc<BrokerStats>,
 }
 
 impl Broker {
@@ -79,7 +102,7 @@ impl Broker {
             catalog,
             shards,
             wake: watch::channel(0).0,
-            stats: BrokerStats::default(),
+            stats: Arc::default(),
         });
         tokio::spawn(listen(Arc::downgrade(&broker)));
         broker
@@ -88,6 +111,11 @@ impl Broker {
     /// The broker's counters.
     pub fn stats(&self) -> &BrokerStats {
         &self.stats
+    }
+
+    /// The broker's load, for the membership heartbeat.
+    pub fn load_source(&self) -> Arc<dyn LoadSource> {
+        self.stats.clone()
     }
 }
 

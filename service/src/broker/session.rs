@@ -1,6 +1,7 @@
 //! One worker stream: claims tasks for the pairs the worker serves, walks
-//! each task through its pipeline (compose → work → rollup), and hands the
-//! final results to the outbox in batches.
+//! each reconcile task through its pipeline (compose → work → rollup), runs
+//! teardown tasks as a single delete stage, and hands the final results to
+//! the outbox in batches.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub(super) struct Session {
     tasks: HashMap<Uuid, InFlight>,
     /// Final results not yet written to the outbox.
     results: Vec<TaskResult>,
+    /// How many tasks this stream last counted into the broker's gauge.
+    counted: i64,
     out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
 }
 
@@ -88,6 +91,7 @@ impl Session {
             max,
             tasks: HashMap::new(),
             results: Vec::new(),
+            counted: 0,
             out,
         }
     }
@@ -97,9 +101,11 @@ impl Session {
         if let Err(e) = self.adopt(&resumed).await {
             tracing::warn!(error = %e, "could not adopt resumed leases");
         }
+        self.broker.stats.connected.fetch_add(1, Ordering::Relaxed);
         let mut wake = self.broker.wake.subscribe();
         let mut busy_until = tokio::time::Instant::now() + LINGER;
         'session: loop {
+            self.count_in_flight();
             match self.dispatch().await {
                 Ok(0) => {}
                 Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
@@ -138,10 +144,22 @@ impl Session {
             }
         }
         self.flush().await;
+        self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
         if let Err(e) = work::release(&pool, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
         }
+    }
+
+    /// Brings the broker's in-flight gauge up to date with this stream.
+    fn count_in_flight(&mut self) {
+        let now = i64::try_from(self.tasks.len()).unwrap_or(i64::MAX);
+        self.broker
+            .stats
+            .in_flight
+            .fetch_add(now - self.counted, Ordering::Relaxed);
+        self.counted = now;
     }
 
     /// Takes over the leases a reconnecting worker still holds.
@@ -233,6 +251,13 @@ impl Session {
             }
             let plan = self.plan(&kind, version).await;
             for task in claimed {
+                if task.is_teardown() {
+                    if !self.dispatch_teardown(task, &plan).await? {
+                        return Ok(sent);
+                    }
+                    sent += 1;
+                    continue;
+                }
                 let first = plan.first(task.composed_gen < task.generation);
                 let flight = InFlight {
                     task,
@@ -263,13 +288,38 @@ impl Session {
         Ok(sent)
     }
 
+    /// Sends a teardown task (STAGE_DELETE running the reaction that clears
+    /// the resource's finalizer). A finalizer no reaction of the kind clears
+    /// has nothing to run: the task succeeds at once and the finalizer goes.
+    /// False if the stream is gone.
+    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &StagePlan) -> Result<bool, sqlx::Error> {
+        let finalizer = task.teardown_finalizer().unwrap_or_default().to_owned();
+        let flight = InFlight {
+            task,
+            plan: plan.clone(),
+            stage: Some(Stage::Delete),
+            status: None,
+            conditions: Vec::new(),
+        };
+        if plan.teardown(&finalizer).is_none() {
+            self.finish(flight, true);
+            return Ok(true);
+        }
+        self.send_stage(flight, Stage::Delete).await
+    }
+
     /// The stages of a kind, from the stored manifest; the worker holds none.
     async fn plan(&self, kind: &str, version: i32) -> StagePlan {
         self.broker
             .catalog
             .current(&self.broker.pool, kind, version)
             .await
-            .map(|compiled| StagePlan::of(&compiled.manifest.reactions))
+            .map(|compiled| {
+                StagePlan::of(
+                    &compiled.manifest.reactions,
+                    compiled.manifest.finalizer_name.as_deref(),
+                )
+            })
             .unwrap_or_else(|| StagePlan {
                 work: Some("work".to_owned()),
                 ..StagePlan::default()
@@ -294,8 +344,16 @@ impl Session {
                 descendants: pipeline::descendants(pool, id, MAX_ROLLUP_DESCENDANTS).await?,
                 status: so_far,
             },
+            Stage::Delete => Input::Delete {
+                finalizer: flight.task.teardown_finalizer().unwrap_or_default().to_owned(),
+            },
         };
-        let reaction = flight.plan.reaction(stage).unwrap_or_default().to_owned();
+        let reaction = match stage {
+            Stage::Delete => flight.task.teardown_finalizer().and_then(|f| flight.plan.teardown(f)),
+            _ => flight.plan.reaction(stage),
+        }
+        .unwrap_or_default()
+        .to_owned();
         let message = wire::stage_task(&flight.task, &reaction, input);
         flight.stage = Some(stage);
         // Tracked before sending: if the stream is gone, it is released with the others.
@@ -385,7 +443,7 @@ impl Session {
         match stage {
             Some(Stage::Compose) => self.composed(flight, complete).await?,
             Some(Stage::Work) => self.next_stage(flight, Stage::Work, healthy).await?,
-            Some(Stage::Rollup) | None => self.results.push(TaskResult {
+            Some(Stage::Rollup | Stage::Delete) | None => self.results.push(TaskResult {
                 healthy,
                 ..result_of(&flight)
             }),
@@ -571,5 +629,6 @@ fn result_of(flight: &InFlight) -> TaskResult {
         error: None,
         reason: None,
         terminal: false,
+        finalizer: task.teardown_finalizer().map(str::to_owned),
     }
 }

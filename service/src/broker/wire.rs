@@ -30,6 +30,11 @@ pub enum Input {
         /// Status so far.
         status: Option<Value>,
     },
+    /// Delete: the finalizer the teardown clears.
+    Delete {
+        /// The finalizer.
+        finalizer: String,
+    },
 }
 
 /// The StageTask message of one dispatch.
@@ -48,6 +53,7 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
         ready: task.synced_gen >= task.generation && task.health_ok,
         healthy: task.health_ok,
         finalizers: task.finalizers.clone(),
+        delete_time: task.deletion_requested_at.map(timestamp),
         ..Default::default()
     };
     let deadline = task.deadline_secs.map(|secs| {
@@ -83,6 +89,11 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
                 descendants: descendants.into_iter().map(member).collect(),
                 status: status.as_ref().and_then(json_to_struct),
             }),
+        ),
+        Input::Delete { finalizer } => (
+            wpb::Stage::Delete,
+            wpb::Trigger::DeleteRequested,
+            wpb::stage_task::Input::DeleteInput(wpb::DeleteInput { finalizer }),
         ),
     };
     wpb::WorkStreamResponse {
@@ -236,6 +247,7 @@ pub fn stage_of(complete: &wpb::StageComplete) -> Option<Stage> {
         Ok(wpb::Stage::Compose) => Some(Stage::Compose),
         Ok(wpb::Stage::Work) => Some(Stage::Work),
         Ok(wpb::Stage::Rollup) => Some(Stage::Rollup),
+        Ok(wpb::Stage::Delete) => Some(Stage::Delete),
         _ => None,
     }
 }

@@ -6,6 +6,7 @@
 //! `LISTEN cluster_changed`, a crashed member drops out when its heartbeat
 //! lapses (the periodic tick re-reads membership).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -59,6 +60,7 @@ impl MembershipTiming {
 #[derive(Debug)]
 pub struct Membership {
     member_id: String,
+    load: Arc<LoadSlot>,
     pool: PgPool,
     shards: watch::Receiver<Option<ShardRange>>,
     stop: watch::Sender<bool>,
@@ -72,15 +74,24 @@ impl Membership {
         registration: MemberRegistration,
         timing: MembershipTiming,
     ) -> Result<Self, sqlx::Error> {
-        store::heartbeat(&pool, &registration).await?;
+        store::heartbeat(&pool, &registration, &MemberLoad::default()).await?;
         let range = store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await?;
         let (shards_tx, shards) = watch::channel(range);
         let (stop, stop_rx) = watch::channel(false);
         let member_id = registration.member_id.clone();
-        let task = tokio::spawn(heartbeat_loop(pool.clone(), registration, timing, shards_tx, stop_rx));
+        let load = Arc::new(LoadSlot::default());
+        let task = tokio::spawn(heartbeat_loop(
+            pool.clone(),
+            registration,
+            timing,
+            shards_tx,
+            stop_rx,
+            load.clone(),
+        ));
         tracing::info!(member_id, ?range, "joined the cluster");
         Ok(Self {
             member_id,
+            load,
             pool,
             shards,
             stop,
@@ -91,6 +102,13 @@ impl Membership {
     /// This member's id.
     pub fn member_id(&self) -> &str {
         &self.member_id
+    }
+
+    /// Reports `source`'s load with every heartbeat from now on.
+    pub fn report_load(&self, source: Arc<dyn LoadSource>) {
+        if let Ok(mut slot) = self.load.0.write() {
+            *slot = Some(source);
+        }
     }
 
     /// The current shard range, updated as membership changes.
@@ -109,6 +127,37 @@ impl Membership {
             Ok(()) => tracing::info!(member_id = %self.member_id, "left the cluster"),
             Err(e) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
         }
+    }
+}
+
+/// What a member reports about its work with each heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberLoad {
+    /// Tasks leased through the member right now.
+    pub in_flight: i32,
+    /// Worker streams connected to the member.
+    pub connected_workers: i32,
+    /// Counters since the process started, by name.
+    pub counters: std::collections::BTreeMap<String, i64>,
+}
+
+/// Something that knows a member's load (the broker).
+pub trait LoadSource: Send + Sync + std::fmt::Debug {
+    /// The load right now.
+    fn load(&self) -> MemberLoad;
+}
+
+/// Where the heartbeat finds the load source, once there is one.
+#[derive(Debug, Default)]
+struct LoadSlot(std::sync::RwLock<Option<Arc<dyn LoadSource>>>);
+
+impl LoadSlot {
+    fn current(&self) -> MemberLoad {
+        self.0
+            .read()
+            .ok()
+            .and_then(|slot| slot.as_ref().map(|source| source.load()))
+            .unwrap_or_default()
     }
 }
 
@@ -133,6 +182,7 @@ async fn heartbeat_loop(
     timing: MembershipTiming,
     shards: watch::Sender<Option<ShardRange>>,
     mut stop: watch::Receiver<bool>,
+    load: Arc<LoadSlot>,
 ) {
     let mut listener = match PgListener::connect_with(&pool).await {
         Ok(mut l) => match l.listen("cluster_changed").await {
@@ -162,7 +212,7 @@ async fn heartbeat_loop(
             }
         };
         if beat {
-            if let Err(e) = store::heartbeat(&pool, &registration).await {
+            if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
                 tracing::warn!(error = %e, "cluster heartbeat failed");
                 continue;
             }

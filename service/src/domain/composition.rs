@@ -32,6 +32,18 @@ pub enum Stage {
     Work,
     /// Fold the settled children into the resource's status.
     Rollup,
+    /// Tear a finalizer-bearing resource down (a `delete` task, outside the
+    /// reconcile pipeline).
+    Delete,
+}
+
+/// A teardown reaction of a kind and the finalizer it clears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Teardown {
+    /// The finalizer the reaction clears.
+    pub finalizer: String,
+    /// The reaction name.
+    pub reaction: String,
 }
 
 /// The reaction names of each stage a kind runs; `None` = the kind skips it.
@@ -43,13 +55,33 @@ pub struct StagePlan {
     pub work: Option<String>,
     /// The rollup (children settled emitting status).
     pub rollup: Option<String>,
+    /// The teardowns (delete requested), each with the finalizer it clears.
+    pub teardowns: Vec<Teardown>,
 }
 
 impl StagePlan {
-    /// The plan of a manifest's reactions.
-    pub fn of(reactions: &[Reaction]) -> Self {
+    /// The plan of a manifest's reactions; a teardown reaction without its
+    /// own finalizer clears the manifest's `finalizer_name`.
+    pub fn of(reactions: &[Reaction], finalizer_name: Option<&str>) -> Self {
         let find = |pick: &dyn Fn(&Reaction) -> bool| reactions.iter().find(|r| pick(r)).map(|r| r.name.clone());
+        let manifest_finalizer = finalizer_name.filter(|f| !f.is_empty());
+        let teardowns = reactions
+            .iter()
+            .filter(|r| r.trigger == Trigger::DeleteRequested)
+            .filter_map(|r| {
+                let finalizer = r
+                    .finalizer
+                    .as_deref()
+                    .filter(|f| !f.is_empty())
+                    .or(manifest_finalizer)?;
+                Some(Teardown {
+                    finalizer: finalizer.to_owned(),
+                    reaction: r.name.clone(),
+                })
+            })
+            .collect();
         Self {
+            teardowns,
             compose: find(&|r| r.trigger == Trigger::SpecChange && r.emits.contains(&Emit::Children)),
             work: find(&|r| r.trigger == Trigger::SpecChange && !r.emits.contains(&Emit::Children) && emits_state(r))
                 .or_else(|| find(&|r| r.trigger == Trigger::SpecChange && !r.emits.contains(&Emit::Children))),
@@ -76,13 +108,22 @@ impl StagePlan {
         }
     }
 
-    /// The reaction a stage runs.
+    /// The reaction a stage runs (for [`Stage::Delete`], the first teardown).
     pub fn reaction(&self, stage: Stage) -> Option<&str> {
         match stage {
             Stage::Compose => self.compose.as_deref(),
             Stage::Work => self.work.as_deref(),
             Stage::Rollup => self.rollup.as_deref(),
+            Stage::Delete => self.teardowns.first().map(|t| t.reaction.as_str()),
         }
+    }
+
+    /// The teardown reaction that clears `finalizer`, if the kind has one.
+    pub fn teardown(&self, finalizer: &str) -> Option<&str> {
+        self.teardowns
+            .iter()
+            .find(|t| t.finalizer == finalizer)
+            .map(|t| t.reaction.as_str())
     }
 }
 
@@ -364,18 +405,39 @@ mod tests {
 
     #[test]
     fn plans_follow_the_reactions() {
-        let plan = StagePlan::of(&[
-            reaction("compose", Trigger::SpecChange, &[Emit::Children, Emit::Status]),
-            reaction("rollup", Trigger::ChildrenSettled, &[Emit::Status]),
-        ]);
+        let plan = StagePlan::of(
+            &[
+                reaction("compose", Trigger::SpecChange, &[Emit::Children, Emit::Status]),
+                reaction("rollup", Trigger::ChildrenSettled, &[Emit::Status]),
+            ],
+            None,
+        );
         assert_eq!(plan.first(true), Some(Stage::Compose));
         assert_eq!(plan.first(false), Some(Stage::Rollup));
         assert_eq!(plan.after(Stage::Compose), Some(Stage::Rollup));
         assert_eq!(plan.after(Stage::Rollup), None);
-        let leaf = StagePlan::of(&[reaction("work", Trigger::SpecChange, &[Emit::Status])]);
+        let leaf = StagePlan::of(&[reaction("work", Trigger::SpecChange, &[Emit::Status])], None);
         assert_eq!(leaf.first(true), Some(Stage::Work));
         assert_eq!(leaf.after(Stage::Work), None);
         assert_eq!(leaf.reaction(Stage::Work), Some("work"));
+        assert_eq!(leaf.teardown("x/y"), None);
+    }
+
+    #[test]
+    fn teardowns_clear_their_own_finalizer_or_the_manifests() {
+        let own = Reaction {
+            finalizer: Some("own/fin".into()),
+            ..reaction("own", Trigger::DeleteRequested, &[Emit::Finalizer])
+        };
+        let plain = reaction("plain", Trigger::DeleteRequested, &[Emit::Finalizer]);
+        let plan = StagePlan::of(&[own, plain.clone()], Some("kind/fin"));
+        assert_eq!(plan.teardown("own/fin"), Some("own"));
+        assert_eq!(plan.teardown("kind/fin"), Some("plain"));
+        assert_eq!(plan.teardown("other/fin"), None);
+        assert_eq!(plan.reaction(Stage::Delete), Some("own"));
+        assert_eq!(plan.after(Stage::Delete), None);
+        // Without a finalizer to clear, a teardown reaction is not planned.
+        assert!(StagePlan::of(&[plain], None).teardowns.is_empty());
     }
 
     #[test]

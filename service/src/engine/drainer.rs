@@ -25,6 +25,10 @@ pub struct DrainerConfig {
     pub recheck_poll: Duration,
     /// How long an armed rollup recheck is kept while its owner stays blocked.
     pub recheck_window: Duration,
+    /// Poll interval while results are flowing.
+    pub busy_poll: Duration,
+    /// How long the drainer keeps polling fast after the last sign of work.
+    pub linger: Duration,
 }
 
 impl Default for DrainerConfig {
@@ -34,6 +38,8 @@ impl Default for DrainerConfig {
             failsafe: Duration::from_secs(1),
             recheck_poll: Duration::from_millis(25),
             recheck_window: Duration::from_secs(5),
+            busy_poll: Duration::from_millis(5),
+            linger: Duration::from_millis(120),
         }
     }
 }
@@ -48,21 +54,31 @@ pub fn spawn(
     tokio::spawn(async move {
         let (wake_tx, mut wake) = watch::channel(0u64);
         let listener = tokio::spawn(listen(pool.clone(), wake_tx));
+        // Wake-ups are throttled to one per 50 ms window fleet-wide, so after
+        // any sign of work the drainer polls fast for a while to catch
+        // results appended just after the wake it saw.
+        let mut busy_until = tokio::time::Instant::now();
         loop {
             let range = *shards.borrow();
-            let pause = match range {
-                Some(range) => match pass(&pool, &config, range).await {
+            let mut pause = config.failsafe;
+            if let Some(range) = range {
+                match pass(&pool, &config, range).await {
                     // More may be waiting: go again at once.
-                    Ok(Pass { drained, .. }) if drained >= config.batch => Duration::ZERO,
-                    Ok(Pass { armed: true, .. }) => config.recheck_poll,
-                    Ok(_) => config.failsafe,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "drain pass failed");
-                        config.failsafe
+                    Ok(Pass { drained, .. }) if drained >= config.batch => pause = Duration::ZERO,
+                    Ok(Pass { drained, armed }) => {
+                        if drained > 0 {
+                            busy_until = tokio::time::Instant::now() + config.linger;
+                        }
+                        if armed {
+                            pause = config.recheck_poll;
+                        }
                     }
-                },
-                None => config.failsafe,
-            };
+                    Err(e) => tracing::warn!(error = %e, "drain pass failed"),
+                }
+            }
+            if tokio::time::Instant::now() < busy_until {
+                pause = pause.min(config.busy_poll);
+            }
             if pause.is_zero() {
                 if *stop.borrow() {
                     break;
@@ -71,7 +87,7 @@ pub fn spawn(
             }
             tokio::select! {
                 _ = stop.changed() => break,
-                _ = wake.changed() => {}
+                _ = wake.changed() => busy_until = tokio::time::Instant::now() + config.linger,
                 _ = tokio::time::sleep(pause) => {}
             }
         }

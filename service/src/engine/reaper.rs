@@ -2,7 +2,11 @@
 //! statement is idempotent and locks with SKIP LOCKED, so pods share it).
 //! Frees leases whose holders stopped attesting them, fails tasks past their
 //! deadline, re-queues lagging resources that lost their task (after a crash
-//! empties the unlogged queue), and drops tasks of deleted or frozen resources.
+//! empties the unlogged queue), drops tasks of deleted or frozen resources,
+//! hands orphans whose grace period ended to teardown, and sweeps the
+//! deletion cascade (queues teardowns of unblocked nodes, removes finished
+//! ones; also the restart path after a crash emptied the queue). Both sweeps
+//! are free when nothing is orphaned or being deleted.
 
 use std::time::Duration;
 

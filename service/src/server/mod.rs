@@ -263,12 +263,14 @@ async fn prepare_and_spawn(
         ));
     }
     let broker = config.serve.role.serves_workers().then(|| {
-        crate::broker::Broker::start(
+        let broker = crate::broker::Broker::start(
             pool.clone(),
             membership.member_id().to_owned(),
             catalog.clone(),
             membership.shards(),
-        )
+        );
+        membership.report_load(broker.load_source());
+        broker
     });
     let background = Background { stop, tasks };
     let state = ApiState::new(

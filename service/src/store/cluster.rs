@@ -1,10 +1,13 @@
 //! `cluster_members`: the registry of running pods and their shard ranges.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use sqlx::types::Json;
 
 use super::StoreResult;
-use crate::cluster::ShardRange;
+use crate::cluster::{MemberLoad, ShardRange};
 
 /// How a member describes itself when it registers.
 #[derive(Debug, Clone)]
@@ -46,6 +49,10 @@ pub struct MemberRow {
     pub shard_hi: Option<i16>,
     /// Tasks the member holds leases for.
     pub in_flight: i32,
+    /// Worker streams connected to the member.
+    pub connected_workers: i32,
+    /// The member's counters since start.
+    pub counters: Json<BTreeMap<String, i64>>,
     /// When the process registered.
     pub started_at: DateTime<Utc>,
     /// Last heartbeat (database clock).
@@ -54,12 +61,15 @@ pub struct MemberRow {
     pub live: bool,
 }
 
-/// Inserts or refreshes this member's row (the heartbeat).
-pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration) -> StoreResult<()> {
+/// Inserts or refreshes this member's row (the heartbeat) with its load.
+pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &MemberLoad) -> StoreResult<()> {
     sqlx::query(
-        "INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (member_id) DO UPDATE SET last_heartbeat = now()",
+        "INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr,
+                                      in_flight, connected_workers, counters)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (member_id) DO UPDATE
+             SET last_heartbeat = now(), in_flight = EXCLUDED.in_flight,
+                 connected_workers = EXCLUDED.connected_workers, counters = EXCLUDED.counters",
     )
     .bind(&member.member_id)
     .bind(&member.role)
@@ -67,6 +77,9 @@ pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration) -> StoreResul
     .bind(&member.hostname)
     .bind(member.pid)
     .bind(&member.listen_addr)
+    .bind(load.in_flight)
+    .bind(load.connected_workers)
+    .bind(Json(&load.counters))
     .execute(pool)
     .await?;
     Ok(())
@@ -119,7 +132,7 @@ pub async fn delete_stale(pool: &PgPool, ttl_secs: i32) -> StoreResult<u64> {
 pub async fn list(pool: &PgPool, liveness_secs: i32) -> StoreResult<Vec<MemberRow>> {
     sqlx::query_as(
         "SELECT member_id, role, state, version, hostname, pid, listen_addr, shard_lo, shard_hi,
-                in_flight, started_at, last_heartbeat,
+                in_flight, connected_workers, counters, started_at, last_heartbeat,
                 last_heartbeat > now() - make_interval(secs => $1) AS live
          FROM cluster_members ORDER BY member_id",
     )

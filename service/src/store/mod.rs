@@ -3,6 +3,7 @@
 
 pub mod changes;
 pub mod cluster;
+pub mod deletion;
 pub mod events;
 pub mod graph;
 pub mod kinds;

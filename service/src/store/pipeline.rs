@@ -226,15 +226,17 @@ pub async fn children(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<Vec
         .await
 }
 
-/// The live subtree under `owner` (children, their children, ...; set-aside
-/// members excluded), owners before what they composed.
+/// The live subtree under `owner` (children, their children, ...; members
+/// set aside or being torn down excluded, as the rollup gate ignores them),
+/// owners before what they composed.
 pub async fn descendants(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<Vec<MemberRow>> {
     let sql = format!(
         "WITH RECURSIVE tree(id, depth) AS (
-             SELECT c.id, 1 FROM resources c WHERE c.owner_id = $1 AND c.frozen_until IS NULL
+             SELECT c.id, 1 FROM resources c
+             WHERE c.owner_id = $1 AND c.frozen_until IS NULL AND c.deletion_requested_at IS NULL
              UNION
              SELECT c.id, t.depth + 1 FROM resources c JOIN tree t ON c.owner_id = t.id
-             WHERE c.frozen_until IS NULL AND t.depth < 64
+             WHERE c.frozen_until IS NULL AND c.deletion_requested_at IS NULL AND t.depth < 64
          )
          SELECT {MEMBER_COLUMNS} FROM tree x JOIN resources r ON r.id = x.id
          LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id

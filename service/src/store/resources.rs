@@ -185,27 +185,6 @@ pub async fn update_desired(
     reread(conn, updated).await
 }
 
-/// Marks a resource for deletion (once) and seeds its finalizer from the
-/// kind's configuration. `None` when it was already marked.
-pub async fn mark_deleting(conn: &mut PgConnection, id: Uuid) -> StoreResult<Option<Resource>> {
-    let updated: Option<Uuid> = sqlx::query_scalar(
-        "UPDATE resources r
-         SET deletion_requested_at = now(),
-             frozen_until = NULL,
-             finalizers = ARRAY(
-                 SELECT DISTINCT f FROM unnest(r.finalizers || (
-                     SELECT array_remove(ARRAY[c.finalizer_name], NULL) FROM kind_config c
-                     WHERE c.kind = r.kind AND c.kind_version = r.kind_version)) AS f
-                 ORDER BY f)
-         WHERE r.id = $1 AND r.deletion_requested_at IS NULL
-         RETURNING r.id",
-    )
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    reread(conn, updated).await
-}
-
 /// The resource a write touched, as the API reads it (`None`: nothing written).
 async fn reread(conn: &mut PgConnection, written: Option<Uuid>) -> StoreResult<Option<Resource>> {
     match written {

@@ -45,15 +45,29 @@ pub async fn request_reconcile(conn: &mut PgConnection, id: Uuid, reset: bool) -
     .bind(id)
     .execute(&mut *conn)
     .await?;
+    // A teardown parked after a terminal failure (or waiting out a retry
+    // delay) is released at once.
+    sqlx::query(
+        "UPDATE work_queue SET not_before = now()
+         WHERE resource_id = $1 AND task_type = 'delete' AND broker_id IS NULL AND not_before > now()",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
     sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
         .execute(conn)
         .await?;
     Ok(())
 }
 
+/// The `task_type` of a teardown task.
+pub const DELETE_TASK: &str = "delete";
+
 /// A claimed task with the state of its resource.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedTask {
+    /// `reconcile` or `delete` ([`DELETE_TASK`]).
+    pub task_type: String,
     /// The unguessable lease handle.
     pub lease_token: Uuid,
     /// The fence.
@@ -88,13 +102,29 @@ pub struct ClaimedTask {
     pub finalizers: Vec<String>,
     /// Generation of the last composition.
     pub composed_gen: i64,
+    /// When deletion was requested (`None` unless the resource is being deleted).
+    pub deletion_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl ClaimedTask {
+    /// Whether this is a teardown task.
+    pub fn is_teardown(&self) -> bool {
+        self.task_type == DELETE_TASK
+    }
+
+    /// The finalizer a teardown task clears: the resource's first one.
+    pub fn teardown_finalizer(&self) -> Option<&str> {
+        self.is_teardown()
+            .then(|| self.finalizers.first().map(String::as_str))
+            .flatten()
+    }
 }
 
 /// The columns of a [`ClaimedTask`] over a task row `cl` and its resource `r`.
-const TASK_COLUMNS: &str = "cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
+const TASK_COLUMNS: &str = "cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
      extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs, \
      r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, \
-     r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen";
+     r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen, r.deletion_requested_at";
 
 /// The leased tasks behind `leases` (for leases adopted after a reconnect).
 pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTask>> {
@@ -241,6 +271,9 @@ pub struct TaskResult {
     pub reason: Option<String>,
     /// Whether the failure is terminal.
     pub terminal: bool,
+    /// The finalizer a successful teardown clears (teardown tasks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalizer: Option<String>,
 }
 
 /// Writes results to the outbox where their fences still match; returns the
@@ -356,6 +389,10 @@ pub struct ReapReport {
     pub requeued: i32,
     /// Orphaned tasks dropped.
     pub dropped: i32,
+    /// Teardown tasks queued plus deleted resources removed.
+    pub swept: i32,
+    /// Orphans whose grace period ended, handed to teardown.
+    pub expired_orphans: i32,
 }
 
 /// One reaper pass over all backstops.
@@ -375,10 +412,21 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
     }
     let [overdue, requeued, dropped] = counts;
+    // Orphans first: an expired one is marked, and the sweep then starts its teardown.
+    let mut sweeps = [0i32; 2];
+    for (slot, sql) in sweeps.iter_mut().zip([
+        "SELECT sweep_expired_orphans($1, 0::smallint, 255::smallint)",
+        "SELECT sweep_deletable($1, 0::smallint, 255::smallint)",
+    ]) {
+        *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
+    }
+    let [expired_orphans, swept] = sweeps;
     Ok(ReapReport {
         stale,
         overdue,
         requeued,
         dropped,
+        swept,
+        expired_orphans,
     })
 }

@@ -328,9 +328,12 @@ type ClusterMember struct {
 	Workers []*ConnectedWorker `protobuf:"bytes,12,rep,name=workers,proto3" json:"workers,omitempty"`
 	// The static, non-secret settings the member booted with (listen
 	// addresses, role, pool sizes, ...), for diagnosis.
-	Config        *structpb.Struct `protobuf:"bytes,13,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Config *structpb.Struct `protobuf:"bytes,13,opt,name=config,proto3" json:"config,omitempty"`
+	// What the member's broker did since the process started (brokers only;
+	// as of its last heartbeat).
+	BrokerCounters *BrokerCounters `protobuf:"bytes,14,opt,name=broker_counters,json=brokerCounters,proto3" json:"broker_counters,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterMember) Reset() {
@@ -454,6 +457,98 @@ func (x *ClusterMember) GetConfig() *structpb.Struct {
 	return nil
 }
 
+func (x *ClusterMember) GetBrokerCounters() *BrokerCounters {
+	if x != nil {
+		return x.BrokerCounters
+	}
+	return nil
+}
+
+// Counters of one member's broker since its process started.
+type BrokerCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks dispatched to workers (every pipeline stage counts).
+	Dispatched int64 `protobuf:"varint,1,opt,name=dispatched,proto3" json:"dispatched,omitempty"`
+	// Results accepted: their fence matched and they were queued for the
+	// drainer.
+	Applied int64 `protobuf:"varint,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	// Failures reported by workers and accepted.
+	Failed int64 `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Results dropped because their fence (lease token, claim epoch,
+	// generation, manifest version) no longer matched: a late answer of a
+	// task that was re-leased, re-pointed or expired.
+	Stale int64 `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Compositions applied.
+	Composed      int64 `protobuf:"varint,5,opt,name=composed,proto3" json:"composed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BrokerCounters) Reset() {
+	*x = BrokerCounters{}
+	mi := &file_converge_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BrokerCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BrokerCounters) ProtoMessage() {}
+
+func (x *BrokerCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BrokerCounters.ProtoReflect.Descriptor instead.
+func (*BrokerCounters) Descriptor() ([]byte, []int) {
+	return file_converge_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BrokerCounters) GetDispatched() int64 {
+	if x != nil {
+		return x.Dispatched
+	}
+	return 0
+}
+
+func (x *BrokerCounters) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *BrokerCounters) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *BrokerCounters) GetStale() int64 {
+	if x != nil {
+		return x.Stale
+	}
+	return 0
+}
+
+func (x *BrokerCounters) GetComposed() int64 {
+	if x != nil {
+		return x.Composed
+	}
+	return 0
+}
+
 var File_converge_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_converge_v1_cluster_proto_rawDesc = "" +
@@ -474,7 +569,7 @@ const file_converge_v1_cluster_proto_rawDesc = "" +
 	"\x05kinds\x18\x03 \x03(\v2\x17.converge.v1.ServedKindR\x05kinds\x12!\n" +
 	"\fmax_inflight\x18\x04 \x01(\x05R\vmaxInflight\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x05R\binFlight\x12=\n" +
-	"\fconnect_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\"\xab\x04\n" +
+	"\fconnect_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\"\xf1\x04\n" +
 	"\rClusterMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12+\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x17.converge.v1.MemberRoleR\x04role\x128\n" +
@@ -491,7 +586,16 @@ const file_converge_v1_cluster_proto_rawDesc = "" +
 	" \x01(\x05R\binFlight\x12+\n" +
 	"\x11connected_workers\x18\v \x01(\x05R\x10connectedWorkers\x126\n" +
 	"\aworkers\x18\f \x03(\v2\x1c.converge.v1.ConnectedWorkerR\aworkers\x12/\n" +
-	"\x06config\x18\r \x01(\v2\x17.google.protobuf.StructR\x06config*o\n" +
+	"\x06config\x18\r \x01(\v2\x17.google.protobuf.StructR\x06config\x12D\n" +
+	"\x0fbroker_counters\x18\x0e \x01(\v2\x1b.converge.v1.BrokerCountersR\x0ebrokerCounters\"\x94\x01\n" +
+	"\x0eBrokerCounters\x12\x1e\n" +
+	"\n" +
+	"dispatched\x18\x01 \x01(\x03R\n" +
+	"dispatched\x12\x18\n" +
+	"\aapplied\x18\x02 \x01(\x03R\aapplied\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x03R\x06failed\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\x03R\x05stale\x12\x1a\n" +
+	"\bcomposed\x18\x05 \x01(\x03R\bcomposed*o\n" +
 	"\n" +
 	"MemberRole\x12\x1b\n" +
 	"\x17MEMBER_ROLE_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -513,30 +617,32 @@ func file_converge_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_converge_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_converge_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_converge_v1_cluster_proto_goTypes = []any{
 	(MemberRole)(0),               // 0: converge.v1.MemberRole
 	(*ShardRange)(nil),            // 1: converge.v1.ShardRange
 	(*ServedKind)(nil),            // 2: converge.v1.ServedKind
 	(*ConnectedWorker)(nil),       // 3: converge.v1.ConnectedWorker
 	(*ClusterMember)(nil),         // 4: converge.v1.ClusterMember
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 6: google.protobuf.Struct
+	(*BrokerCounters)(nil),        // 5: converge.v1.BrokerCounters
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
 }
 var file_converge_v1_cluster_proto_depIdxs = []int32{
 	2, // 0: converge.v1.ConnectedWorker.kinds:type_name -> converge.v1.ServedKind
-	5, // 1: converge.v1.ConnectedWorker.connect_time:type_name -> google.protobuf.Timestamp
+	6, // 1: converge.v1.ConnectedWorker.connect_time:type_name -> google.protobuf.Timestamp
 	0, // 2: converge.v1.ClusterMember.role:type_name -> converge.v1.MemberRole
 	1, // 3: converge.v1.ClusterMember.shard_range:type_name -> converge.v1.ShardRange
-	5, // 4: converge.v1.ClusterMember.start_time:type_name -> google.protobuf.Timestamp
-	5, // 5: converge.v1.ClusterMember.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	6, // 4: converge.v1.ClusterMember.start_time:type_name -> google.protobuf.Timestamp
+	6, // 5: converge.v1.ClusterMember.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	3, // 6: converge.v1.ClusterMember.workers:type_name -> converge.v1.ConnectedWorker
-	6, // 7: converge.v1.ClusterMember.config:type_name -> google.protobuf.Struct
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	7, // 7: converge.v1.ClusterMember.config:type_name -> google.protobuf.Struct
+	5, // 8: converge.v1.ClusterMember.broker_counters:type_name -> converge.v1.BrokerCounters
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_cluster_proto_init() }
@@ -550,7 +656,7 @@ func file_converge_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_cluster_proto_rawDesc), len(file_converge_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/cluster.proto.
  */
 export const file_converge_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("Chljb252ZXJnZS92MS9jbHVzdGVyLnByb3RvEgtjb252ZXJnZS52MSIkCgpTaGFyZFJhbmdlEgoKAmxvGAEgASgFEgoKAmhpGAIgASgFIj8KClNlcnZlZEtpbmQSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDQoFcmVhZHkYAyABKAgitQEKD0Nvbm5lY3RlZFdvcmtlchIQCghpZGVudGl0eRgBIAEoCRINCgVhZ2VudBgCIAEoCRImCgVraW5kcxgDIAMoCzIXLmNvbnZlcmdlLnYxLlNlcnZlZEtpbmQSFAoMbWF4X2luZmxpZ2h0GAQgASgFEhEKCWluX2ZsaWdodBgFIAEoBRIwCgxjb25uZWN0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqUDCg1DbHVzdGVyTWVtYmVyEhEKCW1lbWJlcl9pZBgBIAEoCRIlCgRyb2xlGAIgASgOMhcuY29udmVyZ2UudjEuTWVtYmVyUm9sZRIsCgtzaGFyZF9yYW5nZRgDIAEoCzIXLmNvbnZlcmdlLnYxLlNoYXJkUmFuZ2USDwoHdmVyc2lvbhgEIAEoCRIQCghob3N0bmFtZRgFIAEoCRILCgNwaWQYBiABKAUSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTbGFzdF9oZWFydGJlYXRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFcmVhZHkYCSABKAgSEQoJaW5fZmxpZ2h0GAogASgFEhkKEWNvbm5lY3RlZF93b3JrZXJzGAsgASgFEi0KB3dvcmtlcnMYDCADKAsyHC5jb252ZXJnZS52MS5Db25uZWN0ZWRXb3JrZXISJwoGY29uZmlnGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCpvCgpNZW1iZXJSb2xlEhsKF01FTUJFUl9ST0xFX1VOU1BFQ0lGSUVEEAASEwoPTUVNQkVSX1JPTEVfQUxMEAESFwoTTUVNQkVSX1JPTEVfQ09OVFJPTBACEhYKEk1FTUJFUl9ST0xFX0JST0tFUhADQpwBCg9jb20uY29udmVyZ2UudjFCDENsdXN0ZXJQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chljb252ZXJnZS92MS9jbHVzdGVyLnByb3RvEgtjb252ZXJnZS52MSIkCgpTaGFyZFJhbmdlEgoKAmxvGAEgASgFEgoKAmhpGAIgASgFIj8KClNlcnZlZEtpbmQSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDQoFcmVhZHkYAyABKAgitQEKD0Nvbm5lY3RlZFdvcmtlchIQCghpZGVudGl0eRgBIAEoCRINCgVhZ2VudBgCIAEoCRImCgVraW5kcxgDIAMoCzIXLmNvbnZlcmdlLnYxLlNlcnZlZEtpbmQSFAoMbWF4X2luZmxpZ2h0GAQgASgFEhEKCWluX2ZsaWdodBgFIAEoBRIwCgxjb25uZWN0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wItsDCg1DbHVzdGVyTWVtYmVyEhEKCW1lbWJlcl9pZBgBIAEoCRIlCgRyb2xlGAIgASgOMhcuY29udmVyZ2UudjEuTWVtYmVyUm9sZRIsCgtzaGFyZF9yYW5nZRgDIAEoCzIXLmNvbnZlcmdlLnYxLlNoYXJkUmFuZ2USDwoHdmVyc2lvbhgEIAEoCRIQCghob3N0bmFtZRgFIAEoCRILCgNwaWQYBiABKAUSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTbGFzdF9oZWFydGJlYXRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFcmVhZHkYCSABKAgSEQoJaW5fZmxpZ2h0GAogASgFEhkKEWNvbm5lY3RlZF93b3JrZXJzGAsgASgFEi0KB3dvcmtlcnMYDCADKAsyHC5jb252ZXJnZS52MS5Db25uZWN0ZWRXb3JrZXISJwoGY29uZmlnGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI0Cg9icm9rZXJfY291bnRlcnMYDiABKAsyGy5jb252ZXJnZS52MS5Ccm9rZXJDb3VudGVycyJmCg5Ccm9rZXJDb3VudGVycxISCgpkaXNwYXRjaGVkGAEgASgDEg8KB2FwcGxpZWQYAiABKAMSDgoGZmFpbGVkGAMgASgDEg0KBXN0YWxlGAQgASgDEhAKCGNvbXBvc2VkGAUgASgDKm8KCk1lbWJlclJvbGUSGwoXTUVNQkVSX1JPTEVfVU5TUEVDSUZJRUQQABITCg9NRU1CRVJfUk9MRV9BTEwQARIXChNNRU1CRVJfUk9MRV9DT05UUk9MEAISFgoSTUVNQkVSX1JPTEVfQlJPS0VSEANCnAEKD2NvbS5jb252ZXJnZS52MUIMQ2x1c3RlclByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * An inclusive range of the 256 logical shards (0..255) a member currently
@@ -239,6 +239,14 @@ export type ClusterMember = Message<"converge.v1.ClusterMember"> & {
    * @generated from field: google.protobuf.Struct config = 13;
    */
   config?: JsonObject | undefined;
+
+  /**
+   * What the member's broker did since the process started (brokers only;
+   * as of its last heartbeat).
+   *
+   * @generated from field: converge.v1.BrokerCounters broker_counters = 14;
+   */
+  brokerCounters?: BrokerCounters | undefined;
 };
 
 /**
@@ -247,6 +255,58 @@ export type ClusterMember = Message<"converge.v1.ClusterMember"> & {
  */
 export const ClusterMemberSchema: GenMessage<ClusterMember> = /*@__PURE__*/
   messageDesc(file_converge_v1_cluster, 3);
+
+/**
+ * Counters of one member's broker since its process started.
+ *
+ * @generated from message converge.v1.BrokerCounters
+ */
+export type BrokerCounters = Message<"converge.v1.BrokerCounters"> & {
+  /**
+   * Tasks dispatched to workers (every pipeline stage counts).
+   *
+   * @generated from field: int64 dispatched = 1;
+   */
+  dispatched: bigint;
+
+  /**
+   * Results accepted: their fence matched and they were queued for the
+   * drainer.
+   *
+   * @generated from field: int64 applied = 2;
+   */
+  applied: bigint;
+
+  /**
+   * Failures reported by workers and accepted.
+   *
+   * @generated from field: int64 failed = 3;
+   */
+  failed: bigint;
+
+  /**
+   * Results dropped because their fence (lease token, claim epoch,
+   * generation, manifest version) no longer matched: a late answer of a
+   * task that was re-leased, re-pointed or expired.
+   *
+   * @generated from field: int64 stale = 4;
+   */
+  stale: bigint;
+
+  /**
+   * Compositions applied.
+   *
+   * @generated from field: int64 composed = 5;
+   */
+  composed: bigint;
+};
+
+/**
+ * Describes the message converge.v1.BrokerCounters.
+ * Use `create(BrokerCountersSchema)` to create a new message.
+ */
+export const BrokerCountersSchema: GenMessage<BrokerCounters> = /*@__PURE__*/
+  messageDesc(file_converge_v1_cluster, 4);
 
 /**
  * The duties a converge server process runs, chosen at boot.

@@ -57,7 +57,7 @@ class ConnectedWorker(_message.Message):
     def __init__(self, identity: _Optional[str] = ..., agent: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[ServedKind, _Mapping]]] = ..., max_inflight: _Optional[int] = ..., in_flight: _Optional[int] = ..., connect_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ClusterMember(_message.Message):
-    __slots__ = ("member_id", "role", "shard_range", "version", "hostname", "pid", "start_time", "last_heartbeat_time", "ready", "in_flight", "connected_workers", "workers", "config")
+    __slots__ = ("member_id", "role", "shard_range", "version", "hostname", "pid", "start_time", "last_heartbeat_time", "ready", "in_flight", "connected_workers", "workers", "config", "broker_counters")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     SHARD_RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class ClusterMember(_message.Message):
     CONNECTED_WORKERS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    BROKER_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     role: MemberRole
     shard_range: ShardRange
@@ -84,4 +85,19 @@ class ClusterMember(_message.Message):
     connected_workers: int
     workers: _containers.RepeatedCompositeFieldContainer[ConnectedWorker]
     config: _struct_pb2.Struct
-    def __init__(self, member_id: _Optional[str] = ..., role: _Optional[_Union[MemberRole, str]] = ..., shard_range: _Optional[_Union[ShardRange, _Mapping]] = ..., version: _Optional[str] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready: _Optional[bool] = ..., in_flight: _Optional[int] = ..., connected_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[ConnectedWorker, _Mapping]]] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    broker_counters: BrokerCounters
+    def __init__(self, member_id: _Optional[str] = ..., role: _Optional[_Union[MemberRole, str]] = ..., shard_range: _Optional[_Union[ShardRange, _Mapping]] = ..., version: _Optional[str] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready: _Optional[bool] = ..., in_flight: _Optional[int] = ..., connected_workers: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[ConnectedWorker, _Mapping]]] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., broker_counters: _Optional[_Union[BrokerCounters, _Mapping]] = ...) -> None: ...
+
+class BrokerCounters(_message.Message):
+    __slots__ = ("dispatched", "applied", "failed", "stale", "composed")
+    DISPATCHED_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    COMPOSED_FIELD_NUMBER: _ClassVar[int]
+    dispatched: int
+    applied: int
+    failed: int
+    stale: int
+    composed: int
+    def __init__(self, dispatched: _Optional[int] = ..., applied: _Optional[int] = ..., failed: _Optional[int] = ..., stale: _Optional[int] = ..., composed: _Optional[int] = ...) -> None: ...
