@@ -2,6 +2,8 @@
 //! database of its own (real PostgreSQL), reached over real gRPC on loopback
 //! through the Rust SDK.
 
+pub mod kinds;
+
 use std::time::Duration;
 
 use anyhow::Context;

@@ -7,170 +7,18 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, spawn_worker, work_manifest};
+use common::{apply, apply_manifest, apply_ok, spawn_worker};
+use converge_integration::kinds::{Cells, Run, Stacks, cell_manifest, layered, stack, stack_manifest};
 use converge_integration::{TestServer, eventually};
-use converge_proto::v1::{
-    ConditionStatus, Emit, GetResourceRequest, KindManifest, ListResourcesRequest, Phase, Reaction, Resource,
-    ResourceRef, Trigger,
-};
+use converge_proto::v1::{ConditionStatus, GetResourceRequest, ListResourcesRequest, Phase, Resource, ResourceRef};
 use converge_sdk::Client;
-use converge_sdk::worker::{
-    ChildSpec, Condition, DepEdge, HandlerError, KindVersion, Outcome, Provider, ReactionRequest,
-    ResourceRef as WorkerRef, Stage, StageInput, ValueFlow, Worker, async_trait,
-};
+use converge_sdk::worker::Worker;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-
-/// One recorded run of a cell's work reaction.
-#[derive(Debug, Clone)]
-struct Run {
-    name: String,
-    spec: Value,
-    started: u64,
-    finished: u64,
-}
-
-/// Serves `cell`: its status is `{out: "<name>:<salt>"}`; `fail: true`
-/// fails terminally. Records every run with a global order.
-#[derive(Clone, Default)]
-struct Cells {
-    clock: Arc<AtomicU64>,
-    runs: Arc<Mutex<Vec<Run>>>,
-    delay: Duration,
-}
-
-impl Cells {
-    fn runs(&self) -> Vec<Run> {
-        self.runs.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-
-    fn runs_of(&self, name: &str) -> Vec<Run> {
-        self.runs().into_iter().filter(|r| r.name == name).collect()
-    }
-}
-
-#[async_trait]
-impl Provider for Cells {
-    fn kind(&self) -> KindVersion {
-        KindVersion::new("cell", 1)
-    }
-
-    async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
-        let started = self.clock.fetch_add(1, Ordering::SeqCst);
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        let spec = request.resource.spec.clone();
-        let finished = self.clock.fetch_add(1, Ordering::SeqCst);
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.push(Run {
-                name: request.resource.name.clone(),
-                spec: spec.clone(),
-                started,
-                finished,
-            });
-        }
-        if spec.get("fail").and_then(Value::as_bool) == Some(true) {
-            return Err(HandlerError::terminal("this cell is told to fail").with_reason("ToldToFail"));
-        }
-        let salt = spec.get("salt").cloned().unwrap_or(json!(0));
-        Ok(Outcome::new().with_status(json!({"out": format!("{}:{}", request.resource.name, salt)})))
-    }
-}
-
-/// Serves `stack`: composes the children and edges its spec lists and rolls
-/// them up (Ready=False naming every child that is not ready).
-#[derive(Clone, Default)]
-struct Stacks {
-    rollups: Arc<AtomicU64>,
-}
-
-#[async_trait]
-impl Provider for Stacks {
-    fn kind(&self) -> KindVersion {
-        KindVersion::new("stack", 1)
-    }
-
-    async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
-        match (request.stage, request.input) {
-            (Stage::Compose, _) => {
-                let spec = &request.resource.spec;
-                let mut outcome = Outcome::new().with_status(json!({"composed": true}));
-                for cell in spec.get("cells").and_then(Value::as_array).into_iter().flatten() {
-                    outcome = outcome.with_child(ChildSpec {
-                        kind: "cell".into(),
-                        kind_version: 1,
-                        name: cell.get("name").and_then(Value::as_str).unwrap_or_default().into(),
-                        labels: BTreeMap::new(),
-                        spec: cell.get("spec").cloned().unwrap_or(json!({})),
-                    });
-                }
-                for edge in spec.get("edges").and_then(Value::as_array).into_iter().flatten() {
-                    let field = |key: &str| edge.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-                    let (from, to) = (field("from"), field("to"));
-                    outcome = outcome.with_edge(DepEdge {
-                        dependent: WorkerRef::new("cell", from),
-                        value_flows: vec![ValueFlow {
-                            dependent_field: format!("/inputs/{to}"),
-                            source_field: "/out".into(),
-                        }],
-                        dependency: WorkerRef::new("cell", to),
-                    });
-                }
-                Ok(outcome)
-            }
-            (Stage::Rollup, StageInput::Rollup(input)) => {
-                self.rollups.fetch_add(1, Ordering::SeqCst);
-                let not_ready: Vec<String> = input
-                    .descendants
-                    .iter()
-                    .filter(|d| !d.ready)
-                    .map(|d| format!("{}/{}", d.kind, d.name))
-                    .collect();
-                let ready = input.descendants.len() - not_ready.len();
-                let condition = if not_ready.is_empty() {
-                    Condition::new("Ready", converge_sdk::worker::ConditionStatus::True).with_reason("ChildrenReady")
-                } else {
-                    Condition::new("Ready", converge_sdk::worker::ConditionStatus::False)
-                        .with_reason("ChildrenNotReady")
-                        .with_message(format!("not ready: {}", not_ready.join(", ")))
-                };
-                Ok(Outcome::new()
-                    .with_status(json!({"ready": ready, "total": input.descendants.len()}))
-                    .with_condition(condition))
-            }
-            (stage, _) => Err(HandlerError::terminal(format!("unexpected stage {stage:?}"))),
-        }
-    }
-}
-
-fn stack_manifest() -> KindManifest {
-    KindManifest {
-        kind: "stack".into(),
-        kind_version: 1,
-        description: "test composer".into(),
-        reactions: vec![
-            Reaction {
-                name: "compose".into(),
-                trigger: Trigger::SpecChange.into(),
-                emits: vec![Emit::Children.into(), Emit::Edges.into(), Emit::Status.into()],
-                ..Default::default()
-            },
-            Reaction {
-                name: "rollup".into(),
-                trigger: Trigger::ChildrenSettled.into(),
-                emits: vec![Emit::Status.into(), Emit::Conditions.into()],
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    }
-}
 
 struct Fixture {
     server: TestServer,
@@ -183,14 +31,9 @@ struct Fixture {
 async fn fixture(cell_delay: Duration) -> anyhow::Result<Fixture> {
     let server = TestServer::start().await?;
     let client = server.client().await?;
-    let mut cell = work_manifest("cell", 1, None);
-    cell.policy = None;
-    apply_manifest(&client, cell).await?;
+    apply_manifest(&client, cell_manifest()).await?;
     apply_manifest(&client, stack_manifest()).await?;
-    let cells = Cells {
-        delay: cell_delay,
-        ..Cells::default()
-    };
+    let cells = Cells::with_delay(cell_delay);
     let stacks = Stacks::default();
     let worker = spawn_worker(
         Worker::builder()
@@ -267,15 +110,6 @@ async fn children(client: &Client, owner: &str) -> anyhow::Result<Vec<Resource>>
 
 fn spec_of(resource: &Resource) -> Value {
     resource.spec.as_ref().map(common::json).unwrap_or(Value::Null)
-}
-
-/// A stack spec: cells by name (with optional specs) and edges "from -> to"
-/// (from depends on to and receives to's `out` at `/inputs/<to>`).
-fn stack(cells: &[(&str, Value)], edges: &[(&str, &str)]) -> Value {
-    json!({
-        "cells": cells.iter().map(|(name, spec)| json!({"name": name, "spec": spec})).collect::<Vec<_>>(),
-        "edges": edges.iter().map(|(from, to)| json!({"from": from, "to": to})).collect::<Vec<_>>(),
-    })
 }
 
 /// Every dependency finished its last run before its dependent started its first.
@@ -448,20 +282,7 @@ async fn a_recompose_prunes_and_adds_exactly_the_difference() -> anyhow::Result<
 #[tokio::test]
 async fn five_hundred_children_in_ten_layers_are_each_worked_once() -> anyhow::Result<()> {
     let f = fixture(Duration::ZERO).await?;
-    const LAYERS: usize = 10;
-    const WIDTH: usize = 50;
-    let name = |layer: usize, i: usize| format!("l{layer}-{i}");
-    let mut cells = Vec::new();
-    let mut edges = Vec::new();
-    for layer in 0..LAYERS {
-        for i in 0..WIDTH {
-            cells.push((name(layer, i), json!({})));
-            if layer > 0 {
-                edges.push((name(layer, i), name(layer - 1, i)));
-                edges.push((name(layer, i), name(layer - 1, (i + 1) % WIDTH)));
-            }
-        }
-    }
+    let (cells, edges) = layered(10, 50);
     let cell_refs: Vec<(&str, Value)> = cells.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
     let edge_refs: Vec<(&str, &str)> = edges.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let started = std::time::Instant::now();

@@ -1,0 +1,591 @@
+//! `converge-load`: the load tool. Applies N `noop` resources (flat) or M
+//! `bom` trees (composed, 3 x teams + 2 children each) through the API,
+//! served by K worker processes, and reports apply rate, apply→Ready
+//! throughput, p50/p95/p99 apply→Ready latency (database clock), peak
+//! work_queue depth and the server's RSS, next to the single-row commit
+//! ceiling that pgbench measures on the same database in the same run.
+//!
+//! By default it starts everything itself: a durable embedded PostgreSQL in a
+//! scratch directory (production settings, not the tests' `fsync=off`), one
+//! `converge serve` process on it, and the workers. Build the binaries first:
+//!
+//! ```sh
+//! cargo build --release --bin converge --bin converge-noop-worker --bin converge-demo-worker --bin converge-load
+//! target/release/converge-load --resources 100000
+//! target/release/converge-load --mode bom --trees 2000
+//! ```
+//!
+//! `--database-url` uses an existing database (converge migrates it) and
+//! `--target` an already running converge (then nothing is started and RSS
+//! is not reported). `--json FILE` writes the results for comparison across
+//! commits.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use converge_proto::v1::{
+    ApplyKindManifestRequest, ApplyResourceRequest, Emit, KindManifest, KindPolicy, Reaction, Trigger,
+};
+use converge_sdk::Client;
+use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use serde_json::json;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::process::{Child, Command};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Independent `noop` resources.
+    Flat,
+    /// `bom` roots composing accounts, VPCs, a gateway and routes.
+    Bom,
+}
+
+/// Load converge and measure it.
+#[derive(Debug, Parser)]
+#[command(name = "converge-load", about)]
+struct Args {
+    /// What to apply.
+    #[arg(long, value_enum, default_value = "flat")]
+    mode: Mode,
+    /// Resources to apply (flat mode).
+    #[arg(long, default_value_t = 10_000)]
+    resources: usize,
+    /// Trees to apply (bom mode).
+    #[arg(long, default_value_t = 100)]
+    trees: usize,
+    /// Teams per tree (bom mode): 3 children per team plus 2 shared.
+    #[arg(long, default_value_t = 3)]
+    teams: usize,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Tasks each worker process runs at once.
+    #[arg(long, default_value_t = 256)]
+    worker_parallel: usize,
+    /// Concurrent API writers.
+    #[arg(long, default_value_t = 32)]
+    writers: usize,
+    /// An existing database instead of a fresh embedded one.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// A running converge (`http://host:port`) instead of starting one; needs
+    /// --database-url for the measurements.
+    #[arg(long)]
+    target: Option<String>,
+    /// Seconds of pgbench for the commit ceiling (0 = skip).
+    #[arg(long, default_value_t = 10)]
+    pgbench_secs: u64,
+    /// Give up waiting for Ready after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout_secs: u64,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Profile the run: pg_stat_statements top statements and sampled wait
+    /// events (embedded database only), and, when `perf` is installed, a CPU
+    /// profile of the server written to this file (`perf report -i FILE`).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+}
+
+/// Processes started for the run; killed when dropped.
+struct Fleet {
+    server: Option<Child>,
+    workers: Vec<Child>,
+    _database: Option<(EmbeddedPostgres, tempfile::TempDir)>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let bin_dir = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .context("no directory for the binaries")?;
+
+    // The database: given, or a fresh durable embedded cluster.
+    let (database_url, embedded) = match &args.database_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new().prefix("converge-load-").tempdir()?;
+            // The server may run as another user (as root: `postgres`).
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+            let mut options = EmbeddedOptions::durable(dir.path().join("db"));
+            if args.profile.is_some() {
+                options
+                    .settings
+                    .push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
+            }
+            let server = EmbeddedPostgres::start(&options)?;
+            let admin = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&server.tcp_url("postgres"))
+                .await?;
+            sqlx::query("CREATE DATABASE converge_load").execute(&admin).await?;
+            admin.close().await;
+            (server.tcp_url("converge_load"), Some((server, dir)))
+        }
+    };
+    let mut fleet = Fleet {
+        server: None,
+        workers: Vec::new(),
+        _database: embedded,
+    };
+
+    // The server: given, or one process of ours.
+    let address = match &args.target {
+        Some(target) => target.clone(),
+        None => {
+            let addr = free_addr()?;
+            let child = Command::new(bin_dir.join("converge"))
+                .arg("serve")
+                .env("DATABASE_URL", &database_url)
+                .env("LISTEN_ADDR", &addr)
+                .env("LOG_LEVEL", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting converge (build it with --bin converge)")?;
+            fleet.server = Some(child);
+            format!("http://{addr}")
+        }
+    };
+    let client = connect(&address).await?;
+    let pool = PgPoolOptions::new().max_connections(4).connect(&database_url).await?;
+    let profiling = args.profile.is_some() && fleet._database.is_some();
+    if profiling {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&pool)
+            .await?;
+    }
+
+    let ceiling = if args.pgbench_secs > 0 {
+        Some(pgbench_ceiling(&database_url, args.pgbench_secs).await?)
+    } else {
+        None
+    };
+    if let Some(tps) = ceiling {
+        eprintln!(
+            "pgbench single-row UPDATE, 8 clients, {} s: {tps:.0} commits/s",
+            args.pgbench_secs
+        );
+    }
+
+    let (worker_bin, total) = match args.mode {
+        Mode::Flat => {
+            apply_kind(&client, noop_manifest()).await?;
+            ("converge-noop-worker", args.resources)
+        }
+        Mode::Bom => {
+            for manifest in converge_examples::manifests()? {
+                apply_kind(&client, manifest).await?;
+            }
+            ("converge-demo-worker", args.trees)
+        }
+    };
+    for _ in 0..args.workers {
+        let child = Command::new(bin_dir.join(worker_bin))
+            .env("BROKER_ADDR", &address)
+            .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
+            .env("NOOP_DELAY_MS", "0")
+            .env("DEMO_DELAY_MS", "0")
+            .env("LOG_LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {worker_bin} (build it with --bin {worker_bin})"))?;
+        fleet.workers.push(child);
+    }
+
+    // Samplers: progress line, queue depth, server RSS.
+    let server_pid = fleet.server.as_ref().and_then(Child::id);
+    if profiling {
+        sqlx::query("SELECT pg_stat_statements_reset()").execute(&pool).await?;
+    }
+    let mut perf = match (&args.profile, server_pid) {
+        (Some(file), Some(pid)) => Command::new("perf")
+            .args(["record", "-F", "99", "-g", "-p", &pid.to_string(), "-o"])
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .ok(),
+        _ => None,
+    };
+    let waits = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<String, i64>::new()));
+    let wait_sampler = profiling.then(|| tokio::spawn(sample_waits(pool.clone(), waits.clone())));
+    let applied = Arc::new(AtomicI64::new(0));
+    let peak_queue = Arc::new(AtomicI64::new(0));
+    let peak_rss = Arc::new(AtomicI64::new(0));
+    let started = Instant::now();
+    let sampler = tokio::spawn(sample(
+        pool.clone(),
+        args.mode,
+        total,
+        server_pid,
+        applied.clone(),
+        peak_queue.clone(),
+        peak_rss.clone(),
+        started,
+    ));
+
+    // Apply.
+    let mut writers = Vec::new();
+    for w in 0..args.writers.max(1) {
+        let client = client.clone();
+        let applied = applied.clone();
+        let (mode, teams, step) = (args.mode, args.teams, args.writers.max(1));
+        writers.push(tokio::spawn(async move {
+            for i in (w..total).step_by(step) {
+                client.resources().apply_resource(request(mode, i, teams)).await?;
+                applied.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    let apply_secs = started.elapsed().as_secs_f64();
+
+    // Wait for Ready.
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    while ready_count(&pool, args.mode).await? < total as i64 {
+        anyhow::ensure!(Instant::now() < deadline, "not everything was Ready within the timeout");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready_secs = started.elapsed().as_secs_f64();
+    sampler.abort();
+    eprintln!();
+    if let Some(sampler) = wait_sampler {
+        sampler.abort();
+    }
+    if let Some(perf) = &mut perf {
+        // SIGINT makes perf write its file and exit.
+        if let Some(pid) = perf.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+        }
+        let _ = perf.wait().await;
+    }
+    if profiling {
+        print_profile(&pool, &waits).await?;
+    }
+    let rss_end = server_pid.and_then(rss_bytes);
+
+    let (p50, p95, p99) = latency_percentiles(&pool, args.mode).await?;
+    let throughput = total as f64 / ready_secs;
+    let results = json!({
+        "mode": match args.mode { Mode::Flat => "flat", Mode::Bom => "bom" },
+        "count": total,
+        "resources": match args.mode { Mode::Flat => total, Mode::Bom => total * (3 * args.teams + 3) },
+        "workers": args.workers,
+        "worker_parallel": args.worker_parallel,
+        "writers": args.writers,
+        "apply_secs": apply_secs,
+        "apply_per_sec": total as f64 / apply_secs,
+        "ready_secs": ready_secs,
+        "ready_per_sec": throughput,
+        "latency_ms": {"p50": p50, "p95": p95, "p99": p99},
+        "peak_work_queue": peak_queue.load(Ordering::Relaxed),
+        "server_rss_mb": {
+            "peak": peak_rss.load(Ordering::Relaxed) as f64 / 1048576.0,
+            "end": rss_end.map(|b| b as f64 / 1048576.0),
+        },
+        "pgbench_commits_per_sec": ceiling,
+        "ratio_to_ceiling": ceiling.map(|c| throughput / c),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    });
+    let unit = match args.mode {
+        Mode::Flat => "resources",
+        Mode::Bom => "trees",
+    };
+    println!(
+        "{total} {unit}: applied in {apply_secs:.1} s ({:.0}/s); all Ready after {ready_secs:.1} s ({throughput:.0}/s)",
+        total as f64 / apply_secs
+    );
+    println!("apply->Ready latency p50 {p50:.1} ms, p95 {p95:.1} ms, p99 {p99:.1} ms");
+    println!(
+        "peak work_queue {}, server RSS peak {:.0} MB, end {}",
+        peak_queue.load(Ordering::Relaxed),
+        peak_rss.load(Ordering::Relaxed) as f64 / 1048576.0,
+        rss_end.map_or_else(|| "n/a".to_owned(), |b| format!("{:.0} MB", b as f64 / 1048576.0))
+    );
+    if let Some(c) = ceiling {
+        println!("ratio to the single-row commit ceiling: {:.2}", throughput / c);
+    }
+    println!("{results}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&results)?)?;
+    }
+    for worker in &mut fleet.workers {
+        let _ = worker.start_kill();
+    }
+    if let Some(server) = &mut fleet.server {
+        let _ = server.start_kill();
+        let _ = server.wait().await;
+    }
+    Ok(())
+}
+
+fn free_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+async fn connect(address: &str) -> anyhow::Result<Client> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match Client::connect(address.to_owned()).await {
+            Ok(client) => return Ok(client),
+            Err(e) if Instant::now() > deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn noop_manifest() -> KindManifest {
+    KindManifest {
+        kind: "noop".into(),
+        kind_version: 1,
+        description: "does nothing (load tool)".into(),
+        reactions: vec![Reaction {
+            name: "work".into(),
+            trigger: Trigger::SpecChange.into(),
+            emits: vec![Emit::Status.into()],
+            ..Default::default()
+        }],
+        policy: Some(KindPolicy::default()),
+        ..Default::default()
+    }
+}
+
+async fn apply_kind(client: &Client, manifest: KindManifest) -> anyhow::Result<()> {
+    client
+        .kinds()
+        .apply_kind_manifest(ApplyKindManifestRequest {
+            manifest: Some(manifest),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+fn request(mode: Mode, i: usize, teams: usize) -> ApplyResourceRequest {
+    match mode {
+        Mode::Flat => ApplyResourceRequest {
+            kind: "noop".into(),
+            kind_version: 1,
+            name: format!("load-{i}"),
+            ..Default::default()
+        },
+        Mode::Bom => {
+            let teams: Vec<String> = (0..teams).map(|t| format!("team{t}")).collect();
+            let spec =
+                converge_sdk::worker::convert::json_to_struct(json!({"teams": teams, "region": "eu-west-1"}), "/spec")
+                    .unwrap_or_default();
+            ApplyResourceRequest {
+                kind: "bom".into(),
+                kind_version: 1,
+                name: format!("load-{i}"),
+                spec: Some(spec),
+                ..Default::default()
+            }
+        }
+    }
+}
+
+fn kind_of(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Flat => "noop",
+        Mode::Bom => "bom",
+    }
+}
+
+async fn ready_count(pool: &PgPool, mode: Mode) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = $1 AND phase = 'Ready'")
+            .bind(kind_of(mode))
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// p50/p95/p99 of apply→Ready in ms: the commit of the apply (created_at) to
+/// the drain that synced the generation (last_reconciled_at), both on the
+/// database clock.
+async fn latency_percentiles(pool: &PgPool, mode: Mode) -> anyhow::Result<(f64, f64, f64)> {
+    let row: (Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
+                percentile_cont(0.95) WITHIN GROUP (ORDER BY ms),
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+         FROM (SELECT extract(epoch FROM last_reconciled_at - created_at) * 1000 AS ms
+               FROM resources WHERE kind = $1 AND phase = 'Ready') l",
+    )
+    .bind(kind_of(mode))
+    .fetch_one(pool)
+    .await?;
+    Ok((row.0.unwrap_or(0.0), row.1.unwrap_or(0.0), row.2.unwrap_or(0.0)))
+}
+
+/// Resident set size of a process, from /proc.
+fn rss_bytes(pid: u32) -> Option<i64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn sample(
+    pool: PgPool,
+    mode: Mode,
+    total: usize,
+    server_pid: Option<u32>,
+    applied: Arc<AtomicI64>,
+    peak_queue: Arc<AtomicI64>,
+    peak_rss: Arc<AtomicI64>,
+    started: Instant,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let queue: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue")
+            .fetch_one(&pool)
+            .await
+            .unwrap_or(0);
+        peak_queue.fetch_max(queue, Ordering::Relaxed);
+        let rss = server_pid.and_then(rss_bytes).unwrap_or(0);
+        peak_rss.fetch_max(rss, Ordering::Relaxed);
+        let ready = ready_count(&pool, mode).await.unwrap_or(0);
+        eprint!(
+            "\r{:>6.1}s applied {}/{total}  ready {ready}/{total}  queue {queue}  server RSS {} MB   ",
+            started.elapsed().as_secs_f64(),
+            applied.load(Ordering::Relaxed),
+            rss / 1048576
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// Durable single-row commits per second on this database: pgbench, 8
+/// clients, each transaction one UPDATE of one of 1,000 rows.
+async fn pgbench_ceiling(database_url: &str, secs: u64) -> anyhow::Result<f64> {
+    let pool = PgPoolOptions::new().max_connections(1).connect(database_url).await?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS load_ceiling (id integer PRIMARY KEY, n bigint NOT NULL DEFAULT 0)")
+        .execute(&pool)
+        .await?;
+    sqlx::query("INSERT INTO load_ceiling (id) SELECT g FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING")
+        .execute(&pool)
+        .await?;
+    let script = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        script.path(),
+        "\\set id random(1, 1000)\nUPDATE load_ceiling SET n = n + 1 WHERE id = :id;\n",
+    )?;
+    let output = Command::new(pgbench_path())
+        .args(["-n", "-c", "8", "-j", "2", "-T", &secs.to_string(), "-f"])
+        .arg(script.path())
+        .arg(database_url)
+        .output()
+        .await
+        .context("running pgbench")?;
+    sqlx::query("DROP TABLE load_ceiling").execute(&pool).await?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|t| t.parse().ok())
+        .context("no tps in pgbench's output")
+}
+
+fn pgbench_path() -> PathBuf {
+    if let Ok(out) = std::process::Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("pgbench").exists() {
+            return dir.join("pgbench");
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/pgbench"))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| PathBuf::from("pgbench"))
+}
+
+/// Samples what the database's busy backends wait on, ten times a second.
+async fn sample_waits(pool: PgPool, waits: Arc<std::sync::Mutex<std::collections::BTreeMap<String, i64>>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT COALESCE(wait_event_type || ':' || wait_event, 'CPU'), count(*)
+             FROM pg_stat_activity
+             WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+             GROUP BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+        if let Ok(mut waits) = waits.lock() {
+            for (event, n) in rows {
+                *waits.entry(event).or_default() += n;
+            }
+        }
+    }
+}
+
+/// Prints the top statements by total time and the sampled wait events.
+async fn print_profile(
+    pool: &PgPool,
+    waits: &std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
+) -> anyhow::Result<()> {
+    let top: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), calls,
+                total_exec_time, mean_exec_time
+         FROM pg_stat_statements
+         WHERE query NOT ILIKE '%pg_stat%'
+         ORDER BY total_exec_time DESC LIMIT 15",
+    )
+    .fetch_all(pool)
+    .await?;
+    println!("top statements by total time (pg_stat_statements):");
+    for (query, calls, total, mean) in top {
+        println!("  {total:>9.0} ms {calls:>8} calls {mean:>7.3} ms/call  {query}");
+    }
+    let mut events: Vec<(String, i64)> = waits
+        .lock()
+        .map(|w| w.iter().map(|(k, v)| (k.clone(), *v)).collect())
+        .unwrap_or_default();
+    events.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let total: i64 = events.iter().map(|e| e.1).sum();
+    println!("sampled active backends by wait event (CPU = not waiting):");
+    for (event, n) in events.iter().take(10) {
+        println!("  {:>5.1}%  {event}", *n as f64 * 100.0 / total.max(1) as f64);
+    }
+    Ok(())
+}
