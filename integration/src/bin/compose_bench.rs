@@ -57,8 +57,8 @@ async fn apply_stack(client: &Client, name: &str, spec: Value) -> anyhow::Result
 async fn rollup_lag_ms(pool: &sqlx::PgPool, root: &str) -> anyhow::Result<f64> {
     eventually(Duration::from_secs(300), || async {
         let lag: Option<f64> = sqlx::query_scalar(
-            "SELECT extract(epoch FROM r.updated_at - (SELECT max(c.last_reconciled_at) FROM resources c
-                                                        WHERE c.owner_id = r.id)) * 1000
+            "SELECT (extract(epoch FROM r.updated_at - (SELECT max(c.last_reconciled_at) FROM resources c
+                                                         WHERE c.owner_id = r.id)) * 1000)::float8
              FROM resources r WHERE r.kind = 'stack' AND r.name = $1 AND r.phase = 'Ready'",
         )
         .bind(root)

@@ -431,7 +431,7 @@ async fn latency_percentiles(pool: &PgPool, mode: Mode) -> anyhow::Result<(f64, 
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
                 percentile_cont(0.95) WITHIN GROUP (ORDER BY ms),
                 percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
-         FROM (SELECT extract(epoch FROM last_reconciled_at - created_at) * 1000 AS ms
+         FROM (SELECT (extract(epoch FROM last_reconciled_at - created_at) * 1000)::float8 AS ms
                FROM resources WHERE kind = $1 AND phase = 'Ready') l",
     )
     .bind(kind_of(mode))

@@ -421,6 +421,13 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
     }
     let [expired_orphans, swept] = sweeps;
+    // Tables that grew fast get fresh statistics (and fresh cached plans).
+    for table in ["resources", "resource_changes", "resource_events", "resource_deps"] {
+        sqlx::query("SELECT analyze_if_grown($1::regclass, 1000)")
+            .bind(table)
+            .execute(pool)
+            .await?;
+    }
     Ok(ReapReport {
         stale,
         overdue,
