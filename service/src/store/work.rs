@@ -395,6 +395,10 @@ pub struct ReapReport {
     pub expired_orphans: i32,
 }
 
+/// How long a resource lags without a task before the reaper queues it
+/// (write paths schedule at once; this is the backstop for lost tasks).
+const REQUEUE_QUIET_SECS: f64 = 2.0;
+
 /// One reaper pass over all backstops.
 pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<ReapReport> {
     // Separate statements: each backstop sees the previous one's effect.
@@ -403,15 +407,19 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         .bind(limit)
         .fetch_one(pool)
         .await?;
-    let mut counts = [0i32; 3];
-    for (slot, sql) in counts.iter_mut().zip([
-        "SELECT expire_overdue_work($1)",
-        "SELECT requeue_lagging($1)",
-        "SELECT drop_orphaned_work($1)",
-    ]) {
-        *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
-    }
-    let [overdue, requeued, dropped] = counts;
+    let overdue: i32 = sqlx::query_scalar("SELECT expire_overdue_work($1)")
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
+    let requeued: i32 = sqlx::query_scalar("SELECT requeue_lagging($1, $2)")
+        .bind(limit)
+        .bind(REQUEUE_QUIET_SECS)
+        .fetch_one(pool)
+        .await?;
+    let dropped: i32 = sqlx::query_scalar("SELECT drop_orphaned_work($1)")
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
     // Orphans first: an expired one is marked, and the sweep then starts its teardown.
     let mut sweeps = [0i32; 2];
     for (slot, sql) in sweeps.iter_mut().zip([
