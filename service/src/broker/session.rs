@@ -28,7 +28,7 @@ use crate::store::work::{self, ClaimedTask, TaskResult};
 /// Failsafe interval between claim attempts when idle.
 const CLAIM_POLL: Duration = Duration::from_millis(500);
 /// Claim interval while work is flowing. Wake-ups are throttled to one per
-/// 50 ms window, so after activity a session keeps polling at least that
+/// 5 ms window, so after activity a session keeps polling at least that
 /// long to catch work committed just after the wake it saw.
 const BUSY_POLL: Duration = Duration::from_millis(10);
 /// How long a session keeps polling fast after the last sign of work.

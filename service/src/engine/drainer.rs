@@ -54,7 +54,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let (wake_tx, mut wake) = watch::channel(0u64);
         let listener = tokio::spawn(listen(pool.clone(), wake_tx));
-        // Wake-ups are throttled to one per 50 ms window fleet-wide, so after
+        // Wake-ups are throttled to one per 5 ms window fleet-wide, so after
         // any sign of work the drainer polls fast for a while to catch
         // results appended just after the wake it saw.
         let mut busy_until = tokio::time::Instant::now();
