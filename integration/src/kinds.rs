@@ -178,12 +178,13 @@ pub fn stack_manifest() -> KindManifest {
     }
 }
 
-/// The manifest of `cell` (a worker reaction).
-pub fn cell_manifest() -> KindManifest {
+/// The manifest of a leaf kind with one worker reaction (`work`, emitting
+/// status), as the benchmarks and `cell` use.
+pub fn work_manifest(kind: &str) -> KindManifest {
     KindManifest {
-        kind: "cell".into(),
+        kind: kind.into(),
         kind_version: 1,
-        description: "test leaf".into(),
+        description: format!("{kind}: one worker reaction (tests and benchmarks)"),
         reactions: vec![Reaction {
             name: "work".into(),
             trigger: Trigger::SpecChange.into(),
@@ -192,6 +193,23 @@ pub fn cell_manifest() -> KindManifest {
         }],
         ..Default::default()
     }
+}
+
+/// The manifest of `cell` (a worker reaction).
+pub fn cell_manifest() -> KindManifest {
+    work_manifest("cell")
+}
+
+/// Applies a kind manifest.
+pub async fn apply_kind(client: &converge_sdk::Client, manifest: KindManifest) -> anyhow::Result<()> {
+    client
+        .kinds()
+        .apply_kind_manifest(converge_proto::v1::ApplyKindManifestRequest {
+            manifest: Some(manifest),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
 }
 
 /// A stack spec: cells by name (with their specs) and edges "from -> to"

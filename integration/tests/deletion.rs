@@ -10,13 +10,12 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, spawn_worker};
+use converge_integration::processes::{connect_when_up, converge_process, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ConditionStatus, DeleteResourceRequest, Emit, GetResourceRequest, KindManifest, KindPolicy,
@@ -28,10 +27,8 @@ use converge_sdk::worker::{
     ChildSpec, Condition, DepEdge, HandlerError, KindVersion, Outcome, Provider, ReactionRequest,
     ResourceRef as WorkerRef, Stage, StageInput, ValueFlow, Worker, WorkerBuilder, async_trait,
 };
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 use tonic::Code;
 
@@ -832,52 +829,6 @@ async fn a_quarantined_failing_child_lets_its_root_roll_up_and_release_resumes_i
     f.server.shutdown().await
 }
 
-/// A binary built next to this test (`cargo build --workspace --bins`).
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow::anyhow!("no target directory"))?;
-    let path = dir.join(name);
-    anyhow::ensure!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --workspace --bins`",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// A converge server process on an existing database.
-fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
-    Ok(Command::new(binary("converge")?)
-        .env("DATABASE_URL", database_url)
-        .env("LISTEN_ADDR", addr)
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(log)?))
-        .kill_on_drop(true)
-        .spawn()?)
-}
-
-async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
-    eventually(Duration::from_secs(60), || async {
-        match Client::connect(address.to_owned()).await {
-            Ok(client) => {
-                let up = client
-                    .cluster()
-                    .get_version(converge_proto::v1::GetVersionRequest {})
-                    .await
-                    .is_ok();
-                Ok(up.then_some(client))
-            }
-            Err(_) => Ok(None),
-        }
-    })
-    .await
-}
-
 #[tokio::test]
 async fn a_server_killed_mid_cascade_finishes_the_teardown_in_order_after_restart() -> anyhow::Result<()> {
     let scratch = tempfile::tempdir()?;
@@ -944,11 +895,5 @@ async fn a_server_killed_mid_cascade_finishes_the_teardown_in_order_after_restar
     signal(&restarted, Signal::SIGTERM)?;
     let status = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
     assert!(status.success(), "{status}");
-    Ok(())
-}
-
-fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
-    let pid = child.id().ok_or_else(|| anyhow::anyhow!("process already gone"))?;
-    kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
     Ok(())
 }

@@ -4,37 +4,21 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, work_manifest};
+use converge_integration::processes::{binary, connect_when_up, converge_process, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::work_stream_response::Payload as Down;
 use converge_proto::worker_v1::{KindVersion, StageComplete, Subscribe, WorkStreamRequest};
 use converge_sdk::Client;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio::process::{Child, Command};
-
-/// A binary built next to this test (by `cargo test --workspace`).
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow::anyhow!("no target directory"))?;
-    let path = dir.join(name);
-    anyhow::ensure!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --workspace --bins`",
-        path.display()
-    );
-    Ok(path)
-}
 
 fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
     Ok(Command::new(binary("converge-noop-worker")?)
@@ -49,12 +33,6 @@ fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> 
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?)
-}
-
-fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
-    let pid = child.id().ok_or_else(|| anyhow::anyhow!("process already gone"))?;
-    kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
-    Ok(())
 }
 
 async fn count(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
@@ -265,36 +243,6 @@ async fn a_killed_workers_leases_are_reclaimed_and_stale_results_dropped() -> an
     signal(&fast, Signal::SIGTERM)?;
     fast.wait().await?;
     server.shutdown().await
-}
-
-/// A converge server process on an existing database.
-fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
-    Ok(Command::new(binary("converge")?)
-        .env("DATABASE_URL", database_url)
-        .env("LISTEN_ADDR", addr)
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(log)?))
-        .kill_on_drop(true)
-        .spawn()?)
-}
-
-async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
-    eventually(Duration::from_secs(60), || async {
-        match Client::connect(address.to_owned()).await {
-            Ok(client) => {
-                let up = client
-                    .cluster()
-                    .get_version(converge_proto::v1::GetVersionRequest {})
-                    .await
-                    .is_ok();
-                Ok(up.then_some(client))
-            }
-            Err(_) => Ok(None),
-        }
-    })
-    .await
 }
 
 #[tokio::test]

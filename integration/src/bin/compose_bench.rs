@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use converge_integration::kinds::{Cells, Stacks, cell_manifest, layered, stack, stack_manifest};
+use converge_integration::kinds::{Cells, Stacks, apply_kind, cell_manifest, layered, stack, stack_manifest};
 use converge_integration::{TestDatabase, TestServer, eventually};
-use converge_proto::v1::{ApplyKindManifestRequest, ApplyResourceRequest, KindManifest};
+use converge_proto::v1::ApplyResourceRequest;
 use converge_sdk::Client;
 use converge_sdk::worker::Worker;
 use converge_service::config::Role;
@@ -23,17 +23,6 @@ use serde_json::{Value, json};
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let index = ((sorted.len().max(1) as f64 - 1.0) * p).round() as usize;
     sorted.get(index).copied().unwrap_or_default()
-}
-
-async fn apply_kind(client: &Client, manifest: KindManifest) -> anyhow::Result<()> {
-    client
-        .kinds()
-        .apply_kind_manifest(ApplyKindManifestRequest {
-            manifest: Some(manifest),
-            ..Default::default()
-        })
-        .await?;
-    Ok(())
 }
 
 async fn apply_stack(client: &Client, name: &str, spec: Value) -> anyhow::Result<()> {

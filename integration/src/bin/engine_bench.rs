@@ -10,11 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_integration::{TestDatabase, TestServer};
-use converge_proto::v1::{
-    ApplyKindManifestRequest, ApplyResourceRequest, Emit, KindManifest, Phase, Reaction, Trigger, WatchEventType,
-    WatchResourcesRequest,
-};
+use converge_proto::v1::{ApplyResourceRequest, Phase, WatchEventType, WatchResourcesRequest};
 use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, Worker, async_trait};
 use converge_service::config::Role;
 
@@ -53,23 +51,7 @@ async fn main() -> anyhow::Result<()> {
 
     let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |_| {}).await?;
     let client = server.client().await?;
-    client
-        .kinds()
-        .apply_kind_manifest(ApplyKindManifestRequest {
-            manifest: Some(KindManifest {
-                kind: "noop".into(),
-                kind_version: 1,
-                reactions: vec![Reaction {
-                    name: "work".into(),
-                    trigger: Trigger::SpecChange.into(),
-                    emits: vec![Emit::Status.into()],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?;
+    apply_kind(&client, work_manifest("noop")).await?;
     let worker = Worker::builder()
         .endpoint(server.address())
         .provider(Noop)

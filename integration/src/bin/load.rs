@@ -30,9 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use converge_proto::v1::{
-    ApplyKindManifestRequest, ApplyResourceRequest, Emit, KindManifest, KindPolicy, Reaction, Trigger,
-};
+use converge_integration::kinds::{apply_kind, work_manifest};
+use converge_proto::v1::ApplyResourceRequest;
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres};
 use serde_json::json;
@@ -182,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (worker_bin, total) = match args.mode {
         Mode::Flat => {
-            apply_kind(&client, noop_manifest()).await?;
+            apply_kind(&client, work_manifest("noop")).await?;
             ("converge-noop-worker", args.resources)
         }
         Mode::Bom => {
@@ -368,33 +367,6 @@ async fn connect(address: &str) -> anyhow::Result<Client> {
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
-}
-
-fn noop_manifest() -> KindManifest {
-    KindManifest {
-        kind: "noop".into(),
-        kind_version: 1,
-        description: "does nothing (load tool)".into(),
-        reactions: vec![Reaction {
-            name: "work".into(),
-            trigger: Trigger::SpecChange.into(),
-            emits: vec![Emit::Status.into()],
-            ..Default::default()
-        }],
-        policy: Some(KindPolicy::default()),
-        ..Default::default()
-    }
-}
-
-async fn apply_kind(client: &Client, manifest: KindManifest) -> anyhow::Result<()> {
-    client
-        .kinds()
-        .apply_kind_manifest(ApplyKindManifestRequest {
-            manifest: Some(manifest),
-            ..Default::default()
-        })
-        .await?;
-    Ok(())
 }
 
 fn request(mode: Mode, i: usize, teams: usize) -> ApplyResourceRequest {

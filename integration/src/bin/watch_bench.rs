@@ -11,11 +11,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_integration::{TestDatabase, TestServer};
-use converge_proto::v1::{
-    ApplyKindManifestRequest, ApplyResourceRequest, Emit, KindManifest, Reaction, Trigger, WatchEventType,
-    WatchResourcesRequest,
-};
+use converge_proto::v1::{ApplyResourceRequest, WatchEventType, WatchResourcesRequest};
 use converge_sdk::Client;
 use converge_service::config::Role;
 
@@ -206,23 +204,7 @@ async fn main() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let server = TestServer::start_with(database, Role::All, |_| {}).await?;
     let client = server.client().await?;
-    client
-        .kinds()
-        .apply_kind_manifest(ApplyKindManifestRequest {
-            manifest: Some(KindManifest {
-                kind: "bench".into(),
-                kind_version: 1,
-                reactions: vec![Reaction {
-                    name: "work".into(),
-                    trigger: Trigger::SpecChange.into(),
-                    emits: vec![Emit::Status.into()],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?;
+    apply_kind(&client, work_manifest("bench")).await?;
 
     let (commit_p50, commit_p99, send_p50, send_p99) = latency(&server).await?;
     println!("idle change-to-delivery latency ({LATENCY_SAMPLES} samples, 1 watcher):");

@@ -1,0 +1,67 @@
+//! Real processes for crash tests: workspace binaries built next to the test
+//! executable, a converge server on a given database, and signals.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use converge_sdk::Client;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+use crate::eventually;
+
+/// A binary built next to the running test (by `cargo test --workspace`).
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow::anyhow!("no target directory"))?;
+    let path = dir.join(name);
+    anyhow::ensure!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A converge server process on an existing database, logging to `log`.
+pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
+    Ok(Command::new(binary("converge")?)
+        .env("DATABASE_URL", database_url)
+        .env("LISTEN_ADDR", addr)
+        .env("LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log)?))
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+/// A client, once the server at `address` answers.
+pub async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
+    eventually(Duration::from_secs(60), || async {
+        match Client::connect(address.to_owned()).await {
+            Ok(client) => {
+                let up = client
+                    .cluster()
+                    .get_version(converge_proto::v1::GetVersionRequest {})
+                    .await
+                    .is_ok();
+                Ok(up.then_some(client))
+            }
+            Err(_) => Ok(None),
+        }
+    })
+    .await
+}
+
+/// Sends `sig` to a child process.
+pub fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
+    let pid = child.id().ok_or_else(|| anyhow::anyhow!("process already gone"))?;
+    kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
+    Ok(())
+}
