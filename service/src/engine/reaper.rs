@@ -19,8 +19,11 @@ use crate::store::work::{self, ReapReport};
 /// Reaper timing.
 #[derive(Debug, Clone, Copy)]
 pub struct ReaperConfig {
-    /// Pause between passes.
+    /// Pause between passes while the backstops find nothing.
     pub interval: Duration,
+    /// Pause after a pass that found work: a backlog (after a crash, or a
+    /// cascade in progress) drains in quick passes of `batch` rows.
+    pub busy_interval: Duration,
     /// A lease not attested for this long is freed (workers attest every 5 s).
     pub stale_after: Duration,
     /// Rows handled per backstop per pass.
@@ -31,6 +34,7 @@ impl Default for ReaperConfig {
     fn default() -> Self {
         Self {
             interval: Duration::from_secs(1),
+            busy_interval: Duration::from_millis(100),
             stale_after: Duration::from_secs(20),
             batch: 1000,
         }
@@ -40,16 +44,23 @@ impl Default for ReaperConfig {
 /// Runs reaper passes until `stop` flips.
 pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pause = config.interval;
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = tick.tick() => match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
-                    Ok(report) if report != ReapReport::default() => tracing::debug!(?report, "reaper pass"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
-                },
+                _ = tokio::time::sleep(pause) => {
+                    pause = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
+                        Ok(report) if report != ReapReport::default() => {
+                            tracing::debug!(?report, "reaper pass");
+                            config.busy_interval
+                        }
+                        Ok(_) => config.interval,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reaper pass failed");
+                            config.interval
+                        }
+                    };
+                }
             }
         }
     })
