@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use converge_proto::v1::{Emit, KindManifest, Reaction, Trigger};
 use converge_sdk::worker::{
-    ChildSpec, Condition, ConditionStatus, DepEdge, HandlerError, KindVersion, Outcome, Provider, ReactionRequest,
-    ResourceRef, Stage, StageInput, ValueFlow, async_trait,
+    ChildSpec, Condition, ConditionStatus, DepEdge, HandlerError, KindVersion, Outcome, Provider, ProviderConfigSpec,
+    ReactionRequest, ResourceRef, Stage, StageInput, ValueFlow, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -106,6 +106,16 @@ impl Provider for Stacks {
             (Stage::Compose, _) => {
                 let spec = &request.resource.spec;
                 let mut outcome = Outcome::new().with_status(json!({"composed": true}));
+                if let Some(name) = spec.get("config").and_then(Value::as_str) {
+                    outcome = outcome.with_config(ProviderConfigSpec {
+                        name: name.into(),
+                        kind: "cell".into(),
+                        kind_version: 1,
+                        is_default: false,
+                        spec: Some(json!({})),
+                        data: Vec::new(),
+                    });
+                }
                 for cell in spec.get("cells").and_then(Value::as_array).into_iter().flatten() {
                     outcome = outcome.with_child(ChildSpec {
                         kind: "cell".into(),

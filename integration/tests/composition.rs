@@ -356,3 +356,33 @@ async fn a_composition_naming_an_unknown_kind_fails_the_root_with_the_reason() -
     );
     f.server.shutdown().await
 }
+
+#[tokio::test]
+async fn a_composition_owning_provider_configs_is_refused_clearly() -> anyhow::Result<()> {
+    let f = fixture(Duration::ZERO).await?;
+    let spec = json!({"cells": [{"name": "c1", "spec": {}}], "edges": [], "config": "owned"});
+    apply_ok(&f.client, apply("stack", "configured", spec)).await?;
+    wait_phase(&f.client, "stack", "configured", Phase::Failed, Duration::from_secs(30)).await?;
+    assert!(
+        children(&f.client, "configured").await?.is_empty(),
+        "nothing was written"
+    );
+    let events = f
+        .client
+        .resources()
+        .list_resource_events(converge_proto::v1::ListResourceEventsRequest {
+            kind: "stack".into(),
+            name: "configured".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(
+        events
+            .events
+            .iter()
+            .any(|e| e.reason == "CompositionInvalid" && e.message.contains("/compose_result/configs/0")),
+        "{events:?}"
+    );
+    f.server.shutdown().await
+}

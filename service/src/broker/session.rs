@@ -453,8 +453,27 @@ impl Session {
 
     /// Applies a composition, then moves the task on.
     async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), sqlx::Error> {
-        let (children, edges) = wire::composition(complete.compose_result.clone().unwrap_or_default());
-        if let Err(problems) = self.check_composition(&children, &edges).await {
+        let result = complete.compose_result.clone().unwrap_or_default();
+        // Owned provider configs need the provider-config store, which does
+        // not exist yet: refuse them rather than drop them silently.
+        let configs: Vec<Violation> = (0..result.configs.len())
+            .map(|i| {
+                Violation::new(
+                    format!("/compose_result/configs/{i}"),
+                    "provider configs owned by a composition are not supported by this server yet",
+                )
+            })
+            .collect();
+        let (children, edges) = wire::composition(result);
+        let checked = match self.check_composition(&children, &edges).await {
+            Ok(()) if configs.is_empty() => Ok(()),
+            Ok(()) => Err(configs),
+            Err(mut problems) => {
+                problems.extend(configs);
+                Err(problems)
+            }
+        };
+        if let Err(problems) = checked {
             self.fail(&flight, "CompositionInvalid", &problems);
             return Ok(());
         }
