@@ -111,6 +111,9 @@ impl Session {
                 Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
                 Err(e) => tracing::warn!(error = %e, "claiming work failed"),
             }
+            // A claim can end a task at once (nothing to run, or a rollup
+            // whose children started progressing again): write that now.
+            self.flush().await;
             let pause = if tokio::time::Instant::now() < busy_until {
                 BUSY_POLL
             } else {
