@@ -33,7 +33,8 @@ use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_proto::v1::ApplyResourceRequest;
 use converge_sdk::Client;
-use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
+use converge_service::db::ensure_database;
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -124,12 +125,7 @@ async fn main() -> anyhow::Result<()> {
                     .push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
             }
             let server = EmbeddedPostgres::start(&options)?;
-            let admin = PgPoolOptions::new()
-                .max_connections(1)
-                .connect(&server.tcp_url("postgres"))
-                .await?;
-            sqlx::query("CREATE DATABASE converge_load").execute(&admin).await?;
-            admin.close().await;
+            ensure_database(&server.connect_options("postgres"), "converge_load").await?;
             (server.tcp_url("converge_load"), Some((server, dir)))
         }
     };
@@ -490,7 +486,8 @@ async fn pgbench_ceiling(database_url: &str, secs: u64) -> anyhow::Result<f64> {
         script.path(),
         "\\set id random(1, 1000)\nUPDATE load_ceiling SET n = n + 1 WHERE id = :id;\n",
     )?;
-    let output = Command::new(pgbench_path())
+    // pgbench ships with the server binaries the embedded launcher finds.
+    let output = Command::new(find_bindir()?.join("pgbench"))
         .args(["-n", "-c", "8", "-j", "2", "-T", &secs.to_string(), "-f"])
         .arg(script.path())
         .arg(database_url)
@@ -510,26 +507,6 @@ async fn pgbench_ceiling(database_url: &str, secs: u64) -> anyhow::Result<f64> {
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|t| t.parse().ok())
         .context("no tps in pgbench's output")
-}
-
-fn pgbench_path() -> PathBuf {
-    if let Ok(out) = std::process::Command::new("pg_config").arg("--bindir").output()
-        && out.status.success()
-    {
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if dir.join("pgbench").exists() {
-            return dir.join("pgbench");
-        }
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin/pgbench"))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| PathBuf::from("pgbench"))
 }
 
 /// Samples what the database's busy backends wait on, ten times a second.

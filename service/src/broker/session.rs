@@ -275,7 +275,7 @@ impl Session {
                     Some(Stage::Rollup)
                         if !pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? =>
                     {
-                        self.finish(flight, false);
+                        self.finish(&flight, None, false);
                     }
                     Some(stage) => {
                         if !self.send_stage(flight, stage).await? {
@@ -284,7 +284,7 @@ impl Session {
                         sent += 1;
                     }
                     // Nothing to run (e.g. a kind with only a teardown): done.
-                    None => self.finish(flight, true),
+                    None => self.finish(&flight, None, true),
                 }
             }
         }
@@ -305,7 +305,7 @@ impl Session {
             conditions: Vec::new(),
         };
         if plan.teardown(&finalizer).is_none() {
-            self.finish(flight, true);
+            self.finish(&flight, None, true);
             return Ok(true);
         }
         self.send_stage(flight, Stage::Delete).await
@@ -446,10 +446,7 @@ impl Session {
         match stage {
             Some(Stage::Compose) => self.composed(flight, complete).await?,
             Some(Stage::Work) => self.next_stage(flight, Stage::Work, healthy).await?,
-            Some(Stage::Rollup | Stage::Delete) | None => self.results.push(TaskResult {
-                healthy,
-                ..result_of(&flight)
-            }),
+            Some(Stage::Rollup | Stage::Delete) | None => self.finish(&flight, healthy, true),
         }
         Ok(())
     }
@@ -525,11 +522,7 @@ impl Session {
         healthy: Option<bool>,
     ) -> Result<(), sqlx::Error> {
         if flight.plan.after(stage).is_none() {
-            self.results.push(TaskResult {
-                healthy,
-                ..result_of(&flight)
-            });
-            return Ok(());
+            return self.continue_after(flight, stage, healthy).await;
         }
         let task = &flight.task;
         let Some(fence) =
@@ -558,29 +551,24 @@ impl Session {
                 if pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? {
                     self.send_stage(flight, Stage::Rollup).await?;
                 } else {
-                    self.results.push(TaskResult {
-                        healthy,
-                        advance: false,
-                        ..result_of(&flight)
-                    });
+                    self.finish(&flight, healthy, false);
                 }
             }
             Some(next) => {
                 self.send_stage(flight, next).await?;
             }
-            None => self.results.push(TaskResult {
-                healthy,
-                ..result_of(&flight)
-            }),
+            None => self.finish(&flight, healthy, true),
         }
         Ok(())
     }
 
-    /// Ends a task that had nothing to run.
-    fn finish(&mut self, flight: InFlight, advance: bool) {
+    /// Ends a task with what its stages produced: fully (`advance`), or as a
+    /// composite's partial result whose rollup has to wait.
+    fn finish(&mut self, flight: &InFlight, healthy: Option<bool>, advance: bool) {
         self.results.push(TaskResult {
+            healthy,
             advance,
-            ..result_of(&flight)
+            ..result_of(flight)
         });
     }
 

@@ -385,7 +385,10 @@ impl ServerOwner {
 }
 
 /// Finds the directory holding `postgres` and `initdb`, newest version first.
-fn find_bindir() -> Result<PathBuf, EmbeddedError> {
+/// The directory of the PostgreSQL server binaries this host would run
+/// (`CONVERGE_PG_BINDIR`, `pg_config --bindir`, `PATH`, then the newest
+/// `/usr/lib/postgresql/*/bin`).
+pub fn find_bindir() -> Result<PathBuf, EmbeddedError> {
     let has_binaries = |dir: &Path| dir.join("postgres").is_file() && dir.join("initdb").is_file();
     // An explicit choice is used as given, never silently replaced by a search.
     if let Some(dir) = std::env::var_os("CONVERGE_PG_BINDIR").filter(|d| !d.is_empty()) {
