@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, resource_of, work_manifest};
 use converge_integration::TestServer;
 use converge_proto::v1::{
-    ApplyResourceRequest, ConditionStatus, CreateResourceRequest, DeleteResourceRequest, EventType, GetResourceRequest,
-    ListResourceEventsRequest, ListResourcesRequest, Phase, Resource,
+    ApplyResourceRequest, BatchApplyResourcesRequest, ConditionStatus, CreateResourceRequest, DeleteResourceRequest,
+    EventType, GetResourceRequest, ListResourceEventsRequest, ListResourcesRequest, Phase, Resource,
 };
 use converge_sdk::Client;
 use serde_json::json;
@@ -113,6 +113,161 @@ async fn apply_creates_then_updates_only_on_real_change() -> anyhow::Result<()> 
     flip.labels = relabelled.labels;
     let flipped = resource_of(apply_ok(&client, flip).await?)?;
     assert_eq!((flipped.kind_version, flipped.generation), (2, 3));
+    server.shutdown().await
+}
+
+fn batch(requests: Vec<ApplyResourceRequest>) -> BatchApplyResourcesRequest {
+    BatchApplyResourcesRequest {
+        requests,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_batch_apply_writes_every_item_or_none() -> anyhow::Result<()> {
+    let (server, client) = server_with_kinds().await?;
+    apply_ok(&client, apply("vpc", "old", json!({"cidr": "10.0.0.0/16"}))).await?;
+
+    // Creates and an update in one call, answered in request order.
+    let items = vec![
+        apply("vpc", "b", json!({"cidr": "10.2.0.0/16"})),
+        apply("vpc", "old", json!({"cidr": "10.9.0.0/16"})),
+        apply("vpc", "a", json!({})),
+        apply("db", "a", json!({})),
+    ];
+    let answers = client
+        .resources()
+        .batch_apply_resources(batch(items.clone()))
+        .await?
+        .into_inner()
+        .responses;
+    let seen: Vec<(String, String, bool, i64)> = answers
+        .iter()
+        .map(|a| {
+            let r = a.resource.clone().unwrap_or_default();
+            (r.kind, r.name, a.created, r.generation)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("vpc".to_owned(), "b".to_owned(), true, 1),
+            ("vpc".to_owned(), "old".to_owned(), false, 2),
+            ("vpc".to_owned(), "a".to_owned(), true, 1),
+            ("db".to_owned(), "a".to_owned(), true, 1),
+        ]
+    );
+    let created = answers[0].resource.clone().unwrap_or_default();
+    assert_eq!(created.phase(), Phase::Reconciling);
+    assert_eq!(get(&client, "vpc", "b").await?.uid, created.uid);
+    let events = client
+        .resources()
+        .list_resource_events(ListResourceEventsRequest {
+            kind: "vpc".into(),
+            name: "b".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events;
+    assert_eq!(
+        events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+        ["Created"]
+    );
+    assert_eq!(events[0].message, "created at generation 1");
+
+    // Re-applying the same batch changes nothing.
+    let again = client
+        .resources()
+        .batch_apply_resources(batch(items))
+        .await?
+        .into_inner()
+        .responses;
+    assert!(again.iter().all(|a| !a.created));
+    let versions = |answers: &[converge_proto::v1::ApplyResourceResponse]| -> Vec<String> {
+        answers
+            .iter()
+            .map(|a| a.resource.clone().unwrap_or_default().resource_version)
+            .collect()
+    };
+    assert_eq!(versions(&again), versions(&answers));
+
+    // One bad item refuses the batch: the good items before and after it
+    // are not written, and the violation names the item.
+    let refused = client
+        .resources()
+        .batch_apply_resources(batch(vec![
+            apply("vpc", "c", json!({})),
+            apply("vpc", "d", json!({"ports": [{"number": 0}]})),
+            apply("vpc", "e", json!({})),
+        ]))
+        .await;
+    let violations = expect_error(refused, Code::InvalidArgument, "SPEC_SCHEMA_VIOLATION");
+    assert_eq!(fields(&violations), ["/requests/1/spec/ports/0/number"]);
+    for name in ["c", "e"] {
+        let missing = client
+            .resources()
+            .get_resource(GetResourceRequest {
+                kind: "vpc".into(),
+                name: name.into(),
+            })
+            .await;
+        assert_eq!(missing.map(|_| ()).unwrap_err().code(), Code::NotFound);
+    }
+
+    // Unknown kinds and refused writes name their item too.
+    let unknown = client
+        .resources()
+        .batch_apply_resources(batch(vec![apply("vpc", "c", json!({})), apply("nope", "x", json!({}))]))
+        .await;
+    let violations = expect_error(unknown, Code::NotFound, "KIND_NOT_FOUND");
+    assert_eq!(fields(&violations), ["/requests/1"]);
+    let mut stale = apply("vpc", "old", json!({}));
+    stale.etag = Some("W/\"nope\"".into());
+    let mismatch = client.resources().batch_apply_resources(batch(vec![stale])).await;
+    expect_error(mismatch, Code::Aborted, "ETAG_MISMATCH");
+
+    // Input checks report every bad item at once.
+    let mut with_id = apply("vpc", "f", json!({}));
+    with_id.request_id = "item-id".into();
+    let malformed = client
+        .resources()
+        .batch_apply_resources(batch(vec![
+            apply("vpc", "Bad_Name", json!({})),
+            with_id,
+            apply("vpc", "g", json!({})),
+        ]))
+        .await;
+    let violations = expect_error(malformed, Code::InvalidArgument, "INVALID_NAME");
+    assert_eq!(fields(&violations), ["/requests/0/name", "/requests/1/request_id"]);
+    let repeated = client
+        .resources()
+        .batch_apply_resources(batch(vec![apply("vpc", "h", json!({})), apply("vpc", "h", json!({}))]))
+        .await;
+    let violations = expect_error(repeated, Code::InvalidArgument, "INVALID_FIELD");
+    assert_eq!(fields(&violations), ["/requests/1/name"]);
+    let empty = client.resources().batch_apply_resources(batch(Vec::new())).await;
+    let violations = expect_error(empty, Code::InvalidArgument, "INVALID_FIELD");
+    assert_eq!(fields(&violations), ["/requests"]);
+    let too_many = (0..1001).map(|i| apply("vpc", &format!("n{i}"), json!({}))).collect();
+    let violations = expect_error(
+        client.resources().batch_apply_resources(batch(too_many)).await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    assert_eq!(fields(&violations), ["/requests"]);
+
+    // A batch under a request id answers its retry from the first call.
+    let mut keyed = batch(vec![apply("vpc", "k1", json!({})), apply("vpc", "k2", json!({}))]);
+    keyed.request_id = "batch-1".into();
+    let first = client
+        .resources()
+        .batch_apply_resources(keyed.clone())
+        .await?
+        .into_inner();
+    let retry = client.resources().batch_apply_resources(keyed).await?.into_inner();
+    assert_eq!(first, retry);
+    assert!(retry.responses.iter().all(|a| a.created));
     server.shutdown().await
 }
 

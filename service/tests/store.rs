@@ -40,8 +40,11 @@ async fn create(pool: &PgPool, kind: &str, name: &str) -> anyhow::Result<Uuid> {
         provider_config: None,
     };
     let mut conn = pool.acquire().await?;
-    let created = resources::insert(&mut conn, &desired).await?;
-    created.map(|r| r.id).ok_or_else(|| anyhow::anyhow!("not created"))
+    let created = resources::insert_many(&mut conn, std::slice::from_ref(&desired)).await?;
+    created
+        .get(&(kind.to_owned(), name.to_owned()))
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("not created"))
 }
 
 async fn position_of(pool: &PgPool, id: Uuid) -> anyhow::Result<Position> {

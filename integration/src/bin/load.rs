@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
-use converge_proto::v1::ApplyResourceRequest;
+use converge_proto::v1::{ApplyResourceRequest, BatchApplyResourcesRequest};
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
 use converge_service::db::ensure_database;
@@ -39,6 +39,9 @@ use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::process::{Child, Command};
+
+/// Most items the server takes in one BatchApplyResources call.
+const MAX_BATCH: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -71,8 +74,12 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     worker_parallel: usize,
     /// Concurrent API writers.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 8)]
     writers: usize,
+    /// Resources per apply call: above 1 a writer sends BatchApplyResources
+    /// calls of this many items; 1 sends one ApplyResource per resource.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
     /// An existing database instead of a fresh embedded one.
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
@@ -236,14 +243,32 @@ async fn main() -> anyhow::Result<()> {
 
     // Apply.
     let mut writers = Vec::new();
+    let batch = args.batch.clamp(1, MAX_BATCH);
+    let chunks = total.div_ceil(batch);
     for w in 0..args.writers.max(1) {
         let client = client.clone();
         let applied = applied.clone();
         let (mode, teams, step) = (args.mode, args.teams, args.writers.max(1));
         writers.push(tokio::spawn(async move {
-            for i in (w..total).step_by(step) {
-                client.resources().apply_resource(request(mode, i, teams)).await?;
-                applied.fetch_add(1, Ordering::Relaxed);
+            for chunk in (w..chunks).step_by(step) {
+                let items = chunk * batch..((chunk + 1) * batch).min(total);
+                let count = items.len() as i64;
+                if batch == 1 {
+                    client
+                        .resources()
+                        .apply_resource(request(mode, items.start, teams))
+                        .await?;
+                } else {
+                    let requests = items.map(|i| request(mode, i, teams)).collect();
+                    client
+                        .resources()
+                        .batch_apply_resources(BatchApplyResourcesRequest {
+                            requests,
+                            ..Default::default()
+                        })
+                        .await?;
+                }
+                applied.fetch_add(count, Ordering::Relaxed);
             }
             anyhow::Ok(())
         }));
@@ -300,6 +325,7 @@ async fn main() -> anyhow::Result<()> {
         "workers": args.workers,
         "worker_parallel": args.worker_parallel,
         "writers": args.writers,
+        "batch": args.batch,
         "apply_secs": apply_secs,
         "apply_per_sec": total as f64 / apply_secs,
         "ready_secs": ready_secs,

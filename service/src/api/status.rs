@@ -202,6 +202,34 @@ impl ApiError {
         }
     }
 
+    /// The same refusal about one item of a batch: field paths move under
+    /// `prefix` (e.g. `/requests/3`), and a refusal that named no field
+    /// names the item. Other errors are not about the item and pass through.
+    pub fn within(self, prefix: &str) -> Self {
+        match self {
+            ApiError::Refused {
+                reason,
+                message,
+                violations,
+            } => {
+                let violations = if violations.is_empty() {
+                    vec![Violation::new(prefix, message.clone())]
+                } else {
+                    violations
+                        .into_iter()
+                        .map(|v| Violation::new(format!("{prefix}{}", v.field), v.description))
+                        .collect()
+                };
+                ApiError::Refused {
+                    reason,
+                    message: format!("{prefix}: {message}"),
+                    violations,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The stable machine-readable reason.
     pub fn reason(&self) -> Reason {
         match self {

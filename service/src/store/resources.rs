@@ -128,32 +128,81 @@ pub async fn lock_kind_shared(conn: &mut PgConnection, kind: &str, kind_version:
 
 /// Reads a resource by kind and name, row-locked for the rest of the transaction.
 pub async fn find_for_update(conn: &mut PgConnection, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
-    let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE r.kind = $1 AND r.name = $2 FOR NO KEY UPDATE OF r");
-    let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    attach_conditions(conn, row.map(ResourceRow::into_resource)).await
+    let key = (kind.to_owned(), name.to_owned());
+    Ok(find_many_for_update(conn, std::slice::from_ref(&key))
+        .await?
+        .remove(&key))
 }
 
-/// Inserts a new root resource; `None` when the name was taken meanwhile.
-pub async fn insert(conn: &mut PgConnection, desired: &DesiredResource<'_>) -> StoreResult<Option<Resource>> {
-    let inserted: Option<Uuid> = sqlx::query_scalar(
+/// Reads the resources of several (kind, name) keys, row-locked for the rest
+/// of the transaction, keyed by (kind, name). Rows are locked in id order,
+/// the order every multi-row writer uses, so concurrent batches cannot
+/// deadlock on each other.
+pub async fn find_many_for_update(
+    conn: &mut PgConnection,
+    keys: &[(String, String)],
+) -> StoreResult<HashMap<(String, String), Resource>> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(|(k, n)| (k.as_str(), n.as_str())).unzip();
+    let sql = format!(
+        "SELECT {COLUMNS} FROM {FROM}
+         WHERE (r.kind, r.name) IN (SELECT k, n FROM unnest($1::text[], $2::text[]) AS x(k, n))
+         ORDER BY r.id FOR NO KEY UPDATE OF r"
+    );
+    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kinds)
+        .bind(names)
+        .fetch_all(&mut *conn)
+        .await?;
+    let found = with_conditions(conn, rows.into_iter().map(ResourceRow::into_resource).collect()).await?;
+    Ok(found
+        .into_iter()
+        .map(|r| ((r.kind.clone(), r.name.clone()), r))
+        .collect())
+}
+
+/// Inserts new root resources; returns the ids of those inserted, keyed by
+/// (kind, name). A name taken meanwhile is left out (the caller treats it as
+/// an update). Rows go in (kind, name) order, so two batches racing for the
+/// same names wait on each other instead of deadlocking.
+pub async fn insert_many(
+    conn: &mut PgConnection,
+    desired: &[DesiredResource<'_>],
+) -> StoreResult<HashMap<(String, String), Uuid>> {
+    if desired.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut sorted: Vec<&DesiredResource<'_>> = desired.iter().collect();
+    sorted.sort_by(|a, b| (a.kind, a.name).cmp(&(b.kind, b.name)));
+    let kinds: Vec<&str> = sorted.iter().map(|d| d.kind).collect();
+    let versions: Vec<i16> = sorted
+        .iter()
+        .map(|d| i16::try_from(d.kind_version).unwrap_or(i16::MAX))
+        .collect();
+    let names: Vec<&str> = sorted.iter().map(|d| d.name).collect();
+    let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
+    let specs: Vec<Json<&Value>> = sorted.iter().map(|d| Json(d.spec)).collect();
+    let providers: Vec<Option<&str>> = sorted.iter().map(|d| d.provider_config.flatten()).collect();
+    let rows: Vec<(Uuid, String, String)> = sqlx::query_as(
         "INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
-         VALUES ($1, $2, $3, $4, $5, $6)
+         SELECT kind, kind_version, name, labels, spec, provider_config
+         FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
+             WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
+         ORDER BY n
          ON CONFLICT (kind, name) DO NOTHING
-         RETURNING id",
+         RETURNING id, kind, name",
     )
-    .bind(desired.kind)
-    .bind(i16::try_from(desired.kind_version).unwrap_or(i16::MAX))
-    .bind(desired.name)
-    .bind(Json(desired.labels))
-    .bind(Json(desired.spec))
-    .bind(desired.provider_config.flatten())
-    .fetch_optional(&mut *conn)
+    .bind(kinds)
+    .bind(versions)
+    .bind(names)
+    .bind(labels)
+    .bind(specs)
+    .bind(providers)
+    .fetch_all(&mut *conn)
     .await?;
-    reread(conn, inserted).await
+    Ok(rows.into_iter().map(|(id, kind, name)| ((kind, name), id)).collect())
 }
 
 /// Writes the user-owned fields of an existing resource. Nothing is written
@@ -225,10 +274,8 @@ pub async fn id_of(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<
 }
 
 async fn attach_conditions(conn: &mut PgConnection, resource: Option<Resource>) -> StoreResult<Option<Resource>> {
-    let Some(mut resource) = resource else { return Ok(None) };
-    let mut conditions = conditions_for(conn, &[resource.id]).await?;
-    resource.conditions = conditions.remove(&resource.id).unwrap_or_default();
-    Ok(Some(resource))
+    let Some(resource) = resource else { return Ok(None) };
+    Ok(with_conditions(conn, vec![resource]).await?.pop())
 }
 
 #[derive(Debug, sqlx::FromRow)]

@@ -1,41 +1,41 @@
 //! The `converge.v1.ResourceService` API.
 
-use std::collections::BTreeMap;
+mod apply;
 
 use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
-    ApplyResourceRequest, ApplyResourceResponse, CreateResourceRequest, CreateResourceResponse, DeleteResourceRequest,
-    DeleteResourceResponse, GetResourceGraphRequest, GetResourceGraphResponse, GetResourceRequest, GetResourceResponse,
+    ApplyResourceRequest, ApplyResourceResponse, BatchApplyResourcesRequest, BatchApplyResourcesResponse,
+    CreateResourceRequest, CreateResourceResponse, DeleteResourceRequest, DeleteResourceResponse,
+    GetResourceGraphRequest, GetResourceGraphResponse, GetResourceRequest, GetResourceResponse,
     ListResourceEventsRequest, ListResourceEventsResponse, ListResourcesRequest, ListResourcesResponse,
     ListSpecRevisionsRequest, ListSpecRevisionsResponse, QuarantineResourceRequest, QuarantineResourceResponse,
     ReconcileResourceRequest, ReconcileResourceResponse, ResourceRef as PbResourceRef, RollbackResourceRequest,
     RollbackResourceResponse, UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest,
     WatchResourceEventsResponse, WatchResourcesRequest, WatchResourcesResponse,
 };
-use serde_json::Value;
 use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::convert::{
     edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, phases_from_proto, resource_to_proto,
-    struct_to_json,
 };
 use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
 use super::status::{ApiError, Reason, not_implemented};
 use super::write::{self, WriteCall};
 use super::{ApiState, ResponseStream};
-use crate::domain::event::{EventType, NewEvent};
-use crate::domain::labels::{LabelSelector, validate_labels};
-use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
+use crate::domain::event::EventType;
+use crate::domain::labels::LabelSelector;
+use crate::domain::names::{validate_kind_name, validate_resource_name};
 use crate::domain::page_token::{filter_hash, page_size};
-use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
+use crate::domain::resource::Resource;
 use crate::domain::violation::Violation;
 use crate::store::deletion::{self, SetAside};
 use crate::store::events::{EventCursor, EventFilter};
 use crate::store::graph::GraphCursor;
-use crate::store::resources::{DesiredResource, ListCursor, ResourceFilter};
+use crate::store::resources::{ListCursor, ResourceFilter};
 use crate::store::{events, graph, kinds, resources, work};
+use apply::{Items, MAX_BATCH_ITEMS, Mode, ResourceWrite, Written, write_resources};
 
 /// Serves `converge.v1.ResourceService`.
 #[derive(Debug, Clone)]
@@ -50,238 +50,78 @@ impl ResourceApi {
     }
 }
 
-/// How a write treats an existing resource of the same name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Create or update.
-    Apply,
-    /// Create only.
-    Create,
+/// The one answer of a single write.
+fn single(written: Vec<Written>) -> Result<Written, ApiError> {
+    written
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::Internal("a write answered nothing".into()))
 }
 
-/// A validated resource write.
-#[derive(Debug, Clone)]
-struct ResourceWrite {
-    kind: String,
-    kind_version: i32,
-    name: String,
-    labels: BTreeMap<String, String>,
-    spec: Value,
-    etag: Option<String>,
-    provider_config: Option<Option<String>>,
-    mode: Mode,
-}
-
-impl ResourceWrite {
-    /// Validates everything that needs no database: names, labels, spec size.
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        mode: Mode,
-        kind: String,
-        kind_version: i32,
-        name: String,
-        labels: BTreeMap<String, String>,
-        spec: Option<prost_types::Struct>,
-        etag: Option<String>,
-        provider_config: Option<Option<String>>,
-    ) -> Result<Self, ApiError> {
-        let mut violations = Vec::new();
-        let mut reason = Reason::InvalidField;
-        if let Err(v) = validate_kind_name("/kind", &kind) {
-            violations.push(v);
-            reason = Reason::InvalidName;
-        }
-        violations.extend(validate_kind_version("/kind_version", kind_version).err());
-        if let Err(v) = validate_resource_name("/name", &name) {
-            violations.push(v);
-            reason = Reason::InvalidName;
-        }
-        if let Err(label_violations) = validate_labels(&labels) {
-            if violations.is_empty() {
-                reason = Reason::InvalidLabels;
-            }
-            violations.extend(label_violations);
-        }
-        if !violations.is_empty() {
-            return Err(ApiError::violations(reason, violations));
-        }
-        let spec = struct_to_json(spec);
-        let size = serde_json::to_vec(&spec).map(|b| b.len()).unwrap_or(usize::MAX);
-        if size > MAX_SPEC_BYTES {
-            return Err(ApiError::violations(
-                Reason::SpecTooLarge,
-                vec![Violation::new(
-                    "/spec",
-                    format!("is {size} bytes of JSON; the limit is {MAX_SPEC_BYTES}"),
-                )],
+/// Validates the items of a batch apply; every item's violations are
+/// reported at once, under `/requests/{i}`.
+fn batch_inputs(req: &BatchApplyResourcesRequest) -> Result<Vec<ResourceWrite>, ApiError> {
+    if req.requests.is_empty() || req.requests.len() > MAX_BATCH_ITEMS {
+        return Err(Violation::new(
+            "/requests",
+            format!("must hold 1 to {MAX_BATCH_ITEMS} items; has {}", req.requests.len()),
+        )
+        .into());
+    }
+    let mut inputs = Vec::with_capacity(req.requests.len());
+    let mut refusal: Option<(Reason, Vec<Violation>)> = None;
+    for (i, item) in req.requests.iter().enumerate() {
+        let mut item_violations = Vec::new();
+        if !item.request_id.is_empty() {
+            item_violations.push(Violation::new(
+                format!("/requests/{i}/request_id"),
+                "must be empty: set request_id on the batch",
             ));
         }
-        Ok(Self {
-            kind,
-            kind_version,
-            name,
-            labels,
-            spec,
-            etag,
-            provider_config,
-            mode,
-        })
-    }
-
-    fn desired(&self) -> DesiredResource<'_> {
-        DesiredResource {
-            kind: &self.kind,
-            kind_version: self.kind_version,
-            name: &self.name,
-            labels: &self.labels,
-            spec: &self.spec,
-            provider_config: self.provider_config.as_ref().map(|p| p.as_deref()),
+        if item.validate_only {
+            item_violations.push(Violation::new(
+                format!("/requests/{i}/validate_only"),
+                "must be false: set validate_only on the batch",
+            ));
         }
+        let input = ResourceWrite::new(
+            Mode::Apply,
+            item.kind.clone(),
+            item.kind_version,
+            item.name.clone(),
+            item.labels.clone(),
+            item.spec.clone(),
+            item.etag.clone(),
+            item.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
+        );
+        let reason = match input {
+            Ok(input) => {
+                inputs.push(input);
+                Reason::InvalidField
+            }
+            Err(e) => {
+                let reason = e.reason();
+                if let ApiError::Refused { violations, .. } = e.within(&format!("/requests/{i}")) {
+                    item_violations.extend(violations);
+                }
+                reason
+            }
+        };
+        if !item_violations.is_empty() {
+            refusal
+                .get_or_insert_with(|| (reason, Vec::new()))
+                .1
+                .extend(item_violations);
+        }
+    }
+    match refusal {
+        Some((reason, violations)) => Err(ApiError::violations(reason, violations)),
+        None => Ok(inputs),
     }
 }
 
 /// The actor recorded on events written by API calls.
 const API_ACTOR: &str = "api";
-
-/// What a resource write produced.
-struct Written {
-    /// The resource as stored.
-    resource: Resource,
-    /// Whether this write created it.
-    created: bool,
-    /// The manifest version it was validated under.
-    manifest_version: i64,
-}
-
-/// Writes one resource inside the caller's transaction.
-async fn write_resource(conn: &mut PgConnection, state: &ApiState, input: &ResourceWrite) -> Result<Written, ApiError> {
-    resources::lock_kind_shared(conn, &input.kind, input.kind_version).await?;
-    let kind_state = kinds::kind_state(conn, &input.kind, input.kind_version)
-        .await?
-        .ok_or_else(|| kind_not_found(&input.kind, input.kind_version))?;
-    if let Some(Some(name)) = &input.provider_config
-        && !name.is_empty()
-    {
-        // No provider config can exist yet: the store of provider configs
-        // arrives with ProviderConfigService.
-        return Err(ApiError::violations(
-            Reason::ProviderConfigNotFound,
-            vec![Violation::new(
-                "/provider_config",
-                format!("provider config {name:?} does not exist"),
-            )],
-        ));
-    }
-
-    // Two passes at most: the second follows a create that lost a race.
-    for _ in 0..2 {
-        let existing = resources::find_for_update(conn, &input.kind, &input.name).await?;
-        if let Some(current) = &existing {
-            check_writable(current, input, kind_state.retired)?;
-        } else {
-            if input.etag.is_some() {
-                return Err(resource_not_found(&input.kind, &input.name));
-            }
-            if kind_state.retired {
-                return Err(retired(&input.kind, input.kind_version));
-            }
-        }
-        let compiled = state
-            .catalog
-            .compiled(conn, &input.kind, input.kind_version, kind_state.manifest_version)
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if let Some(schema) = &compiled.spec {
-            schema
-                .validate("/spec", &input.spec)
-                .map_err(|violations| ApiError::violations(Reason::SpecSchemaViolation, violations))?;
-        }
-        match existing {
-            Some(current) => {
-                let manifest_version = kind_state.manifest_version;
-                let Some(updated) = resources::update_desired(conn, current.id, &input.desired()).await? else {
-                    return Ok(Written {
-                        resource: current,
-                        created: false,
-                        manifest_version,
-                    });
-                };
-                if updated.kind_version != current.kind_version {
-                    let event = NewEvent::lifecycle(
-                        "KindVersionChanged",
-                        format!("kind version {} -> {}", current.kind_version, updated.kind_version),
-                    );
-                    record(conn, state, &updated, &event).await?;
-                }
-                if updated.generation != current.generation {
-                    let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
-                    record(conn, state, &updated, &event).await?;
-                    work::schedule(conn, &[updated.id]).await?;
-                }
-                return Ok(Written {
-                    resource: updated,
-                    created: false,
-                    manifest_version,
-                });
-            }
-            None => {
-                if let Some(created) = resources::insert(conn, &input.desired()).await? {
-                    let event = NewEvent::lifecycle("Created", format!("created at generation {}", created.generation));
-                    record(conn, state, &created, &event).await?;
-                    work::schedule(conn, &[created.id]).await?;
-                    return Ok(Written {
-                        resource: created,
-                        created: true,
-                        manifest_version: kind_state.manifest_version,
-                    });
-                }
-            }
-        }
-    }
-    Err(ApiError::refused(
-        Reason::ConcurrentModification,
-        "the resource changed concurrently; retry",
-    ))
-}
-
-/// Refuses writes the stored resource does not allow. Deletion wins over
-/// every other problem, as clients expect.
-fn check_writable(current: &Resource, input: &ResourceWrite, retired_target: bool) -> Result<(), ApiError> {
-    if input.mode == Mode::Create {
-        let deleting = if current.deletion_requested_at.is_some() {
-            " (it is being deleted)"
-        } else {
-            ""
-        };
-        return Err(ApiError::refused(
-            Reason::NameTaken,
-            format!("{}/{} already exists{deleting}", current.kind, current.name),
-        ));
-    }
-    if current.deletion_requested_at.is_some() {
-        return Err(ApiError::refused(
-            Reason::DeletionPending,
-            format!(
-                "{}/{} is being deleted and accepts no writes",
-                current.kind, current.name
-            ),
-        ));
-    }
-    if current.owner.is_some() {
-        return Err(ApiError::refused(
-            Reason::ResourceOwned,
-            format!(
-                "{}/{} was composed by another resource; its spec belongs to its composer",
-                current.kind, current.name
-            ),
-        ));
-    }
-    check_etag(current, input.etag.as_deref())?;
-    if current.kind_version != input.kind_version && retired_target {
-        return Err(retired(&input.kind, input.kind_version));
-    }
-    Ok(())
-}
 
 fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     match etag {
@@ -296,40 +136,8 @@ fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-async fn record(
-    conn: &mut PgConnection,
-    state: &ApiState,
-    resource: &Resource,
-    event: &NewEvent,
-) -> Result<(), ApiError> {
-    events::record(
-        conn,
-        resource.id,
-        resource.generation,
-        event,
-        API_ACTOR,
-        state.retention.event_runs_per_timeline,
-    )
-    .await?;
-    Ok(())
-}
-
-fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
-    ApiError::refused(
-        Reason::KindNotFound,
-        format!("kind {kind:?} version {kind_version} has no manifest; apply one with KindService.ApplyKindManifest"),
-    )
-}
-
 fn resource_not_found(kind: &str, name: &str) -> ApiError {
     ApiError::refused(Reason::ResourceNotFound, format!("{kind}/{name} does not exist"))
-}
-
-fn retired(kind: &str, kind_version: i32) -> ApiError {
-    ApiError::refused(
-        Reason::KindVersionRetired,
-        format!("kind {kind:?} version {kind_version} is retired and accepts no new resources"),
-    )
 }
 
 /// The manifest version of a resource's kind version, read in the write's transaction.
@@ -467,10 +275,40 @@ impl ResourceService for ResourceApi {
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
             Box::pin(async move {
-                let written = write_resource(conn, &state, &input).await?;
+                let written =
+                    single(write_resources(conn, &state, std::slice::from_ref(&input), Items::Single).await?)?;
                 Ok(ApplyResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                     created: written.created,
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn batch_apply_resources(
+        &self,
+        request: Request<BatchApplyResourcesRequest>,
+    ) -> Result<Response<BatchApplyResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let call = WriteCall::new("BatchApplyResources", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let inputs = batch_inputs(&req)?;
+        let state = self.state.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (state, inputs) = (state.clone(), inputs.clone());
+            Box::pin(async move {
+                let written = write_resources(conn, &state, &inputs, Items::Batch).await?;
+                Ok(BatchApplyResourcesResponse {
+                    responses: written
+                        .into_iter()
+                        .map(|w| ApplyResourceResponse {
+                            resource: Some(resource_to_proto(w.resource, w.manifest_version)),
+                            created: w.created,
+                        })
+                        .collect(),
                 })
             })
         })
@@ -501,7 +339,8 @@ impl ResourceService for ResourceApi {
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
             Box::pin(async move {
-                let written = write_resource(conn, &state, &input).await?;
+                let written =
+                    single(write_resources(conn, &state, std::slice::from_ref(&input), Items::Single).await?)?;
                 Ok(CreateResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                 })

@@ -1,0 +1,436 @@
+//! The resource write path of ApplyResource, CreateResource and
+//! BatchApplyResources. A batch is validated item by item, then read and
+//! written with set-based statements, so N resources share a handful of
+//! statements and one commit instead of N of each.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::{API_ACTOR, check_etag, resource_not_found};
+use crate::api::ApiState;
+use crate::api::convert::struct_to_json;
+use crate::api::status::{ApiError, Reason};
+use crate::domain::event::NewEvent;
+use crate::domain::labels::validate_labels;
+use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
+use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
+use crate::domain::violation::Violation;
+use crate::store::kinds::KindState;
+use crate::store::resources::{self, DesiredResource};
+use crate::store::{events, kinds, work};
+
+/// Most items one BatchApplyResources call may carry.
+pub(super) const MAX_BATCH_ITEMS: usize = 1000;
+
+/// How a write treats an existing resource of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Create or update.
+    Apply,
+    /// Create only.
+    Create,
+}
+
+/// A validated resource write.
+#[derive(Debug, Clone)]
+pub(super) struct ResourceWrite {
+    kind: String,
+    kind_version: i32,
+    name: String,
+    labels: BTreeMap<String, String>,
+    spec: Value,
+    etag: Option<String>,
+    provider_config: Option<Option<String>>,
+    mode: Mode,
+}
+
+impl ResourceWrite {
+    /// Validates everything that needs no database: names, labels, spec size.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        mode: Mode,
+        kind: String,
+        kind_version: i32,
+        name: String,
+        labels: BTreeMap<String, String>,
+        spec: Option<prost_types::Struct>,
+        etag: Option<String>,
+        provider_config: Option<Option<String>>,
+    ) -> Result<Self, ApiError> {
+        let mut violations = Vec::new();
+        let mut reason = Reason::InvalidField;
+        if let Err(v) = validate_kind_name("/kind", &kind) {
+            violations.push(v);
+            reason = Reason::InvalidName;
+        }
+        violations.extend(validate_kind_version("/kind_version", kind_version).err());
+        if let Err(v) = validate_resource_name("/name", &name) {
+            violations.push(v);
+            reason = Reason::InvalidName;
+        }
+        if let Err(label_violations) = validate_labels(&labels) {
+            if violations.is_empty() {
+                reason = Reason::InvalidLabels;
+            }
+            violations.extend(label_violations);
+        }
+        if !violations.is_empty() {
+            return Err(ApiError::violations(reason, violations));
+        }
+        let spec = struct_to_json(spec);
+        let size = serde_json::to_vec(&spec).map(|b| b.len()).unwrap_or(usize::MAX);
+        if size > MAX_SPEC_BYTES {
+            return Err(ApiError::violations(
+                Reason::SpecTooLarge,
+                vec![Violation::new(
+                    "/spec",
+                    format!("is {size} bytes of JSON; the limit is {MAX_SPEC_BYTES}"),
+                )],
+            ));
+        }
+        Ok(Self {
+            kind,
+            kind_version,
+            name,
+            labels,
+            spec,
+            etag,
+            provider_config,
+            mode,
+        })
+    }
+
+    fn desired(&self) -> DesiredResource<'_> {
+        DesiredResource {
+            kind: &self.kind,
+            kind_version: self.kind_version,
+            name: &self.name,
+            labels: &self.labels,
+            spec: &self.spec,
+            provider_config: self.provider_config.as_ref().map(|p| p.as_deref()),
+        }
+    }
+}
+
+/// What a resource write produced.
+pub(super) struct Written {
+    /// The resource as stored.
+    pub(super) resource: Resource,
+    /// Whether this write created it.
+    pub(super) created: bool,
+    /// The manifest version it was validated under.
+    pub(super) manifest_version: i64,
+}
+
+/// An item's outcome while its batch is being written.
+enum Slot {
+    /// Updated (or unchanged): the resource as it is now.
+    Updated(Box<Written>),
+    /// Inserted with this id; read back once all inserts are done.
+    Created(Uuid),
+}
+
+/// Where a batch item's refusals point: `/requests/{i}` in a batch, the
+/// request itself for a single write.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Items {
+    /// One write: refusals name the request's own fields.
+    Single,
+    /// A batch: refusals name the item under `/requests/{i}`.
+    Batch,
+}
+
+impl Items {
+    fn at(self, index: usize, error: ApiError) -> ApiError {
+        match self {
+            Items::Single => error,
+            Items::Batch => error.within(&format!("/requests/{index}")),
+        }
+    }
+}
+
+/// Writes resources inside the caller's transaction; answers in input
+/// order. Any refusal refuses the whole batch (the caller's transaction
+/// rolls back).
+pub(super) async fn write_resources(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    inputs: &[ResourceWrite],
+    items: Items,
+) -> Result<Vec<Written>, ApiError> {
+    let mut first_of: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        if let Some(first) = first_of.insert((&input.kind, &input.name), i) {
+            let repeated = Violation::new(
+                "/name",
+                format!("{}/{} is also item {first} of this batch", input.kind, input.name),
+            );
+            return Err(items.at(i, ApiError::violations(Reason::InvalidField, vec![repeated])));
+        }
+    }
+    let kind_states = lock_kinds(conn, inputs, items).await?;
+    validate_specs(conn, state, inputs, &kind_states, items).await?;
+
+    let mut written: Vec<Option<Slot>> = inputs.iter().map(|_| None).collect();
+    let mut to_schedule: Vec<Uuid> = Vec::new();
+    let mut created: Vec<Uuid> = Vec::new();
+    let mut pending: Vec<usize> = (0..inputs.len()).collect();
+    // Two passes at most: the second takes the creates that lost a race to
+    // a concurrent writer of the same name, as updates.
+    for _ in 0..2 {
+        if pending.is_empty() {
+            break;
+        }
+        let keys: Vec<(String, String)> = pending
+            .iter()
+            .map(|&i| (inputs[i].kind.clone(), inputs[i].name.clone()))
+            .collect();
+        let mut existing = resources::find_many_for_update(conn, &keys).await?;
+        let mut creates = Vec::new();
+        for (&i, key) in pending.iter().zip(keys) {
+            let input = &inputs[i];
+            let kind_state = kind_states[&(input.kind.clone(), input.kind_version)];
+            match existing.remove(&key) {
+                Some(current) => {
+                    check_writable(&current, input, kind_state.retired).map_err(|e| items.at(i, e))?;
+                    let (resource, reschedule) = update(conn, state, current, input).await?;
+                    if reschedule {
+                        to_schedule.push(resource.id);
+                    }
+                    written[i] = Some(Slot::Updated(Box::new(Written {
+                        resource,
+                        created: false,
+                        manifest_version: kind_state.manifest_version,
+                    })));
+                }
+                None if input.etag.is_some() => {
+                    return Err(items.at(i, resource_not_found(&input.kind, &input.name)));
+                }
+                None if kind_state.retired => return Err(items.at(i, retired(&input.kind, input.kind_version))),
+                None => creates.push(i),
+            }
+        }
+        let desired: Vec<DesiredResource<'_>> = creates.iter().map(|&i| inputs[i].desired()).collect();
+        let inserted = resources::insert_many(conn, &desired).await?;
+        pending = Vec::new();
+        for i in creates {
+            match inserted.get(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
+                Some(id) => {
+                    created.push(*id);
+                    written[i] = Some(Slot::Created(*id));
+                }
+                None => pending.push(i),
+            }
+        }
+    }
+    if let Some(&i) = pending.first() {
+        return Err(items.at(
+            i,
+            ApiError::refused(
+                Reason::ConcurrentModification,
+                "the resource changed concurrently; retry",
+            ),
+        ));
+    }
+
+    let mut fresh: HashMap<Uuid, Resource> = resources::get_many(conn, &created)
+        .await?
+        .into_iter()
+        .map(|r| (r.id, r))
+        .collect();
+    let event = NewEvent::lifecycle("Created", String::new());
+    let generations: Vec<i64> = created
+        .iter()
+        .map(|id| fresh.get(id).map_or(1, |r| r.generation))
+        .collect();
+    let messages: Vec<String> = generations
+        .iter()
+        .map(|g| format!("created at generation {g}"))
+        .collect();
+    events::record_first(conn, &created, &generations, &messages, &event, API_ACTOR).await?;
+    to_schedule.extend(&created);
+    work::schedule(conn, &to_schedule).await?;
+
+    let mut answers = Vec::with_capacity(inputs.len());
+    for (slot, input) in written.into_iter().zip(inputs) {
+        let done = match slot {
+            Some(Slot::Updated(done)) => *done,
+            Some(Slot::Created(id)) => Written {
+                resource: fresh
+                    .remove(&id)
+                    .ok_or_else(|| ApiError::Internal("a created resource cannot be read back".into()))?,
+                created: true,
+                manifest_version: kind_states[&(input.kind.clone(), input.kind_version)].manifest_version,
+            },
+            None => {
+                return Err(ApiError::Internal(
+                    "a batch item was neither created nor updated".into(),
+                ));
+            }
+        };
+        answers.push(done);
+    }
+    Ok(answers)
+}
+
+/// Takes each kind version's shared lock (in a fixed order, so two batches
+/// never wait on each other crosswise) and reads its state.
+async fn lock_kinds(
+    conn: &mut PgConnection,
+    inputs: &[ResourceWrite],
+    items: Items,
+) -> Result<HashMap<(String, i32), KindState>, ApiError> {
+    let mut first_use: BTreeMap<(String, i32), usize> = BTreeMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        first_use.entry((input.kind.clone(), input.kind_version)).or_insert(i);
+    }
+    let mut states = HashMap::new();
+    for ((kind, version), i) in first_use {
+        resources::lock_kind_shared(conn, &kind, version).await?;
+        let state = kinds::kind_state(conn, &kind, version)
+            .await?
+            .ok_or_else(|| items.at(i, kind_not_found(&kind, version)))?;
+        states.insert((kind, version), state);
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        if let Some(Some(name)) = &input.provider_config
+            && !name.is_empty()
+        {
+            // No provider config can exist yet: the store of provider configs
+            // arrives with ProviderConfigService.
+            let missing = Violation::new("/provider_config", format!("provider config {name:?} does not exist"));
+            return Err(items.at(i, ApiError::violations(Reason::ProviderConfigNotFound, vec![missing])));
+        }
+    }
+    Ok(states)
+}
+
+/// Checks every spec against its kind version's schema, as of the manifest
+/// version read under the lock.
+async fn validate_specs(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    inputs: &[ResourceWrite],
+    kind_states: &HashMap<(String, i32), KindState>,
+    items: Items,
+) -> Result<(), ApiError> {
+    let mut compiled = HashMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let key = (input.kind.clone(), input.kind_version);
+        if !compiled.contains_key(&key) {
+            let manifest_version = kind_states[&key].manifest_version;
+            let manifest = state
+                .catalog
+                .compiled(conn, &input.kind, input.kind_version, manifest_version)
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            compiled.insert(key.clone(), manifest);
+        }
+        if let Some(schema) = &compiled[&key].spec {
+            schema
+                .validate("/spec", &input.spec)
+                .map_err(|violations| items.at(i, ApiError::violations(Reason::SpecSchemaViolation, violations)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the user-owned fields of an existing resource, with its events;
+/// returns the resource as it is now and whether it needs a reconcile.
+async fn update(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    current: Resource,
+    input: &ResourceWrite,
+) -> Result<(Resource, bool), ApiError> {
+    let Some(updated) = resources::update_desired(conn, current.id, &input.desired()).await? else {
+        return Ok((current, false));
+    };
+    if updated.kind_version != current.kind_version {
+        let event = NewEvent::lifecycle(
+            "KindVersionChanged",
+            format!("kind version {} -> {}", current.kind_version, updated.kind_version),
+        );
+        record(conn, state, &updated, &event).await?;
+    }
+    let respec = updated.generation != current.generation;
+    if respec {
+        let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
+        record(conn, state, &updated, &event).await?;
+    }
+    Ok((updated, respec))
+}
+
+/// Refuses writes the stored resource does not allow. Deletion wins over
+/// every other problem, as clients expect.
+fn check_writable(current: &Resource, input: &ResourceWrite, retired_target: bool) -> Result<(), ApiError> {
+    if input.mode == Mode::Create {
+        let deleting = if current.deletion_requested_at.is_some() {
+            " (it is being deleted)"
+        } else {
+            ""
+        };
+        return Err(ApiError::refused(
+            Reason::NameTaken,
+            format!("{}/{} already exists{deleting}", current.kind, current.name),
+        ));
+    }
+    if current.deletion_requested_at.is_some() {
+        return Err(ApiError::refused(
+            Reason::DeletionPending,
+            format!(
+                "{}/{} is being deleted and accepts no writes",
+                current.kind, current.name
+            ),
+        ));
+    }
+    if current.owner.is_some() {
+        return Err(ApiError::refused(
+            Reason::ResourceOwned,
+            format!(
+                "{}/{} was composed by another resource; its spec belongs to its composer",
+                current.kind, current.name
+            ),
+        ));
+    }
+    check_etag(current, input.etag.as_deref())?;
+    if current.kind_version != input.kind_version && retired_target {
+        return Err(retired(&input.kind, input.kind_version));
+    }
+    Ok(())
+}
+
+async fn record(
+    conn: &mut PgConnection,
+    state: &ApiState,
+    resource: &Resource,
+    event: &NewEvent,
+) -> Result<(), ApiError> {
+    events::record(
+        conn,
+        resource.id,
+        resource.generation,
+        event,
+        API_ACTOR,
+        state.retention.event_runs_per_timeline,
+    )
+    .await?;
+    Ok(())
+}
+
+fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindNotFound,
+        format!("kind {kind:?} version {kind_version} has no manifest; apply one with KindService.ApplyKindManifest"),
+    )
+}
+
+fn retired(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindVersionRetired,
+        format!("kind {kind:?} version {kind_version} is retired and accepts no new resources"),
+    )
+}
