@@ -627,6 +627,8 @@ impl Session {
 fn result_of(flight: &InFlight) -> TaskResult {
     let task = &flight.task;
     TaskResult {
+        work_id: task.work_id,
+        shard_id: task.shard_id,
         lease: task.lease_token,
         epoch: task.claim_epoch,
         generation: task.generation,

@@ -41,6 +41,10 @@ impl Default for ReaperConfig {
     }
 }
 
+/// Pause after a pass, as a multiple of how long the pass took: the reaper
+/// spends at most about 1/(1 + this) of its time in passes.
+const DUTY_CYCLE_PAUSE: u32 = 9;
+
 /// Runs reaper passes until `stop` flips.
 pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -49,7 +53,8 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {
-                    pause = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
+                    let started = std::time::Instant::now();
+                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
                         Ok(report) if report != ReapReport::default() => {
                             tracing::debug!(?report, "reaper pass");
                             config.busy_interval
@@ -60,6 +65,10 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
                             config.interval
                         }
                     };
+                    // The backstops scan what lags; under a large backlog a
+                    // pass gets slow. Keep them to about a tenth of the time
+                    // so they never compete with the work itself.
+                    pause = chosen.max(started.elapsed() * DUTY_CYCLE_PAUSE);
                 }
             }
         }

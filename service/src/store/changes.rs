@@ -86,11 +86,15 @@ pub async fn read_after_in(conn: &mut PgConnection, after: Position, limit: usiz
 
 /// Whether entries exist after `after` that the frontier still holds back.
 pub async fn pending_after(pool: &PgPool, after: Position) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resource_changes WHERE (txid, seq) > ($1, $2))")
-        .bind(after.txid)
-        .bind(after.seq)
-        .fetch_one(pool)
-        .await
+    // A plain ORDER BY + LIMIT walks the primary key from `after`; under
+    // EXISTS the planner drops the ordering and may scan the whole log.
+    let next: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM resource_changes WHERE (txid, seq) > ($1, $2) ORDER BY txid, seq LIMIT 1")
+            .bind(after.txid)
+            .bind(after.seq)
+            .fetch_optional(pool)
+            .await?;
+    Ok(next.is_some())
 }
 
 /// The newest trimmed position: resuming below it would skip changes.

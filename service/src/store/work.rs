@@ -66,6 +66,10 @@ pub const DELETE_TASK: &str = "delete";
 /// A claimed task with the state of its resource.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedTask {
+    /// The task row's id.
+    pub work_id: Uuid,
+    /// The task row's shard (its partition key).
+    pub shard_id: i16,
     /// `reconcile` or `delete` ([`DELETE_TASK`]).
     pub task_type: String,
     /// The unguessable lease handle.
@@ -121,7 +125,7 @@ impl ClaimedTask {
 }
 
 /// The columns of a [`ClaimedTask`] over a task row `cl` and its resource `r`.
-const TASK_COLUMNS: &str = "cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
+const TASK_COLUMNS: &str = "cl.id AS work_id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
      extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs, \
      r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, \
      r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen, r.deletion_requested_at";
@@ -157,6 +161,12 @@ pub async fn claim(
 ) -> StoreResult<Vec<ClaimedTask>> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
+    // The claim joins its picked rows back to the partitioned queue: keep
+    // that a nested loop (run-time pruning probes one partition per row);
+    // costed per partition, a hash join over every partition looks cheaper.
+    sqlx::query("SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
+        .execute(&mut *tx)
+        .await?;
     let cap: Option<i32> =
         sqlx::query_scalar("SELECT max_inflight FROM kind_config WHERE kind = $1 AND kind_version = $2")
             .bind(kind)
@@ -246,6 +256,10 @@ async fn claim_in(
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskResult {
+    /// The task row's id.
+    pub work_id: Uuid,
+    /// The task row's shard.
+    pub shard_id: i16,
     /// Lease handle.
     pub lease: Uuid,
     /// Fence epoch.

@@ -366,10 +366,13 @@ impl WatchHub {
         loop {
             let reached = self.state.lock().unwrap_or_else(|p| p.into_inner()).reached;
             let page = changes::read_after(&self.pool, reached, self.config.page).await?;
-            let built = self.build(&page.rows).await?;
-            delivered |= !built.is_empty();
             let full = page.rows.len() >= self.config.page;
-            self.offer(built, page.reached(reached, self.config.page));
+            let next = page.reached(reached, self.config.page);
+            if !self.pass_unwatched(next) {
+                let built = self.build(&page.rows).await?;
+                delivered |= !built.is_empty();
+                self.offer(built, next);
+            }
             if !full {
                 break;
             }
@@ -383,6 +386,24 @@ impl WatchHub {
         } else {
             Ok(Progress::Idle)
         }
+    }
+
+    /// With nobody subscribed, moves past changes without reading the
+    /// resources behind them (under a bulk load that read is most of the
+    /// hub's cost): the window restarts at `reached`, and a watch that
+    /// starts below it later catches up from the change log. False (and
+    /// nothing done) when anyone is subscribed.
+    fn pass_unwatched(&self, reached: Position) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !state.subscribers.is_empty() {
+            return false;
+        }
+        if reached > state.reached {
+            state.reached = reached;
+        }
+        state.window.clear();
+        state.window_start = state.reached;
+        true
     }
 
     fn offer(&self, built: Vec<Arc<Change>>, reached: Position) {
