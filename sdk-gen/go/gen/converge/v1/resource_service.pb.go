@@ -209,6 +209,117 @@ func (x *ApplyResourceResponse) GetCreated() bool {
 	return false
 }
 
+// Request message for ResourceService.BatchApplyResources.
+type BatchApplyResourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. 1 to 1000 applies, each (kind, name) at most once. Their own
+	// request_id and validate_only must be unset: those of the batch apply.
+	Requests []*ApplyResourceRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Optional. Idempotency key of the whole batch (at most 128 bytes).
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Optional. When true, validates every item and writes nothing.
+	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchApplyResourcesRequest) Reset() {
+	*x = BatchApplyResourcesRequest{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchApplyResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchApplyResourcesRequest) ProtoMessage() {}
+
+func (x *BatchApplyResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchApplyResourcesRequest.ProtoReflect.Descriptor instead.
+func (*BatchApplyResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BatchApplyResourcesRequest) GetRequests() []*ApplyResourceRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *BatchApplyResourcesRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *BatchApplyResourcesRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// Response message for ResourceService.BatchApplyResources.
+type BatchApplyResourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One answer per request, in request order.
+	Responses     []*ApplyResourceResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchApplyResourcesResponse) Reset() {
+	*x = BatchApplyResourcesResponse{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchApplyResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchApplyResourcesResponse) ProtoMessage() {}
+
+func (x *BatchApplyResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchApplyResourcesResponse.ProtoReflect.Descriptor instead.
+func (*BatchApplyResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BatchApplyResourcesResponse) GetResponses() []*ApplyResourceResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 // Request message for ResourceService.CreateResource.
 type CreateResourceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -240,7 +351,7 @@ type CreateResourceRequest struct {
 
 func (x *CreateResourceRequest) Reset() {
 	*x = CreateResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +363,7 @@ func (x *CreateResourceRequest) String() string {
 func (*CreateResourceRequest) ProtoMessage() {}
 
 func (x *CreateResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +376,7 @@ func (x *CreateResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResourceRequest.ProtoReflect.Descriptor instead.
 func (*CreateResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{2}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateResourceRequest) GetKind() string {
@@ -336,7 +447,7 @@ type CreateResourceResponse struct {
 
 func (x *CreateResourceResponse) Reset() {
 	*x = CreateResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +459,7 @@ func (x *CreateResourceResponse) String() string {
 func (*CreateResourceResponse) ProtoMessage() {}
 
 func (x *CreateResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +472,7 @@ func (x *CreateResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResourceResponse.ProtoReflect.Descriptor instead.
 func (*CreateResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{3}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateResourceResponse) GetResource() *Resource {
@@ -384,7 +495,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +507,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +520,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{4}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetResourceRequest) GetKind() string {
@@ -437,7 +548,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +560,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +573,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{5}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetResourceResponse) GetResource() *Resource {
@@ -509,7 +620,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +632,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +645,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{6}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResourcesRequest) GetKind() string {
@@ -613,7 +724,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +736,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +749,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{7}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -679,7 +790,7 @@ type DeleteResourceRequest struct {
 
 func (x *DeleteResourceRequest) Reset() {
 	*x = DeleteResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +802,7 @@ func (x *DeleteResourceRequest) String() string {
 func (*DeleteResourceRequest) ProtoMessage() {}
 
 func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +815,7 @@ func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteResourceRequest) GetKind() string {
@@ -761,7 +872,7 @@ type DeleteResourceResponse struct {
 
 func (x *DeleteResourceResponse) Reset() {
 	*x = DeleteResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +884,7 @@ func (x *DeleteResourceResponse) String() string {
 func (*DeleteResourceResponse) ProtoMessage() {}
 
 func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +897,7 @@ func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteResourceResponse) GetResource() *Resource {
@@ -859,7 +970,7 @@ type WatchResourcesRequest struct {
 
 func (x *WatchResourcesRequest) Reset() {
 	*x = WatchResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +982,7 @@ func (x *WatchResourcesRequest) String() string {
 func (*WatchResourcesRequest) ProtoMessage() {}
 
 func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +995,7 @@ func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchResourcesRequest) GetKind() string {
@@ -963,7 +1074,7 @@ type WatchResourcesResponse struct {
 
 func (x *WatchResourcesResponse) Reset() {
 	*x = WatchResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1086,7 @@ func (x *WatchResourcesResponse) String() string {
 func (*WatchResourcesResponse) ProtoMessage() {}
 
 func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1099,7 @@ func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchResourcesResponse) GetType() WatchEventType {
@@ -1038,7 +1149,7 @@ type ReconcileResourceRequest struct {
 
 func (x *ReconcileResourceRequest) Reset() {
 	*x = ReconcileResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1161,7 @@ func (x *ReconcileResourceRequest) String() string {
 func (*ReconcileResourceRequest) ProtoMessage() {}
 
 func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1174,7 @@ func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReconcileResourceRequest) GetKind() string {
@@ -1105,7 +1216,7 @@ type ReconcileResourceResponse struct {
 
 func (x *ReconcileResourceResponse) Reset() {
 	*x = ReconcileResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1228,7 @@ func (x *ReconcileResourceResponse) String() string {
 func (*ReconcileResourceResponse) ProtoMessage() {}
 
 func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1241,7 @@ func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReconcileResourceResponse) GetResource() *Resource {
@@ -1158,7 +1269,7 @@ type QuarantineResourceRequest struct {
 
 func (x *QuarantineResourceRequest) Reset() {
 	*x = QuarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1281,7 @@ func (x *QuarantineResourceRequest) String() string {
 func (*QuarantineResourceRequest) ProtoMessage() {}
 
 func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1294,7 @@ func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QuarantineResourceRequest) GetKind() string {
@@ -1225,7 +1336,7 @@ type QuarantineResourceResponse struct {
 
 func (x *QuarantineResourceResponse) Reset() {
 	*x = QuarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1348,7 @@ func (x *QuarantineResourceResponse) String() string {
 func (*QuarantineResourceResponse) ProtoMessage() {}
 
 func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1361,7 @@ func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QuarantineResourceResponse) GetResource() *Resource {
@@ -1278,7 +1389,7 @@ type UnquarantineResourceRequest struct {
 
 func (x *UnquarantineResourceRequest) Reset() {
 	*x = UnquarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1401,7 @@ func (x *UnquarantineResourceRequest) String() string {
 func (*UnquarantineResourceRequest) ProtoMessage() {}
 
 func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1414,7 @@ func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UnquarantineResourceRequest) GetKind() string {
@@ -1345,7 +1456,7 @@ type UnquarantineResourceResponse struct {
 
 func (x *UnquarantineResourceResponse) Reset() {
 	*x = UnquarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1468,7 @@ func (x *UnquarantineResourceResponse) String() string {
 func (*UnquarantineResourceResponse) ProtoMessage() {}
 
 func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1481,7 @@ func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UnquarantineResourceResponse) GetResource() *Resource {
@@ -1405,7 +1516,7 @@ type ListResourceEventsRequest struct {
 
 func (x *ListResourceEventsRequest) Reset() {
 	*x = ListResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1528,7 @@ func (x *ListResourceEventsRequest) String() string {
 func (*ListResourceEventsRequest) ProtoMessage() {}
 
 func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1541,7 @@ func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResourceEventsRequest) GetKind() string {
@@ -1502,7 +1613,7 @@ type ListResourceEventsResponse struct {
 
 func (x *ListResourceEventsResponse) Reset() {
 	*x = ListResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1625,7 @@ func (x *ListResourceEventsResponse) String() string {
 func (*ListResourceEventsResponse) ProtoMessage() {}
 
 func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1638,7 @@ func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResourceEventsResponse) GetEvents() []*ResourceEvent {
@@ -1582,7 +1693,7 @@ type WatchResourceEventsRequest struct {
 
 func (x *WatchResourceEventsRequest) Reset() {
 	*x = WatchResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1705,7 @@ func (x *WatchResourceEventsRequest) String() string {
 func (*WatchResourceEventsRequest) ProtoMessage() {}
 
 func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1718,7 @@ func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchResourceEventsRequest) GetKind() string {
@@ -1670,7 +1781,7 @@ type WatchResourceEventsResponse struct {
 
 func (x *WatchResourceEventsResponse) Reset() {
 	*x = WatchResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1793,7 @@ func (x *WatchResourceEventsResponse) String() string {
 func (*WatchResourceEventsResponse) ProtoMessage() {}
 
 func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1806,7 @@ func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchResourceEventsResponse) GetType() EventWatchType {
@@ -1745,7 +1856,7 @@ type GetResourceGraphRequest struct {
 
 func (x *GetResourceGraphRequest) Reset() {
 	*x = GetResourceGraphRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1868,7 @@ func (x *GetResourceGraphRequest) String() string {
 func (*GetResourceGraphRequest) ProtoMessage() {}
 
 func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1881,7 @@ func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetResourceGraphRequest) GetKind() string {
@@ -1821,7 +1932,7 @@ type GetResourceGraphResponse struct {
 
 func (x *GetResourceGraphResponse) Reset() {
 	*x = GetResourceGraphResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1944,7 @@ func (x *GetResourceGraphResponse) String() string {
 func (*GetResourceGraphResponse) ProtoMessage() {}
 
 func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1957,7 @@ func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetResourceGraphResponse) GetRoot() *GraphNode {
@@ -1895,7 +2006,7 @@ type ListSpecRevisionsRequest struct {
 
 func (x *ListSpecRevisionsRequest) Reset() {
 	*x = ListSpecRevisionsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2018,7 @@ func (x *ListSpecRevisionsRequest) String() string {
 func (*ListSpecRevisionsRequest) ProtoMessage() {}
 
 func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2031,7 @@ func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSpecRevisionsRequest) GetKind() string {
@@ -1964,7 +2075,7 @@ type ListSpecRevisionsResponse struct {
 
 func (x *ListSpecRevisionsResponse) Reset() {
 	*x = ListSpecRevisionsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2087,7 @@ func (x *ListSpecRevisionsResponse) String() string {
 func (*ListSpecRevisionsResponse) ProtoMessage() {}
 
 func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2100,7 @@ func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSpecRevisionsResponse) GetRevisions() []*SpecRevision {
@@ -2031,7 +2142,7 @@ type RollbackResourceRequest struct {
 
 func (x *RollbackResourceRequest) Reset() {
 	*x = RollbackResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2154,7 @@ func (x *RollbackResourceRequest) String() string {
 func (*RollbackResourceRequest) ProtoMessage() {}
 
 func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2167,7 @@ func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RollbackResourceRequest) GetKind() string {
@@ -2112,7 +2223,7 @@ type RollbackResourceResponse struct {
 
 func (x *RollbackResourceResponse) Reset() {
 	*x = RollbackResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2235,7 @@ func (x *RollbackResourceResponse) String() string {
 func (*RollbackResourceResponse) ProtoMessage() {}
 
 func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2248,7 @@ func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RollbackResourceResponse) GetResource() *Resource {
@@ -2170,7 +2281,14 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x10_provider_config\"d\n" +
 	"\x15ApplyResourceResponse\x121\n" +
 	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xff\x02\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x9f\x01\n" +
+	"\x1aBatchApplyResourcesRequest\x12=\n" +
+	"\brequests\x18\x01 \x03(\v2!.converge.v1.ApplyResourceRequestR\brequests\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12#\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"_\n" +
+	"\x1bBatchApplyResourcesResponse\x12@\n" +
+	"\tresponses\x18\x01 \x03(\v2\".converge.v1.ApplyResourceResponseR\tresponses\"\xff\x02\n" +
 	"\x15CreateResourceRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
 	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
@@ -2318,10 +2436,10 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04etag\x18\x06 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"M\n" +
 	"\x18RollbackResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\xd7\n" +
-	"\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\xc1\v\n" +
 	"\x0fResourceService\x12V\n" +
-	"\rApplyResource\x12!.converge.v1.ApplyResourceRequest\x1a\".converge.v1.ApplyResourceResponse\x12Y\n" +
+	"\rApplyResource\x12!.converge.v1.ApplyResourceRequest\x1a\".converge.v1.ApplyResourceResponse\x12h\n" +
+	"\x13BatchApplyResources\x12'.converge.v1.BatchApplyResourcesRequest\x1a(.converge.v1.BatchApplyResourcesResponse\x12Y\n" +
 	"\x0eCreateResource\x12\".converge.v1.CreateResourceRequest\x1a#.converge.v1.CreateResourceResponse\x12P\n" +
 	"\vGetResource\x12\x1f.converge.v1.GetResourceRequest\x1a .converge.v1.GetResourceResponse\x12V\n" +
 	"\rListResources\x12!.converge.v1.ListResourcesRequest\x1a\".converge.v1.ListResourcesResponse\x12Y\n" +
@@ -2349,114 +2467,120 @@ func file_converge_v1_resource_service_proto_rawDescGZIP() []byte {
 	return file_converge_v1_resource_service_proto_rawDescData
 }
 
-var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_converge_v1_resource_service_proto_goTypes = []any{
 	(*ApplyResourceRequest)(nil),         // 0: converge.v1.ApplyResourceRequest
 	(*ApplyResourceResponse)(nil),        // 1: converge.v1.ApplyResourceResponse
-	(*CreateResourceRequest)(nil),        // 2: converge.v1.CreateResourceRequest
-	(*CreateResourceResponse)(nil),       // 3: converge.v1.CreateResourceResponse
-	(*GetResourceRequest)(nil),           // 4: converge.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),          // 5: converge.v1.GetResourceResponse
-	(*ListResourcesRequest)(nil),         // 6: converge.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),        // 7: converge.v1.ListResourcesResponse
-	(*DeleteResourceRequest)(nil),        // 8: converge.v1.DeleteResourceRequest
-	(*DeleteResourceResponse)(nil),       // 9: converge.v1.DeleteResourceResponse
-	(*WatchResourcesRequest)(nil),        // 10: converge.v1.WatchResourcesRequest
-	(*WatchResourcesResponse)(nil),       // 11: converge.v1.WatchResourcesResponse
-	(*ReconcileResourceRequest)(nil),     // 12: converge.v1.ReconcileResourceRequest
-	(*ReconcileResourceResponse)(nil),    // 13: converge.v1.ReconcileResourceResponse
-	(*QuarantineResourceRequest)(nil),    // 14: converge.v1.QuarantineResourceRequest
-	(*QuarantineResourceResponse)(nil),   // 15: converge.v1.QuarantineResourceResponse
-	(*UnquarantineResourceRequest)(nil),  // 16: converge.v1.UnquarantineResourceRequest
-	(*UnquarantineResourceResponse)(nil), // 17: converge.v1.UnquarantineResourceResponse
-	(*ListResourceEventsRequest)(nil),    // 18: converge.v1.ListResourceEventsRequest
-	(*ListResourceEventsResponse)(nil),   // 19: converge.v1.ListResourceEventsResponse
-	(*WatchResourceEventsRequest)(nil),   // 20: converge.v1.WatchResourceEventsRequest
-	(*WatchResourceEventsResponse)(nil),  // 21: converge.v1.WatchResourceEventsResponse
-	(*GetResourceGraphRequest)(nil),      // 22: converge.v1.GetResourceGraphRequest
-	(*GetResourceGraphResponse)(nil),     // 23: converge.v1.GetResourceGraphResponse
-	(*ListSpecRevisionsRequest)(nil),     // 24: converge.v1.ListSpecRevisionsRequest
-	(*ListSpecRevisionsResponse)(nil),    // 25: converge.v1.ListSpecRevisionsResponse
-	(*RollbackResourceRequest)(nil),      // 26: converge.v1.RollbackResourceRequest
-	(*RollbackResourceResponse)(nil),     // 27: converge.v1.RollbackResourceResponse
-	nil,                                  // 28: converge.v1.ApplyResourceRequest.LabelsEntry
-	nil,                                  // 29: converge.v1.CreateResourceRequest.LabelsEntry
-	(*structpb.Struct)(nil),              // 30: google.protobuf.Struct
-	(*Resource)(nil),                     // 31: converge.v1.Resource
-	(Phase)(0),                           // 32: converge.v1.Phase
-	(*ResourceRef)(nil),                  // 33: converge.v1.ResourceRef
-	(WatchEventType)(0),                  // 34: converge.v1.WatchEventType
-	(EventType)(0),                       // 35: converge.v1.EventType
-	(*timestamppb.Timestamp)(nil),        // 36: google.protobuf.Timestamp
-	(*ResourceEvent)(nil),                // 37: converge.v1.ResourceEvent
-	(EventWatchType)(0),                  // 38: converge.v1.EventWatchType
-	(*GraphNode)(nil),                    // 39: converge.v1.GraphNode
-	(*DependencyEdge)(nil),               // 40: converge.v1.DependencyEdge
-	(*SpecRevision)(nil),                 // 41: converge.v1.SpecRevision
+	(*BatchApplyResourcesRequest)(nil),   // 2: converge.v1.BatchApplyResourcesRequest
+	(*BatchApplyResourcesResponse)(nil),  // 3: converge.v1.BatchApplyResourcesResponse
+	(*CreateResourceRequest)(nil),        // 4: converge.v1.CreateResourceRequest
+	(*CreateResourceResponse)(nil),       // 5: converge.v1.CreateResourceResponse
+	(*GetResourceRequest)(nil),           // 6: converge.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),          // 7: converge.v1.GetResourceResponse
+	(*ListResourcesRequest)(nil),         // 8: converge.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),        // 9: converge.v1.ListResourcesResponse
+	(*DeleteResourceRequest)(nil),        // 10: converge.v1.DeleteResourceRequest
+	(*DeleteResourceResponse)(nil),       // 11: converge.v1.DeleteResourceResponse
+	(*WatchResourcesRequest)(nil),        // 12: converge.v1.WatchResourcesRequest
+	(*WatchResourcesResponse)(nil),       // 13: converge.v1.WatchResourcesResponse
+	(*ReconcileResourceRequest)(nil),     // 14: converge.v1.ReconcileResourceRequest
+	(*ReconcileResourceResponse)(nil),    // 15: converge.v1.ReconcileResourceResponse
+	(*QuarantineResourceRequest)(nil),    // 16: converge.v1.QuarantineResourceRequest
+	(*QuarantineResourceResponse)(nil),   // 17: converge.v1.QuarantineResourceResponse
+	(*UnquarantineResourceRequest)(nil),  // 18: converge.v1.UnquarantineResourceRequest
+	(*UnquarantineResourceResponse)(nil), // 19: converge.v1.UnquarantineResourceResponse
+	(*ListResourceEventsRequest)(nil),    // 20: converge.v1.ListResourceEventsRequest
+	(*ListResourceEventsResponse)(nil),   // 21: converge.v1.ListResourceEventsResponse
+	(*WatchResourceEventsRequest)(nil),   // 22: converge.v1.WatchResourceEventsRequest
+	(*WatchResourceEventsResponse)(nil),  // 23: converge.v1.WatchResourceEventsResponse
+	(*GetResourceGraphRequest)(nil),      // 24: converge.v1.GetResourceGraphRequest
+	(*GetResourceGraphResponse)(nil),     // 25: converge.v1.GetResourceGraphResponse
+	(*ListSpecRevisionsRequest)(nil),     // 26: converge.v1.ListSpecRevisionsRequest
+	(*ListSpecRevisionsResponse)(nil),    // 27: converge.v1.ListSpecRevisionsResponse
+	(*RollbackResourceRequest)(nil),      // 28: converge.v1.RollbackResourceRequest
+	(*RollbackResourceResponse)(nil),     // 29: converge.v1.RollbackResourceResponse
+	nil,                                  // 30: converge.v1.ApplyResourceRequest.LabelsEntry
+	nil,                                  // 31: converge.v1.CreateResourceRequest.LabelsEntry
+	(*structpb.Struct)(nil),              // 32: google.protobuf.Struct
+	(*Resource)(nil),                     // 33: converge.v1.Resource
+	(Phase)(0),                           // 34: converge.v1.Phase
+	(*ResourceRef)(nil),                  // 35: converge.v1.ResourceRef
+	(WatchEventType)(0),                  // 36: converge.v1.WatchEventType
+	(EventType)(0),                       // 37: converge.v1.EventType
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(*ResourceEvent)(nil),                // 39: converge.v1.ResourceEvent
+	(EventWatchType)(0),                  // 40: converge.v1.EventWatchType
+	(*GraphNode)(nil),                    // 41: converge.v1.GraphNode
+	(*DependencyEdge)(nil),               // 42: converge.v1.DependencyEdge
+	(*SpecRevision)(nil),                 // 43: converge.v1.SpecRevision
 }
 var file_converge_v1_resource_service_proto_depIdxs = []int32{
-	28, // 0: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
-	30, // 1: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
-	31, // 2: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
-	29, // 3: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
-	30, // 4: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
-	31, // 5: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
-	31, // 6: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
-	32, // 7: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
-	33, // 8: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	33, // 9: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	31, // 10: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
-	31, // 11: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
-	33, // 12: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	33, // 13: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	34, // 14: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
-	31, // 15: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
-	31, // 16: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
-	31, // 17: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	31, // 18: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 19: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
-	36, // 20: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 21: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
-	38, // 22: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
-	37, // 23: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
-	39, // 24: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
-	39, // 25: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
-	40, // 26: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
-	41, // 27: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
-	31, // 28: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
-	0,  // 29: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
-	2,  // 30: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
-	4,  // 31: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
-	6,  // 32: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
-	8,  // 33: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
-	10, // 34: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
-	12, // 35: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
-	14, // 36: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
-	16, // 37: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
-	18, // 38: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
-	20, // 39: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
-	22, // 40: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
-	24, // 41: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
-	26, // 42: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
-	1,  // 43: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
-	3,  // 44: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
-	5,  // 45: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
-	7,  // 46: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
-	9,  // 47: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
-	11, // 48: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
-	13, // 49: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
-	15, // 50: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
-	17, // 51: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
-	19, // 52: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
-	21, // 53: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
-	23, // 54: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
-	25, // 55: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
-	27, // 56: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
-	43, // [43:57] is the sub-list for method output_type
-	29, // [29:43] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	30, // 0: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
+	32, // 1: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
+	33, // 2: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
+	0,  // 3: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
+	1,  // 4: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
+	31, // 5: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
+	32, // 6: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
+	33, // 7: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
+	33, // 8: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
+	34, // 9: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
+	35, // 10: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	35, // 11: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	33, // 12: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
+	33, // 13: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
+	35, // 14: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	35, // 15: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	36, // 16: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
+	33, // 17: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
+	33, // 18: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
+	33, // 19: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	33, // 20: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	37, // 21: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
+	38, // 22: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
+	39, // 23: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
+	40, // 24: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
+	39, // 25: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
+	41, // 26: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
+	41, // 27: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
+	42, // 28: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
+	43, // 29: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
+	33, // 30: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
+	0,  // 31: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
+	2,  // 32: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
+	4,  // 33: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
+	6,  // 34: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
+	8,  // 35: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
+	10, // 36: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
+	12, // 37: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
+	14, // 38: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
+	16, // 39: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
+	18, // 40: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
+	20, // 41: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
+	22, // 42: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
+	24, // 43: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
+	26, // 44: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
+	28, // 45: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
+	1,  // 46: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
+	3,  // 47: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
+	5,  // 48: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
+	7,  // 49: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
+	9,  // 50: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
+	11, // 51: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
+	13, // 52: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
+	15, // 53: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
+	17, // 54: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
+	19, // 55: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
+	21, // 56: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
+	23, // 57: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
+	25, // 58: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
+	27, // 59: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
+	29, // 60: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_service_proto_init() }
@@ -2466,19 +2590,19 @@ func file_converge_v1_resource_service_proto_init() {
 	}
 	file_converge_v1_resource_proto_init()
 	file_converge_v1_resource_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[6].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[8].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[10].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[18].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[12].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[20].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[26].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[22].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_resource_service_proto_rawDesc), len(file_converge_v1_resource_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	ResourceService_ApplyResource_FullMethodName        = "/converge.v1.ResourceService/ApplyResource"
+	ResourceService_BatchApplyResources_FullMethodName  = "/converge.v1.ResourceService/BatchApplyResources"
 	ResourceService_CreateResource_FullMethodName       = "/converge.v1.ResourceService/CreateResource"
 	ResourceService_GetResource_FullMethodName          = "/converge.v1.ResourceService/GetResource"
 	ResourceService_ListResources_FullMethodName        = "/converge.v1.ResourceService/ListResources"
@@ -73,6 +74,13 @@ type ResourceServiceClient interface {
 	// deleted, and with FAILED_PRECONDITION when the resource is a composed
 	// child (its spec belongs to its composer).
 	ApplyResource(ctx context.Context, in *ApplyResourceRequest, opts ...grpc.CallOption) (*ApplyResourceResponse, error)
+	// Applies up to 1000 resources in one transaction, each exactly as
+	// ApplyResource would: every item is written or none is. Answers come in
+	// request order. A refusal names the offending item in its field
+	// violations (e.g. "/requests/3/spec/size"). Bulk loads should use it: the
+	// items share one commit and a handful of statements, where one call per
+	// resource costs a durable commit each.
+	BatchApplyResources(ctx context.Context, in *BatchApplyResourcesRequest, opts ...grpc.CallOption) (*BatchApplyResourcesResponse, error)
 	// Creates a new root resource. Fails with ALREADY_EXISTS (NAME_TAKEN) when
 	// the name is held, including by a resource that is being deleted.
 	CreateResource(ctx context.Context, in *CreateResourceRequest, opts ...grpc.CallOption) (*CreateResourceResponse, error)
@@ -137,6 +145,16 @@ func (c *resourceServiceClient) ApplyResource(ctx context.Context, in *ApplyReso
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ApplyResourceResponse)
 	err := c.cc.Invoke(ctx, ResourceService_ApplyResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) BatchApplyResources(ctx context.Context, in *BatchApplyResourcesRequest, opts ...grpc.CallOption) (*BatchApplyResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchApplyResourcesResponse)
+	err := c.cc.Invoke(ctx, ResourceService_BatchApplyResources_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +347,13 @@ type ResourceServiceServer interface {
 	// deleted, and with FAILED_PRECONDITION when the resource is a composed
 	// child (its spec belongs to its composer).
 	ApplyResource(context.Context, *ApplyResourceRequest) (*ApplyResourceResponse, error)
+	// Applies up to 1000 resources in one transaction, each exactly as
+	// ApplyResource would: every item is written or none is. Answers come in
+	// request order. A refusal names the offending item in its field
+	// violations (e.g. "/requests/3/spec/size"). Bulk loads should use it: the
+	// items share one commit and a handful of statements, where one call per
+	// resource costs a durable commit each.
+	BatchApplyResources(context.Context, *BatchApplyResourcesRequest) (*BatchApplyResourcesResponse, error)
 	// Creates a new root resource. Fails with ALREADY_EXISTS (NAME_TAKEN) when
 	// the name is held, including by a resource that is being deleted.
 	CreateResource(context.Context, *CreateResourceRequest) (*CreateResourceResponse, error)
@@ -391,6 +416,9 @@ type UnimplementedResourceServiceServer struct{}
 
 func (UnimplementedResourceServiceServer) ApplyResource(context.Context, *ApplyResourceRequest) (*ApplyResourceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyResource not implemented")
+}
+func (UnimplementedResourceServiceServer) BatchApplyResources(context.Context, *BatchApplyResourcesRequest) (*BatchApplyResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchApplyResources not implemented")
 }
 func (UnimplementedResourceServiceServer) CreateResource(context.Context, *CreateResourceRequest) (*CreateResourceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateResource not implemented")
@@ -466,6 +494,24 @@ func _ResourceService_ApplyResource_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ResourceServiceServer).ApplyResource(ctx, req.(*ApplyResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResourceService_BatchApplyResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchApplyResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).BatchApplyResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_BatchApplyResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).BatchApplyResources(ctx, req.(*BatchApplyResourcesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -700,6 +746,10 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyResource",
 			Handler:    _ResourceService_ApplyResource_Handler,
+		},
+		{
+			MethodName: "BatchApplyResources",
+			Handler:    _ResourceService_BatchApplyResources_Handler,
 		},
 		{
 			MethodName: "CreateResource",

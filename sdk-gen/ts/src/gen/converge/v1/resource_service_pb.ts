@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/resource_service.proto.
  */
 export const file_converge_v1_resource_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSLWAgoUQXBwbHlSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDAoEbmFtZRgDIAEoCRI9CgZsYWJlbHMYBCADKAsyLS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpyZXF1ZXN0X2lkGAYgASgJEhUKDXZhbGlkYXRlX29ubHkYByABKAgSEQoEZXRhZxgIIAEoCUgAiAEBEhwKD3Byb3ZpZGVyX2NvbmZpZxgJIAEoCUgBiAEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFX2V0YWdCEgoQX3Byb3ZpZGVyX2NvbmZpZyJRChVBcHBseVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIPCgdjcmVhdGVkGAIgASgIIqMCChVDcmVhdGVSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDAoEbmFtZRgDIAEoCRI+CgZsYWJlbHMYBCADKAsyLi5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlcXVlc3QuTGFiZWxzRW50cnkSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKcmVxdWVzdF9pZBgGIAEoCRIVCg12YWxpZGF0ZV9vbmx5GAcgASgIEhcKD3Byb3ZpZGVyX2NvbmZpZxgIIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFkNyZWF0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSIwChJHZXRSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIj4KE0dldFJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSKmAgoUTGlzdFJlc291cmNlc1JlcXVlc3QSEQoEa2luZBgBIAEoCUgAiAEBEhkKDGtpbmRfdmVyc2lvbhgCIAEoBUgBiAEBEiIKBnBoYXNlcxgDIAMoDjISLmNvbnZlcmdlLnYxLlBoYXNlEhYKDmxhYmVsX3NlbGVjdG9yGAQgASgJEicKBW93bmVyGAUgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSJgoEcm9vdBgGIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmEhIKCnJvb3RzX29ubHkYByABKAgSEQoJcGFnZV9zaXplGAggASgFEhIKCnBhZ2VfdG9rZW4YCSABKAlCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbiJaChVMaXN0UmVzb3VyY2VzUmVzcG9uc2USKAoJcmVzb3VyY2VzGAEgAygLMhUuY29udmVyZ2UudjEuUmVzb3VyY2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpEBChVEZWxldGVSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEhUKDWFsbG93X21pc3NpbmcYAyABKAgSEgoKcmVxdWVzdF9pZBgEIAEoCRIRCgRldGFnGAUgASgJSACIAQESFQoNdmFsaWRhdGVfb25seRgGIAEoCEIHCgVfZXRhZyJBChZEZWxldGVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UitQIKFVdhdGNoUmVzb3VyY2VzUmVxdWVzdBIRCgRraW5kGAEgASgJSACIAQESGQoMa2luZF92ZXJzaW9uGAIgASgFSAGIAQESFgoObGFiZWxfc2VsZWN0b3IYAyABKAkSJwoFb3duZXIYBCABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZhImCgRyb290GAUgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSGAoQcmVzb3VyY2VfdmVyc2lvbhgGIAEoCRIgChNzZW5kX2luaXRpYWxfZXZlbnRzGAcgASgISAKIAQESFwoPYWxsb3dfYm9va21hcmtzGAggASgIQgcKBV9raW5kQg8KDV9raW5kX3ZlcnNpb25CFgoUX3NlbmRfaW5pdGlhbF9ldmVudHMiogEKFldhdGNoUmVzb3VyY2VzUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmNvbnZlcmdlLnYxLldhdGNoRXZlbnRUeXBlEicKCHJlc291cmNlGAIgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2USGAoQcmVzb3VyY2VfdmVyc2lvbhgDIAEoCRIaChJpbml0aWFsX2V2ZW50c19lbmQYBCABKAgiYQoYUmVjb25jaWxlUmVzb3VyY2VSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIVCg1yZXNldF9iYWNrb2ZmGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiRAoZUmVjb25jaWxlUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIlwKGVF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCSJFChpRdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIl4KG1VucXVhcmFudGluZVJlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJIkcKHFVucXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSLzAQoZTGlzdFJlc291cmNlRXZlbnRzUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSFQoIY2F0ZWdvcnkYAyABKAlIAIgBARIkCgR0eXBlGAQgASgOMhYuY29udmVyZ2UudjEuRXZlbnRUeXBlEhMKBnJlYXNvbhgFIAEoCUgBiAEBEikKBXNpbmNlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYByABKAUSEgoKcGFnZV90b2tlbhgIIAEoCUILCglfY2F0ZWdvcnlCCQoHX3JlYXNvbiJhChpMaXN0UmVzb3VyY2VFdmVudHNSZXNwb25zZRIqCgZldmVudHMYASADKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKkAQoaV2F0Y2hSZXNvdXJjZUV2ZW50c1JlcXVlc3QSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEhUKCGNhdGVnb3J5GAMgASgJSACIAQESFQoNZXZlbnRfdmVyc2lvbhgEIAEoCRIWCg5zbmFwc2hvdF9saW1pdBgFIAEoBRIXCg9hbGxvd19ib29rbWFya3MYBiABKAhCCwoJX2NhdGVnb3J5IqYBChtXYXRjaFJlc291cmNlRXZlbnRzUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmNvbnZlcmdlLnYxLkV2ZW50V2F0Y2hUeXBlEikKBWV2ZW50GAIgASgLMhouY29udmVyZ2UudjEuUmVzb3VyY2VFdmVudBIVCg1ldmVudF92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJcChdHZXRSZXNvdXJjZUdyYXBoUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkirAEKGEdldFJlc291cmNlR3JhcGhSZXNwb25zZRIkCgRyb290GAEgASgLMhYuY29udmVyZ2UudjEuR3JhcGhOb2RlEiUKBW5vZGVzGAIgAygLMhYuY29udmVyZ2UudjEuR3JhcGhOb2RlEioKBWVkZ2VzGAMgAygLMhsuY29udmVyZ2UudjEuRGVwZW5kZW5jeUVkZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAQgASgJIl0KGExpc3RTcGVjUmV2aXNpb25zUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiYgoZTGlzdFNwZWNSZXZpc2lvbnNSZXNwb25zZRIsCglyZXZpc2lvbnMYASADKAsyGS5jb252ZXJnZS52MS5TcGVjUmV2aXNpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpcBChdSb2xsYmFja1Jlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSGQoRdGFyZ2V0X2dlbmVyYXRpb24YAyABKAMSEgoKcmVxdWVzdF9pZBgEIAEoCRIVCg12YWxpZGF0ZV9vbmx5GAUgASgIEhEKBGV0YWcYBiABKAlIAIgBAUIHCgVfZXRhZyJDChhSb2xsYmFja1Jlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZTLXCgoPUmVzb3VyY2VTZXJ2aWNlElYKDUFwcGx5UmVzb3VyY2USIS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdBoiLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXNwb25zZRJZCg5DcmVhdGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVzcG9uc2USUAoLR2V0UmVzb3VyY2USHy5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlcXVlc3QaIC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlc3BvbnNlElYKDUxpc3RSZXNvdXJjZXMSIS5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VzUmVxdWVzdBoiLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZXNSZXNwb25zZRJZCg5EZWxldGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVzcG9uc2USWwoOV2F0Y2hSZXNvdXJjZXMSIi5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1JlcXVlc3QaIy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1Jlc3BvbnNlMAESYgoRUmVjb25jaWxlUmVzb3VyY2USJS5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QaJi5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEmUKElF1YXJhbnRpbmVSZXNvdXJjZRImLmNvbnZlcmdlLnYxLlF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QaJy5jb252ZXJnZS52MS5RdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRJrChRVbnF1YXJhbnRpbmVSZXNvdXJjZRIoLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVxdWVzdBopLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USZQoSTGlzdFJlc291cmNlRXZlbnRzEiYuY29udmVyZ2UudjEuTGlzdFJlc291cmNlRXZlbnRzUmVxdWVzdBonLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEmoKE1dhdGNoUmVzb3VyY2VFdmVudHMSJy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBooLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZTABEl8KEEdldFJlc291cmNlR3JhcGgSJC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZUdyYXBoUmVxdWVzdBolLmNvbnZlcmdlLnYxLkdldFJlc291cmNlR3JhcGhSZXNwb25zZRJiChFMaXN0U3BlY1JldmlzaW9ucxIlLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVxdWVzdBomLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVzcG9uc2USXwoQUm9sbGJhY2tSZXNvdXJjZRIkLmNvbnZlcmdlLnYxLlJvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0GiUuY29udmVyZ2UudjEuUm9sbGJhY2tSZXNvdXJjZVJlc3BvbnNlQqQBCg9jb20uY29udmVyZ2UudjFCFFJlc291cmNlU2VydmljZVByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSLWAgoUQXBwbHlSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDAoEbmFtZRgDIAEoCRI9CgZsYWJlbHMYBCADKAsyLS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpyZXF1ZXN0X2lkGAYgASgJEhUKDXZhbGlkYXRlX29ubHkYByABKAgSEQoEZXRhZxgIIAEoCUgAiAEBEhwKD3Byb3ZpZGVyX2NvbmZpZxgJIAEoCUgBiAEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFX2V0YWdCEgoQX3Byb3ZpZGVyX2NvbmZpZyJRChVBcHBseVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIPCgdjcmVhdGVkGAIgASgIInwKGkJhdGNoQXBwbHlSZXNvdXJjZXNSZXF1ZXN0EjMKCHJlcXVlc3RzGAEgAygLMiEuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgCIAEoCRIVCg12YWxpZGF0ZV9vbmx5GAMgASgIIlQKG0JhdGNoQXBwbHlSZXNvdXJjZXNSZXNwb25zZRI1CglyZXNwb25zZXMYASADKAsyIi5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVzcG9uc2UiowIKFUNyZWF0ZVJlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIMCgRuYW1lGAMgASgJEj4KBmxhYmVscxgEIAMoCzIuLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpyZXF1ZXN0X2lkGAYgASgJEhUKDXZhbGlkYXRlX29ubHkYByABKAgSFwoPcHJvdmlkZXJfY29uZmlnGAggASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoWQ3JlYXRlUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIjAKEkdldFJlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkiPgoTR2V0UmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIqYCChRMaXN0UmVzb3VyY2VzUmVxdWVzdBIRCgRraW5kGAEgASgJSACIAQESGQoMa2luZF92ZXJzaW9uGAIgASgFSAGIAQESIgoGcGhhc2VzGAMgAygOMhIuY29udmVyZ2UudjEuUGhhc2USFgoObGFiZWxfc2VsZWN0b3IYBCABKAkSJwoFb3duZXIYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZhImCgRyb290GAYgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSEgoKcm9vdHNfb25seRgHIAEoCBIRCglwYWdlX3NpemUYCCABKAUSEgoKcGFnZV90b2tlbhgJIAEoCUIHCgVfa2luZEIPCg1fa2luZF92ZXJzaW9uIloKFUxpc3RSZXNvdXJjZXNSZXNwb25zZRIoCglyZXNvdXJjZXMYASADKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkikQEKFURlbGV0ZVJlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSFQoNYWxsb3dfbWlzc2luZxgDIAEoCBISCgpyZXF1ZXN0X2lkGAQgASgJEhEKBGV0YWcYBSABKAlIAIgBARIVCg12YWxpZGF0ZV9vbmx5GAYgASgIQgcKBV9ldGFnIkEKFkRlbGV0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSK1AgoVV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0EhEKBGtpbmQYASABKAlIAIgBARIZCgxraW5kX3ZlcnNpb24YAiABKAVIAYgBARIWCg5sYWJlbF9zZWxlY3RvchgDIAEoCRInCgVvd25lchgEIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmEiYKBHJvb3QYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZhIYChByZXNvdXJjZV92ZXJzaW9uGAYgASgJEiAKE3NlbmRfaW5pdGlhbF9ldmVudHMYByABKAhIAogBARIXCg9hbGxvd19ib29rbWFya3MYCCABKAhCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkIWChRfc2VuZF9pbml0aWFsX2V2ZW50cyKiAQoWV2F0Y2hSZXNvdXJjZXNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuV2F0Y2hFdmVudFR5cGUSJwoIcmVzb3VyY2UYAiABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIYChByZXNvdXJjZV92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJhChhSZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEhUKDXJlc2V0X2JhY2tvZmYYAyABKAgSEgoKcmVxdWVzdF9pZBgEIAEoCSJEChlSZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UiXAoZUXVhcmFudGluZVJlc291cmNlUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJIkUKGlF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UiXgobVW5xdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkiRwocVW5xdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIvMBChlMaXN0UmVzb3VyY2VFdmVudHNSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIVCghjYXRlZ29yeRgDIAEoCUgAiAEBEiQKBHR5cGUYBCABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGUSEwoGcmVhc29uGAUgASgJSAGIAQESKQoFc2luY2UYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhZ2Vfc2l6ZRgHIAEoBRISCgpwYWdlX3Rva2VuGAggASgJQgsKCV9jYXRlZ29yeUIJCgdfcmVhc29uImEKGkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEioKBmV2ZW50cxgBIAMoCzIaLmNvbnZlcmdlLnYxLlJlc291cmNlRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIqQBChpXYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSFQoIY2F0ZWdvcnkYAyABKAlIAIgBARIVCg1ldmVudF92ZXJzaW9uGAQgASgJEhYKDnNuYXBzaG90X2xpbWl0GAUgASgFEhcKD2FsbG93X2Jvb2ttYXJrcxgGIAEoCEILCglfY2F0ZWdvcnkipgEKG1dhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuRXZlbnRXYXRjaFR5cGUSKQoFZXZlbnQYAiABKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhUKDWV2ZW50X3ZlcnNpb24YAyABKAkSGgoSaW5pdGlhbF9ldmVudHNfZW5kGAQgASgIIlwKF0dldFJlc291cmNlR3JhcGhSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSKsAQoYR2V0UmVzb3VyY2VHcmFwaFJlc3BvbnNlEiQKBHJvb3QYASABKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSJQoFbm9kZXMYAiADKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YBCABKAkiXQoYTGlzdFNwZWNSZXZpc2lvbnNSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJiChlMaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEiwKCXJldmlzaW9ucxgBIAMoCzIZLmNvbnZlcmdlLnYxLlNwZWNSZXZpc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkilwEKF1JvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0EgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIZChF0YXJnZXRfZ2VuZXJhdGlvbhgDIAEoAxISCgpyZXF1ZXN0X2lkGAQgASgJEhUKDXZhbGlkYXRlX29ubHkYBSABKAgSEQoEZXRhZxgGIAEoCUgAiAEBQgcKBV9ldGFnIkMKGFJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlMsELCg9SZXNvdXJjZVNlcnZpY2USVgoNQXBwbHlSZXNvdXJjZRIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0GiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlEmgKE0JhdGNoQXBwbHlSZXNvdXJjZXMSJy5jb252ZXJnZS52MS5CYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkJhdGNoQXBwbHlSZXNvdXJjZXNSZXNwb25zZRJZCg5DcmVhdGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVzcG9uc2USUAoLR2V0UmVzb3VyY2USHy5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlcXVlc3QaIC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlc3BvbnNlElYKDUxpc3RSZXNvdXJjZXMSIS5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VzUmVxdWVzdBoiLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZXNSZXNwb25zZRJZCg5EZWxldGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVzcG9uc2USWwoOV2F0Y2hSZXNvdXJjZXMSIi5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1JlcXVlc3QaIy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1Jlc3BvbnNlMAESYgoRUmVjb25jaWxlUmVzb3VyY2USJS5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QaJi5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEmUKElF1YXJhbnRpbmVSZXNvdXJjZRImLmNvbnZlcmdlLnYxLlF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QaJy5jb252ZXJnZS52MS5RdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRJrChRVbnF1YXJhbnRpbmVSZXNvdXJjZRIoLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVxdWVzdBopLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USZQoSTGlzdFJlc291cmNlRXZlbnRzEiYuY29udmVyZ2UudjEuTGlzdFJlc291cmNlRXZlbnRzUmVxdWVzdBonLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEmoKE1dhdGNoUmVzb3VyY2VFdmVudHMSJy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBooLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZTABEl8KEEdldFJlc291cmNlR3JhcGgSJC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZUdyYXBoUmVxdWVzdBolLmNvbnZlcmdlLnYxLkdldFJlc291cmNlR3JhcGhSZXNwb25zZRJiChFMaXN0U3BlY1JldmlzaW9ucxIlLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVxdWVzdBomLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVzcG9uc2USXwoQUm9sbGJhY2tSZXNvdXJjZRIkLmNvbnZlcmdlLnYxLlJvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0GiUuY29udmVyZ2UudjEuUm9sbGJhY2tSZXNvdXJjZVJlc3BvbnNlQqQBCg9jb20uY29udmVyZ2UudjFCFFJlc291cmNlU2VydmljZVByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request message for ResourceService.ApplyResource.
@@ -135,6 +135,63 @@ export const ApplyResourceResponseSchema: GenMessage<ApplyResourceResponse> = /*
   messageDesc(file_converge_v1_resource_service, 1);
 
 /**
+ * Request message for ResourceService.BatchApplyResources.
+ *
+ * @generated from message converge.v1.BatchApplyResourcesRequest
+ */
+export type BatchApplyResourcesRequest = Message<"converge.v1.BatchApplyResourcesRequest"> & {
+  /**
+   * Required. 1 to 1000 applies, each (kind, name) at most once. Their own
+   * request_id and validate_only must be unset: those of the batch apply.
+   *
+   * @generated from field: repeated converge.v1.ApplyResourceRequest requests = 1;
+   */
+  requests: ApplyResourceRequest[];
+
+  /**
+   * Optional. Idempotency key of the whole batch (at most 128 bytes).
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+
+  /**
+   * Optional. When true, validates every item and writes nothing.
+   *
+   * @generated from field: bool validate_only = 3;
+   */
+  validateOnly: boolean;
+};
+
+/**
+ * Describes the message converge.v1.BatchApplyResourcesRequest.
+ * Use `create(BatchApplyResourcesRequestSchema)` to create a new message.
+ */
+export const BatchApplyResourcesRequestSchema: GenMessage<BatchApplyResourcesRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 2);
+
+/**
+ * Response message for ResourceService.BatchApplyResources.
+ *
+ * @generated from message converge.v1.BatchApplyResourcesResponse
+ */
+export type BatchApplyResourcesResponse = Message<"converge.v1.BatchApplyResourcesResponse"> & {
+  /**
+   * One answer per request, in request order.
+   *
+   * @generated from field: repeated converge.v1.ApplyResourceResponse responses = 1;
+   */
+  responses: ApplyResourceResponse[];
+};
+
+/**
+ * Describes the message converge.v1.BatchApplyResourcesResponse.
+ * Use `create(BatchApplyResourcesResponseSchema)` to create a new message.
+ */
+export const BatchApplyResourcesResponseSchema: GenMessage<BatchApplyResourcesResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 3);
+
+/**
  * Request message for ResourceService.CreateResource.
  *
  * @generated from message converge.v1.CreateResourceRequest
@@ -208,7 +265,7 @@ export type CreateResourceRequest = Message<"converge.v1.CreateResourceRequest">
  * Use `create(CreateResourceRequestSchema)` to create a new message.
  */
 export const CreateResourceRequestSchema: GenMessage<CreateResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 2);
+  messageDesc(file_converge_v1_resource_service, 4);
 
 /**
  * Response message for ResourceService.CreateResource.
@@ -230,7 +287,7 @@ export type CreateResourceResponse = Message<"converge.v1.CreateResourceResponse
  * Use `create(CreateResourceResponseSchema)` to create a new message.
  */
 export const CreateResourceResponseSchema: GenMessage<CreateResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 3);
+  messageDesc(file_converge_v1_resource_service, 5);
 
 /**
  * Request message for ResourceService.GetResource.
@@ -258,7 +315,7 @@ export type GetResourceRequest = Message<"converge.v1.GetResourceRequest"> & {
  * Use `create(GetResourceRequestSchema)` to create a new message.
  */
 export const GetResourceRequestSchema: GenMessage<GetResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 4);
+  messageDesc(file_converge_v1_resource_service, 6);
 
 /**
  * Response message for ResourceService.GetResource.
@@ -279,7 +336,7 @@ export type GetResourceResponse = Message<"converge.v1.GetResourceResponse"> & {
  * Use `create(GetResourceResponseSchema)` to create a new message.
  */
 export const GetResourceResponseSchema: GenMessage<GetResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 5);
+  messageDesc(file_converge_v1_resource_service, 7);
 
 /**
  * Request message for ResourceService.ListResources. All filters combine
@@ -366,7 +423,7 @@ export type ListResourcesRequest = Message<"converge.v1.ListResourcesRequest"> &
  * Use `create(ListResourcesRequestSchema)` to create a new message.
  */
 export const ListResourcesRequestSchema: GenMessage<ListResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 6);
+  messageDesc(file_converge_v1_resource_service, 8);
 
 /**
  * Response message for ResourceService.ListResources.
@@ -394,7 +451,7 @@ export type ListResourcesResponse = Message<"converge.v1.ListResourcesResponse">
  * Use `create(ListResourcesResponseSchema)` to create a new message.
  */
 export const ListResourcesResponseSchema: GenMessage<ListResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 7);
+  messageDesc(file_converge_v1_resource_service, 9);
 
 /**
  * Request message for ResourceService.DeleteResource.
@@ -453,7 +510,7 @@ export type DeleteResourceRequest = Message<"converge.v1.DeleteResourceRequest">
  * Use `create(DeleteResourceRequestSchema)` to create a new message.
  */
 export const DeleteResourceRequestSchema: GenMessage<DeleteResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 8);
+  messageDesc(file_converge_v1_resource_service, 10);
 
 /**
  * Response message for ResourceService.DeleteResource.
@@ -475,7 +532,7 @@ export type DeleteResourceResponse = Message<"converge.v1.DeleteResourceResponse
  * Use `create(DeleteResourceResponseSchema)` to create a new message.
  */
 export const DeleteResourceResponseSchema: GenMessage<DeleteResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 9);
+  messageDesc(file_converge_v1_resource_service, 11);
 
 /**
  * Request message for ResourceService.WatchResources.
@@ -583,7 +640,7 @@ export type WatchResourcesRequest = Message<"converge.v1.WatchResourcesRequest">
  * Use `create(WatchResourcesRequestSchema)` to create a new message.
  */
 export const WatchResourcesRequestSchema: GenMessage<WatchResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 10);
+  messageDesc(file_converge_v1_resource_service, 12);
 
 /**
  * Response message for ResourceService.WatchResources: one change.
@@ -628,7 +685,7 @@ export type WatchResourcesResponse = Message<"converge.v1.WatchResourcesResponse
  * Use `create(WatchResourcesResponseSchema)` to create a new message.
  */
 export const WatchResourcesResponseSchema: GenMessage<WatchResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 11);
+  messageDesc(file_converge_v1_resource_service, 13);
 
 /**
  * Request message for ResourceService.ReconcileResource.
@@ -672,7 +729,7 @@ export type ReconcileResourceRequest = Message<"converge.v1.ReconcileResourceReq
  * Use `create(ReconcileResourceRequestSchema)` to create a new message.
  */
 export const ReconcileResourceRequestSchema: GenMessage<ReconcileResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 12);
+  messageDesc(file_converge_v1_resource_service, 14);
 
 /**
  * Response message for ResourceService.ReconcileResource.
@@ -693,7 +750,7 @@ export type ReconcileResourceResponse = Message<"converge.v1.ReconcileResourceRe
  * Use `create(ReconcileResourceResponseSchema)` to create a new message.
  */
 export const ReconcileResourceResponseSchema: GenMessage<ReconcileResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 13);
+  messageDesc(file_converge_v1_resource_service, 15);
 
 /**
  * Request message for ResourceService.QuarantineResource.
@@ -736,7 +793,7 @@ export type QuarantineResourceRequest = Message<"converge.v1.QuarantineResourceR
  * Use `create(QuarantineResourceRequestSchema)` to create a new message.
  */
 export const QuarantineResourceRequestSchema: GenMessage<QuarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 14);
+  messageDesc(file_converge_v1_resource_service, 16);
 
 /**
  * Response message for ResourceService.QuarantineResource.
@@ -757,7 +814,7 @@ export type QuarantineResourceResponse = Message<"converge.v1.QuarantineResource
  * Use `create(QuarantineResourceResponseSchema)` to create a new message.
  */
 export const QuarantineResourceResponseSchema: GenMessage<QuarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 15);
+  messageDesc(file_converge_v1_resource_service, 17);
 
 /**
  * Request message for ResourceService.UnquarantineResource.
@@ -800,7 +857,7 @@ export type UnquarantineResourceRequest = Message<"converge.v1.UnquarantineResou
  * Use `create(UnquarantineResourceRequestSchema)` to create a new message.
  */
 export const UnquarantineResourceRequestSchema: GenMessage<UnquarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 16);
+  messageDesc(file_converge_v1_resource_service, 18);
 
 /**
  * Response message for ResourceService.UnquarantineResource.
@@ -821,7 +878,7 @@ export type UnquarantineResourceResponse = Message<"converge.v1.UnquarantineReso
  * Use `create(UnquarantineResourceResponseSchema)` to create a new message.
  */
 export const UnquarantineResourceResponseSchema: GenMessage<UnquarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 17);
+  messageDesc(file_converge_v1_resource_service, 19);
 
 /**
  * Request message for ResourceService.ListResourceEvents.
@@ -891,7 +948,7 @@ export type ListResourceEventsRequest = Message<"converge.v1.ListResourceEventsR
  * Use `create(ListResourceEventsRequestSchema)` to create a new message.
  */
 export const ListResourceEventsRequestSchema: GenMessage<ListResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 18);
+  messageDesc(file_converge_v1_resource_service, 20);
 
 /**
  * Response message for ResourceService.ListResourceEvents.
@@ -919,7 +976,7 @@ export type ListResourceEventsResponse = Message<"converge.v1.ListResourceEvents
  * Use `create(ListResourceEventsResponseSchema)` to create a new message.
  */
 export const ListResourceEventsResponseSchema: GenMessage<ListResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 19);
+  messageDesc(file_converge_v1_resource_service, 21);
 
 /**
  * Request message for ResourceService.WatchResourceEvents.
@@ -992,7 +1049,7 @@ export type WatchResourceEventsRequest = Message<"converge.v1.WatchResourceEvent
  * Use `create(WatchResourceEventsRequestSchema)` to create a new message.
  */
 export const WatchResourceEventsRequestSchema: GenMessage<WatchResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 20);
+  messageDesc(file_converge_v1_resource_service, 22);
 
 /**
  * Response message for ResourceService.WatchResourceEvents: one run change.
@@ -1035,7 +1092,7 @@ export type WatchResourceEventsResponse = Message<"converge.v1.WatchResourceEven
  * Use `create(WatchResourceEventsResponseSchema)` to create a new message.
  */
 export const WatchResourceEventsResponseSchema: GenMessage<WatchResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 21);
+  messageDesc(file_converge_v1_resource_service, 23);
 
 /**
  * Request message for ResourceService.GetResourceGraph.
@@ -1079,7 +1136,7 @@ export type GetResourceGraphRequest = Message<"converge.v1.GetResourceGraphReque
  * Use `create(GetResourceGraphRequestSchema)` to create a new message.
  */
 export const GetResourceGraphRequestSchema: GenMessage<GetResourceGraphRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 22);
+  messageDesc(file_converge_v1_resource_service, 24);
 
 /**
  * Response message for ResourceService.GetResourceGraph.
@@ -1124,7 +1181,7 @@ export type GetResourceGraphResponse = Message<"converge.v1.GetResourceGraphResp
  * Use `create(GetResourceGraphResponseSchema)` to create a new message.
  */
 export const GetResourceGraphResponseSchema: GenMessage<GetResourceGraphResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 23);
+  messageDesc(file_converge_v1_resource_service, 25);
 
 /**
  * Request message for ResourceService.ListSpecRevisions.
@@ -1167,7 +1224,7 @@ export type ListSpecRevisionsRequest = Message<"converge.v1.ListSpecRevisionsReq
  * Use `create(ListSpecRevisionsRequestSchema)` to create a new message.
  */
 export const ListSpecRevisionsRequestSchema: GenMessage<ListSpecRevisionsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 24);
+  messageDesc(file_converge_v1_resource_service, 26);
 
 /**
  * Response message for ResourceService.ListSpecRevisions.
@@ -1195,7 +1252,7 @@ export type ListSpecRevisionsResponse = Message<"converge.v1.ListSpecRevisionsRe
  * Use `create(ListSpecRevisionsResponseSchema)` to create a new message.
  */
 export const ListSpecRevisionsResponseSchema: GenMessage<ListSpecRevisionsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 25);
+  messageDesc(file_converge_v1_resource_service, 27);
 
 /**
  * Request message for ResourceService.RollbackResource.
@@ -1255,7 +1312,7 @@ export type RollbackResourceRequest = Message<"converge.v1.RollbackResourceReque
  * Use `create(RollbackResourceRequestSchema)` to create a new message.
  */
 export const RollbackResourceRequestSchema: GenMessage<RollbackResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 26);
+  messageDesc(file_converge_v1_resource_service, 28);
 
 /**
  * Response message for ResourceService.RollbackResource.
@@ -1276,7 +1333,7 @@ export type RollbackResourceResponse = Message<"converge.v1.RollbackResourceResp
  * Use `create(RollbackResourceResponseSchema)` to create a new message.
  */
 export const RollbackResourceResponseSchema: GenMessage<RollbackResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 27);
+  messageDesc(file_converge_v1_resource_service, 29);
 
 /**
  * Manages resources: declarative writes keyed by (kind, name), reads, lists,
@@ -1323,6 +1380,21 @@ export const ResourceService: GenService<{
     methodKind: "unary";
     input: typeof ApplyResourceRequestSchema;
     output: typeof ApplyResourceResponseSchema;
+  },
+  /**
+   * Applies up to 1000 resources in one transaction, each exactly as
+   * ApplyResource would: every item is written or none is. Answers come in
+   * request order. A refusal names the offending item in its field
+   * violations (e.g. "/requests/3/spec/size"). Bulk loads should use it: the
+   * items share one commit and a handful of statements, where one call per
+   * resource costs a durable commit each.
+   *
+   * @generated from rpc converge.v1.ResourceService.BatchApplyResources
+   */
+  batchApplyResources: {
+    methodKind: "unary";
+    input: typeof BatchApplyResourcesRequestSchema;
+    output: typeof BatchApplyResourcesResponseSchema;
   },
   /**
    * Creates a new root resource. Fails with ALREADY_EXISTS (NAME_TAKEN) when

@@ -48,6 +48,22 @@ class ApplyResourceResponse(_message.Message):
     created: bool
     def __init__(self, resource: _Optional[_Union[_resource_pb2.Resource, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
+class BatchApplyResourcesRequest(_message.Message):
+    __slots__ = ("requests", "request_id", "validate_only")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[ApplyResourceRequest]
+    request_id: str
+    validate_only: bool
+    def __init__(self, requests: _Optional[_Iterable[_Union[ApplyResourceRequest, _Mapping]]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class BatchApplyResourcesResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[ApplyResourceResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[ApplyResourceResponse, _Mapping]]] = ...) -> None: ...
+
 class CreateResourceRequest(_message.Message):
     __slots__ = ("kind", "kind_version", "name", "labels", "spec", "request_id", "validate_only", "provider_config")
     class LabelsEntry(_message.Message):

@@ -64,6 +64,11 @@ class ResourceServiceStub:
                 request_serializer=converge_dot_v1_dot_resource__service__pb2.ApplyResourceRequest.SerializeToString,
                 response_deserializer=converge_dot_v1_dot_resource__service__pb2.ApplyResourceResponse.FromString,
                 _registered_method=True)
+        self.BatchApplyResources = channel.unary_unary(
+                '/converge.v1.ResourceService/BatchApplyResources',
+                request_serializer=converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesResponse.FromString,
+                _registered_method=True)
         self.CreateResource = channel.unary_unary(
                 '/converge.v1.ResourceService/CreateResource',
                 request_serializer=converge_dot_v1_dot_resource__service__pb2.CreateResourceRequest.SerializeToString,
@@ -167,6 +172,18 @@ class ResourceServiceServicer:
         FAILED_PRECONDITION (DELETION_PENDING) while the resource is being
         deleted, and with FAILED_PRECONDITION when the resource is a composed
         child (its spec belongs to its composer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchApplyResources(self, request, context):
+        """Applies up to 1000 resources in one transaction, each exactly as
+        ApplyResource would: every item is written or none is. Answers come in
+        request order. A refusal names the offending item in its field
+        violations (e.g. "/requests/3/spec/size"). Bulk loads should use it: the
+        items share one commit and a handful of statements, where one call per
+        resource costs a durable commit each.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -295,6 +312,11 @@ def add_ResourceServiceServicer_to_server(servicer, server):
                     request_deserializer=converge_dot_v1_dot_resource__service__pb2.ApplyResourceRequest.FromString,
                     response_serializer=converge_dot_v1_dot_resource__service__pb2.ApplyResourceResponse.SerializeToString,
             ),
+            'BatchApplyResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchApplyResources,
+                    request_deserializer=converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesResponse.SerializeToString,
+            ),
             'CreateResource': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateResource,
                     request_deserializer=converge_dot_v1_dot_resource__service__pb2.CreateResourceRequest.FromString,
@@ -413,6 +435,33 @@ class ResourceService:
             '/converge.v1.ResourceService/ApplyResource',
             converge_dot_v1_dot_resource__service__pb2.ApplyResourceRequest.SerializeToString,
             converge_dot_v1_dot_resource__service__pb2.ApplyResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchApplyResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ResourceService/BatchApplyResources',
+            converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesRequest.SerializeToString,
+            converge_dot_v1_dot_resource__service__pb2.BatchApplyResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
