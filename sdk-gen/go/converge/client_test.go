@@ -108,6 +108,27 @@ func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
 	}
 }
 
+// A batch apply names its refused item: the kind of item 1 has no manifest.
+func TestBatchApplyNamesTheRefusedItem(t *testing.T) {
+	c, ctx := client(t)
+	_, err := c.Resource.BatchApplyResources(ctx, &convergev1.BatchApplyResourcesRequest{
+		Requests: []*convergev1.ApplyResourceRequest{
+			{Kind: "go-sdk-missing", KindVersion: 1, Name: "a"},
+			{Kind: "go-sdk-missing", KindVersion: 1, Name: "Not_A_Name"},
+		},
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("BatchApplyResources: got %v (%v), want InvalidArgument", status.Code(err), err)
+	}
+	info := converge.ErrorInfo(err)
+	if info == nil || info.GetReason() != "INVALID_NAME" {
+		t.Fatalf("ErrorInfo = %v, want reason INVALID_NAME", info)
+	}
+	if !strings.Contains(status.Convert(err).Message(), "/requests/1/name") {
+		t.Errorf("message %q does not name /requests/1/name", status.Convert(err).Message())
+	}
+}
+
 func TestErrorInfoAbsent(t *testing.T) {
 	if converge.ErrorInfo(nil) != nil || converge.ErrorInfo(errors.New("plain")) != nil {
 		t.Error("ErrorInfo of a non-gRPC error must be nil")
