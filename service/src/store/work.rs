@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::types::Json;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::StoreResult;
@@ -146,11 +146,10 @@ pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTa
 }
 
 /// Claims up to `limit` runnable tasks of (kind, kind_version) for `broker`,
-/// never exceeding the kind's cluster-wide `max_inflight`: capped kinds claim
-/// under a per-kind lock and count the leases held everywhere. Tasks in the
-/// broker's own shard range come first; when those run out it takes tasks
-/// from other ranges, so a kind whose workers all reached other brokers is
-/// never starved.
+/// never exceeding the kind's cluster-wide `max_inflight` (`claim_work`,
+/// one round trip). Tasks in the broker's own shard range come first; when
+/// those run out it takes tasks from other ranges, so a kind whose workers
+/// all reached other brokers is never starved.
 pub async fn claim(
     pool: &PgPool,
     broker: &str,
@@ -159,96 +158,15 @@ pub async fn claim(
     limit: i64,
     shards: Option<ShardRange>,
 ) -> StoreResult<Vec<ClaimedTask>> {
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    // The claim joins its picked rows back to the partitioned queue: keep
-    // that a nested loop (run-time pruning probes one partition per row);
-    // costed per partition, a hash join over every partition looks cheaper.
-    sqlx::query("SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
-        .execute(&mut *tx)
-        .await?;
-    let cap: Option<i32> =
-        sqlx::query_scalar("SELECT max_inflight FROM kind_config WHERE kind = $1 AND kind_version = $2")
-            .bind(kind)
-            .bind(kind_version)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let mut budget = limit;
-    if let Some(cap) = cap.filter(|c| *c > 0) {
-        // Serialise the claims of a capped kind so two brokers cannot both
-        // take the last free slot.
-        sqlx::query("SELECT pg_advisory_xact_lock(kind_lock_key($1, $2) # 1)")
-            .bind(kind)
-            .bind(kind_version)
-            .execute(&mut *tx)
-            .await?;
-        let leased: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM work_queue WHERE kind = $1 AND kind_version = $2 AND broker_id IS NOT NULL",
-        )
-        .bind(kind)
-        .bind(kind_version)
-        .fetch_one(&mut *tx)
-        .await?;
-        budget = budget.min((i64::from(cap) - leased).max(0));
-    }
-    if budget == 0 {
-        tx.rollback().await?;
-        return Ok(Vec::new());
-    }
     let own = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
-    let mut claimed = claim_in(&mut tx, broker, kind, kind_version, budget, own, false).await?;
-    let rest = budget - i64::try_from(claimed.len()).unwrap_or(budget);
-    if rest > 0 && (own.lo > 0 || own.hi < 255) {
-        claimed.extend(claim_in(&mut tx, broker, kind, kind_version, rest, own, true).await?);
-    }
-    tx.commit().await?;
-    Ok(claimed)
-}
-
-/// The claim statement itself.
-async fn claim_in(
-    conn: &mut PgConnection,
-    broker: &str,
-    kind: &str,
-    kind_version: i32,
-    budget: i64,
-    range: ShardRange,
-    outside: bool,
-) -> StoreResult<Vec<ClaimedTask>> {
-    // Two statement texts: the plain range lets the planner prune partitions.
-    let shards = if outside {
-        "NOT (shard_id BETWEEN $5 AND $6)"
-    } else {
-        "shard_id BETWEEN $5 AND $6"
-    };
-    let sql = format!(
-        "WITH picked AS (
-             SELECT id, shard_id FROM work_queue
-             WHERE broker_id IS NULL AND kind = $1 AND kind_version = $2 AND not_before <= now()
-               AND {shards}
-             LIMIT $3
-             FOR UPDATE SKIP LOCKED
-         ),
-         claimed AS (
-             UPDATE work_queue w
-             SET broker_id = $4, lease_token = gen_random_uuid(), claim_epoch = w.claim_epoch + 1,
-                 heartbeat_at = now(), attempts = w.attempts + 1,
-                 deadline_at = CASE WHEN c.task_deadline_secs > 0
-                                    THEN now() + make_interval(secs => c.task_deadline_secs) END
-             FROM picked p, kind_config c
-             WHERE w.id = p.id AND w.shard_id = p.shard_id AND c.kind = w.kind AND c.kind_version = w.kind_version
-             RETURNING w.*
-         )
-         SELECT {TASK_COLUMNS} FROM claimed cl JOIN resources r ON r.id = cl.resource_id"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    sqlx::query_as("SELECT * FROM claim_work($1, $2, $3, $4, $5, $6)")
+        .bind(broker)
         .bind(kind)
         .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-        .bind(budget)
-        .bind(broker)
-        .bind(range.lo)
-        .bind(range.hi)
-        .fetch_all(conn)
+        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+        .bind(own.lo)
+        .bind(own.hi)
+        .fetch_all(pool)
         .await
 }
 
