@@ -3,6 +3,7 @@
 //! written with set-based statements, so N resources share a handful of
 //! statements and one commit instead of N of each.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
@@ -192,7 +193,7 @@ pub(super) async fn write_resources(
         let mut creates = Vec::new();
         for (&i, key) in pending.iter().zip(keys) {
             let input = &inputs[i];
-            let kind_state = kind_states[&(input.kind.clone(), input.kind_version)];
+            let kind_state = state_of(&kind_states, input)?;
             match existing.remove(&key) {
                 Some(current) => {
                     check_writable(&current, input, kind_state.retired).map_err(|e| items.at(i, e))?;
@@ -263,7 +264,7 @@ pub(super) async fn write_resources(
                     .remove(&id)
                     .ok_or_else(|| ApiError::Internal("a created resource cannot be read back".into()))?,
                 created: true,
-                manifest_version: kind_states[&(input.kind.clone(), input.kind_version)].manifest_version,
+                manifest_version: state_of(&kind_states, input)?.manifest_version,
             },
             None => {
                 return Err(ApiError::Internal(
@@ -274,6 +275,14 @@ pub(super) async fn write_resources(
         answers.push(done);
     }
     Ok(answers)
+}
+
+/// The state read under the lock of an input's kind version.
+fn state_of(kind_states: &HashMap<(String, i32), KindState>, input: &ResourceWrite) -> Result<KindState, ApiError> {
+    kind_states
+        .get(&(input.kind.clone(), input.kind_version))
+        .copied()
+        .ok_or_else(|| ApiError::Internal(format!("kind {:?} was not locked for this write", input.kind)))
 }
 
 /// Takes each kind version's shared lock (in a fixed order, so two batches
@@ -320,16 +329,19 @@ async fn validate_specs(
     let mut compiled = HashMap::new();
     for (i, input) in inputs.iter().enumerate() {
         let key = (input.kind.clone(), input.kind_version);
-        if !compiled.contains_key(&key) {
-            let manifest_version = kind_states[&key].manifest_version;
-            let manifest = state
-                .catalog
-                .compiled(conn, &input.kind, input.kind_version, manifest_version)
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            compiled.insert(key.clone(), manifest);
-        }
-        if let Some(schema) = &compiled[&key].spec {
+        let manifest = match compiled.entry(key) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => {
+                let manifest_version = state_of(kind_states, input)?.manifest_version;
+                let manifest = state
+                    .catalog
+                    .compiled(conn, &input.kind, input.kind_version, manifest_version)
+                    .await
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                slot.insert(manifest)
+            }
+        };
+        if let Some(schema) = &manifest.spec {
             schema
                 .validate("/spec", &input.spec)
                 .map_err(|violations| items.at(i, ApiError::violations(Reason::SpecSchemaViolation, violations)))?;
