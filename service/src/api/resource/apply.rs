@@ -6,6 +6,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
+use converge_proto::v1::ApplyResourceRequest;
 use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -102,6 +103,20 @@ impl ResourceWrite {
             provider_config,
             mode,
         })
+    }
+
+    /// The write an `ApplyResource` request (or a batch item) asks for.
+    pub(super) fn apply(req: &ApplyResourceRequest) -> Result<Self, ApiError> {
+        Self::new(
+            Mode::Apply,
+            req.kind.clone(),
+            req.kind_version,
+            req.name.clone(),
+            req.labels.clone(),
+            req.spec.clone(),
+            req.etag.clone(),
+            req.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
+        )
     }
 
     fn desired(&self) -> DesiredResource<'_> {

@@ -84,16 +84,7 @@ fn batch_inputs(req: &BatchApplyResourcesRequest) -> Result<Vec<ResourceWrite>, 
                 "must be false: set validate_only on the batch",
             ));
         }
-        let input = ResourceWrite::new(
-            Mode::Apply,
-            item.kind.clone(),
-            item.kind_version,
-            item.name.clone(),
-            item.labels.clone(),
-            item.spec.clone(),
-            item.etag.clone(),
-            item.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
-        );
+        let input = ResourceWrite::apply(item);
         let reason = match input {
             Ok(input) => {
                 inputs.push(input);
@@ -261,16 +252,7 @@ impl ResourceService for ResourceApi {
         let call = WriteCall::new("ApplyResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
-        let input = ResourceWrite::new(
-            Mode::Apply,
-            req.kind.clone(),
-            req.kind_version,
-            req.name.clone(),
-            req.labels.clone(),
-            req.spec.clone(),
-            req.etag.clone(),
-            req.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
-        )?;
+        let input = ResourceWrite::apply(&req)?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
