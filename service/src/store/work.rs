@@ -368,6 +368,15 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
             .execute(pool)
             .await?;
     }
+    // So do the queue's partitions: autovacuum can record one as empty at a
+    // quiet moment, and plans that believe it still empty scan it whole
+    // once it holds a backlog (the 1M load run stalled on that).
+    sqlx::query(
+        "SELECT count(*) FILTER (WHERE analyze_if_grown(inhrelid::regclass, 1000)) FROM pg_inherits
+         WHERE inhparent IN ('work_queue'::regclass, 'work_outbox'::regclass)",
+    )
+    .execute(pool)
+    .await?;
     Ok(ReapReport {
         stale,
         overdue,
