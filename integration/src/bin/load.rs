@@ -24,6 +24,7 @@ use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::str::FromStr as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bin
 use converge_service::db::ensure_database;
 use serde_json::json;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::process::{Child, Command};
 
 /// Most items the server takes in one BatchApplyResources call.
@@ -162,7 +163,13 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let client = connect(&address).await?;
-    let pool = PgPoolOptions::new().max_connections(4).connect(&database_url).await?;
+    // The tool's own probes must not compete with what they measure: no
+    // parallel workers (a count over a million rows would take both cores).
+    let probe_options = PgConnectOptions::from_str(&database_url)?.options([("max_parallel_workers_per_gather", "0")]);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(probe_options)
+        .await?;
     let profiling = args.profile.is_some() && fleet._database.is_some();
     if profiling {
         sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -230,6 +237,7 @@ async fn main() -> anyhow::Result<()> {
     let applied = Arc::new(AtomicI64::new(0));
     let peak_queue = Arc::new(AtomicI64::new(0));
     let peak_rss = Arc::new(AtomicI64::new(0));
+    let lagging = Arc::new(AtomicI64::new(i64::MAX));
     let started = Instant::now();
     let db_started: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
         .fetch_one(&pool)
@@ -241,6 +249,7 @@ async fn main() -> anyhow::Result<()> {
         applied.clone(),
         peak_queue.clone(),
         peak_rss.clone(),
+        lagging.clone(),
         started,
     ));
 
@@ -283,13 +292,16 @@ async fn main() -> anyhow::Result<()> {
 
     // Wait for Ready.
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
-    // Nothing lags any more, then one exact count confirms.
+    // The progress sampler's count reaches zero, then exact counts confirm.
     loop {
-        if lagging_count(&pool).await? == 0 && ready_count(&pool, args.mode).await? >= total as i64 {
+        if lagging.load(Ordering::Relaxed) == 0
+            && lagging_count(&pool).await? == 0
+            && ready_count(&pool, args.mode).await? >= total as i64
+        {
             break;
         }
         anyhow::ensure!(Instant::now() < deadline, "not everything was Ready within the timeout");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The end is the last sync's commit on the database clock, so the poll
     // interval above does not blur it.
@@ -490,11 +502,14 @@ async fn sample(
     applied: Arc<AtomicI64>,
     peak_queue: Arc<AtomicI64>,
     peak_rss: Arc<AtomicI64>,
+    lagging_now: Arc<AtomicI64>,
     started: Instant,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        tick.tick().await;
+        // Counting a backlog of a million rows takes a noticeable share of
+        // two cores: probe at most 5% of the time (every second while the
+        // counts are cheap, less often as they grow).
+        let probe = Instant::now();
         let queue: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue")
             .fetch_one(&pool)
             .await
@@ -502,7 +517,9 @@ async fn sample(
         peak_queue.fetch_max(queue, Ordering::Relaxed);
         let rss = server_pid.and_then(rss_bytes).unwrap_or(0);
         peak_rss.fetch_max(rss, Ordering::Relaxed);
-        let lagging = lagging_count(&pool).await.unwrap_or(0);
+        let lagging = lagging_count(&pool).await.unwrap_or(i64::MAX);
+        lagging_now.store(lagging, Ordering::Relaxed);
+        let pause = (probe.elapsed() * 19).max(Duration::from_secs(1));
         eprint!(
             "\r{:>6.1}s applied {}/{total}  not yet synced {lagging}  queue {queue}  server RSS {} MB   ",
             started.elapsed().as_secs_f64(),
@@ -510,6 +527,7 @@ async fn sample(
             rss / 1048576
         );
         let _ = std::io::stderr().flush();
+        tokio::time::sleep(pause).await;
     }
 }
 
