@@ -29,13 +29,16 @@ pub struct SweepReport {
     pub requests: u64,
 }
 
-/// Runs one sweep.
-pub async fn sweep(pool: &PgPool, retention: &RetentionArgs) -> Result<SweepReport, sqlx::Error> {
+/// Runs one sweep. `timelines` includes the per-timeline backstop: it ranks
+/// every event run (seconds at a million resources), and is only needed once
+/// per process, because the limit is a startup flag and every new run trims
+/// its own timeline.
+pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) -> Result<SweepReport, sqlx::Error> {
     let mut report = SweepReport::default();
     if retention.event_max_age_secs > 0 {
         report.old_events = drain(|| events::trim_by_age(pool, retention.event_max_age_secs, BATCH)).await?;
     }
-    if retention.event_runs_per_timeline > 0 {
+    if timelines && retention.event_runs_per_timeline > 0 {
         let keep = i64::from(retention.event_runs_per_timeline);
         report.excess_events = drain(|| events::trim_timelines(pool, keep, BATCH)).await?;
     }
@@ -70,12 +73,17 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut timelines_trimmed = false;
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = tick.tick() => match sweep(&pool, &retention).await {
-                    Ok(report) if report != SweepReport::default() => tracing::debug!(?report, "retention sweep"),
-                    Ok(_) => {}
+                _ = tick.tick() => match sweep(&pool, &retention, !timelines_trimmed).await {
+                    Ok(report) => {
+                        timelines_trimmed = true;
+                        if report != SweepReport::default() {
+                            tracing::debug!(?report, "retention sweep");
+                        }
+                    }
                     Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
                 },
             }
