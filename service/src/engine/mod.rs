@@ -4,3 +4,4 @@
 pub mod drainer;
 pub mod reaper;
 pub mod retention;
+pub mod statistics;

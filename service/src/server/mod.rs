@@ -255,6 +255,11 @@ async fn prepare_and_spawn(
             config.reaper,
             stop.subscribe(),
         ));
+        tasks.push(crate::engine::statistics::spawn(
+            pool.clone(),
+            crate::engine::statistics::CHECK_INTERVAL,
+            stop.subscribe(),
+        ));
         tasks.push(crate::engine::drainer::spawn(
             pool.clone(),
             config.drainer,

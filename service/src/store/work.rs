@@ -361,22 +361,6 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
     }
     let [expired_orphans, swept] = sweeps;
-    // Tables that grew fast get fresh statistics (and fresh cached plans).
-    for table in ["resources", "resource_changes", "resource_events", "resource_deps"] {
-        sqlx::query("SELECT analyze_if_grown($1::regclass, 1000)")
-            .bind(table)
-            .execute(pool)
-            .await?;
-    }
-    // So do the queue's partitions: autovacuum can record one as empty at a
-    // quiet moment, and plans that believe it still empty scan it whole
-    // once it holds a backlog (the 1M load run stalled on that).
-    sqlx::query(
-        "SELECT count(*) FILTER (WHERE analyze_if_grown(inhrelid::regclass, 1000)) FROM pg_inherits
-         WHERE inhparent IN ('work_queue'::regclass, 'work_outbox'::regclass)",
-    )
-    .execute(pool)
-    .await?;
     Ok(ReapReport {
         stale,
         overdue,
@@ -385,4 +369,19 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         swept,
         expired_orphans,
     })
+}
+
+/// Analyses the tables, and the partitions of the queue and the outbox, that
+/// hold more than twice the rows their statistics claim (and at least
+/// 1,000); returns how many were analysed.
+pub async fn refresh_statistics(pool: &PgPool) -> StoreResult<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000)) FROM (
+             SELECT unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps']::regclass[]) AS t
+             UNION ALL
+             SELECT inhrelid::regclass FROM pg_inherits
+             WHERE inhparent IN ('work_queue'::regclass, 'work_outbox'::regclass)) tables",
+    )
+    .fetch_one(pool)
+    .await
 }
