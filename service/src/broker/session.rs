@@ -20,7 +20,6 @@ use super::Broker;
 use super::wire::{self, Input};
 use crate::api::convert::struct_to_json;
 use crate::api::status::{ApiError, Reason};
-use crate::cluster::ShardRange;
 use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
 use crate::store::pipeline::{self, Composed};
@@ -36,13 +35,6 @@ const BUSY_POLL: Duration = Duration::from_millis(10);
 const LINGER: Duration = Duration::from_millis(120);
 /// Most messages handled before the results they produced are flushed.
 const MAX_BATCH: usize = 512;
-/// A flush of at most this many results applies them itself right away
-/// instead of leaving them to the drainer's wake-up: on a quiet system that
-/// hop (a NOTIFY, a wake, a poll) was a tenth of apply→Ready latency. Larger
-/// flushes mean load, where the drainer's big batches are cheaper.
-const INLINE_DRAIN_MAX: usize = 8;
-/// Outbox rows an inline drain applies at most.
-const INLINE_DRAIN_BATCH: i32 = 64;
 /// Most descendants handed to a rollup.
 const MAX_ROLLUP_DESCENDANTS: i64 = 10_000;
 /// Most children handed to a composer as observed.
@@ -230,26 +222,10 @@ impl Session {
                     tracing::debug!(stale, "dropped stale completions");
                     stats.stale.fetch_add(stale, Ordering::Relaxed);
                 }
-                if accepted_count > 0 && results.len() <= INLINE_DRAIN_MAX {
-                    self.drain_inline(&results).await;
-                }
             }
             // The leases stay held without heartbeats: the reaper frees
             // them and the work runs again (at least once).
             Err(e) => tracing::warn!(error = %e, results = results.len(), "could not write results"),
-        }
-    }
-
-    /// Applies the outbox rows of the shards `results` fall in, as the
-    /// drainer would (same function, SKIP LOCKED, so both may run at once).
-    /// A failure only costs latency: the drainer applies the rows later.
-    async fn drain_inline(&self, results: &[TaskResult]) {
-        let shards = results.iter().map(|r| r.shard_id);
-        let (Some(lo), Some(hi)) = (shards.clone().min(), shards.max()) else {
-            return;
-        };
-        if let Err(e) = work::drain_outbox(&self.broker.pool, INLINE_DRAIN_BATCH, ShardRange { lo, hi }).await {
-            tracing::debug!(error = %e, "inline drain failed; the drainer applies the results");
         }
     }
 
