@@ -252,7 +252,7 @@ pub(super) async fn write_resources(
         ));
     }
 
-    let mut fresh: HashMap<Uuid, Resource> = resources::get_many(conn, &created)
+    let mut fresh: HashMap<Uuid, Resource> = resources::get_created(conn, &created)
         .await?
         .into_iter()
         .map(|r| (r.id, r))
