@@ -9,9 +9,9 @@ use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
 use converge_service::domain::resource::{ConditionInput, Phase};
 use converge_service::engine::retention;
-use converge_service::store::changes;
 use converge_service::store::events::{self, EventFilter};
 use converge_service::store::resources::{self, DesiredResource};
+use converge_service::store::{changes, statistics};
 use converge_service::testing::TestDatabase;
 use serde_json::json;
 use sqlx::{Connection, PgPool};
@@ -318,5 +318,36 @@ async fn the_phase_follows_the_precedence_of_the_lifecycle_scalars() -> anyhow::
             .await?;
         assert_eq!(phase, expected, "after {assignment}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn tables_that_outgrow_their_statistics_are_analysed_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let mut conn = pool.acquire().await?;
+    sqlx::query(
+        "INSERT INTO resources (kind, kind_version, name)
+         SELECT 'thing', 1, 'r' || g FROM generate_series(1, 3000) g",
+    )
+    .execute(&mut *conn)
+    .await?;
+    // Publish this session's row counts now rather than within a second.
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("SELECT 1").execute(&mut *conn).await?;
+    let estimate = || sqlx::query_scalar::<_, f32>("SELECT reltuples FROM pg_class WHERE oid = 'resources'::regclass");
+    assert!(estimate().fetch_one(pool).await? < 1000.0, "not analysed yet");
+    assert!(
+        statistics::refresh(pool).await? >= 1,
+        "resources grew past its statistics"
+    );
+    assert!(
+        estimate().fetch_one(pool).await? >= 3000.0,
+        "the statistics now count the rows"
+    );
+    assert_eq!(statistics::refresh(pool).await?, 0, "nothing grew since");
     Ok(())
 }

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::work;
+use crate::store::statistics;
 
 /// How often the statistics are checked.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -26,7 +26,7 @@ pub fn spawn(pool: PgPool, interval: Duration, mut stop: watch::Receiver<bool>) 
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = tick.tick() => match work::refresh_statistics(&pool).await {
+                _ = tick.tick() => match statistics::refresh(&pool).await {
                     Ok(0) => {}
                     Ok(analysed) => tracing::debug!(analysed, "refreshed planner statistics"),
                     Err(e) => tracing::warn!(error = %e, "checking planner statistics failed"),

@@ -10,6 +10,7 @@ pub mod kinds;
 pub mod pipeline;
 pub mod requests;
 pub mod resources;
+pub mod statistics;
 pub mod work;
 
 /// A failed database statement.

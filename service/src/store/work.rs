@@ -370,18 +370,3 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         expired_orphans,
     })
 }
-
-/// Analyses the tables, and the partitions of the queue and the outbox, that
-/// hold more than twice the rows their statistics claim (and at least
-/// 1,000); returns how many were analysed.
-pub async fn refresh_statistics(pool: &PgPool) -> StoreResult<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000)) FROM (
-             SELECT unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps']::regclass[]) AS t
-             UNION ALL
-             SELECT inhrelid::regclass FROM pg_inherits
-             WHERE inhparent IN ('work_queue'::regclass, 'work_outbox'::regclass)) tables",
-    )
-    .fetch_one(pool)
-    .await
-}

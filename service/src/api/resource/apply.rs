@@ -6,7 +6,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
-use converge_proto::v1::ApplyResourceRequest;
+use converge_proto::v1::{ApplyResourceRequest, CreateResourceRequest};
 use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -116,6 +116,20 @@ impl ResourceWrite {
             req.spec.clone(),
             req.etag.clone(),
             req.provider_config.clone().map(|p| (!p.is_empty()).then_some(p)),
+        )
+    }
+
+    /// The write a `CreateResource` request asks for.
+    pub(super) fn create(req: &CreateResourceRequest) -> Result<Self, ApiError> {
+        Self::new(
+            Mode::Create,
+            req.kind.clone(),
+            req.kind_version,
+            req.name.clone(),
+            req.labels.clone(),
+            req.spec.clone(),
+            None,
+            Some((!req.provider_config.is_empty()).then(|| req.provider_config.clone())),
         )
     }
 

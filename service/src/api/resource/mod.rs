@@ -35,7 +35,7 @@ use crate::store::events::{EventCursor, EventFilter};
 use crate::store::graph::GraphCursor;
 use crate::store::resources::{ListCursor, ResourceFilter};
 use crate::store::{events, graph, kinds, resources, work};
-use apply::{Items, MAX_BATCH_ITEMS, Mode, ResourceWrite, Written, write_resources};
+use apply::{Items, MAX_BATCH_ITEMS, ResourceWrite, Written, write_resources};
 
 /// Serves `converge.v1.ResourceService`.
 #[derive(Debug, Clone)]
@@ -306,17 +306,7 @@ impl ResourceService for ResourceApi {
         let call = WriteCall::new("CreateResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
-        let provider_config = (!req.provider_config.is_empty()).then(|| req.provider_config.clone());
-        let input = ResourceWrite::new(
-            Mode::Create,
-            req.kind.clone(),
-            req.kind_version,
-            req.name.clone(),
-            req.labels.clone(),
-            req.spec.clone(),
-            None,
-            Some(provider_config),
-        )?;
+        let input = ResourceWrite::create(&req)?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input) = (state.clone(), input.clone());
