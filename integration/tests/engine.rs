@@ -215,6 +215,30 @@ async fn applied_resources_are_worked_once_per_generation_and_become_ready() -> 
     server.shutdown().await
 }
 
+/// Listening for notifications takes no query connection: a server whose
+/// pool has two connections still serves applies, works them to READY, and
+/// wakes on notifications (with five listeners on the pool, as before, it
+/// could not even answer an apply).
+#[tokio::test]
+async fn a_server_with_a_pool_of_two_connections_works_resources_to_ready() -> anyhow::Result<()> {
+    let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |config| {
+        config.max_connections = 2;
+    })
+    .await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    let _worker = run_worker(server.address(), Scripted::ok(), 8);
+    const N: usize = 20;
+    for i in 0..N {
+        apply_ok(&client, apply("job", &format!("small{i}"), json!({"n": i}))).await?;
+    }
+    eventually(Duration::from_secs(60), || async {
+        Ok((count_phase(&client, Phase::Ready).await? == N).then_some(()))
+    })
+    .await?;
+    server.shutdown().await
+}
+
 #[tokio::test]
 async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_failed() -> anyhow::Result<()> {
     let server = TestServer::start().await?;

@@ -14,13 +14,11 @@ mod wire;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
 
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::worker_service_server::WorkerService;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -30,6 +28,7 @@ use crate::api::ResponseStream;
 use crate::api::status::ApiError;
 use crate::catalog::KindCatalog;
 use crate::cluster::{LoadSource, MemberLoad, ShardRange};
+use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::violation::Violation;
 use session::Session;
 
@@ -89,9 +88,10 @@ pub struct Broker {
 
 impl Broker {
     /// A broker claiming as `member_id`, preferring the shards of `shards`;
-    /// spawns the `work_ready` listener.
+    /// spawns the loop that turns `work_ready` notifications into wake-ups.
     pub fn start(
         pool: PgPool,
+        notifications: &Notifications,
         member_id: String,
         catalog: Arc<KindCatalog>,
         shards: watch::Receiver<Option<ShardRange>>,
@@ -104,7 +104,10 @@ impl Broker {
             wake: watch::channel(0).0,
             stats: Arc::default(),
         });
-        tokio::spawn(listen(Arc::downgrade(&broker)));
+        tokio::spawn(forward_wakes(
+            Arc::downgrade(&broker),
+            notifications.subscribe(&[Channel::WorkReady]),
+        ));
         broker
     }
 
@@ -119,30 +122,15 @@ impl Broker {
     }
 }
 
-/// Forwards `work_ready` notifications until the broker is dropped.
-async fn listen(broker: std::sync::Weak<Broker>) {
+/// Forwards `work_ready` notifications (and possibly missed ones) to the
+/// sessions until the broker is dropped.
+async fn forward_wakes(broker: std::sync::Weak<Broker>, mut work_ready: Subscription) {
     loop {
-        let Some(pool) = broker.upgrade().map(|b| b.pool.clone()) else {
+        work_ready.recv().await;
+        let Some(broker) = broker.upgrade() else {
             return;
         };
-        let listening = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen("work_ready").await?;
-            loop {
-                listener.recv().await?;
-                let Some(broker) = broker.upgrade() else {
-                    return Ok::<(), sqlx::Error>(());
-                };
-                broker.wake.send_modify(|n| *n = n.wrapping_add(1));
-            }
-        };
-        if let Err(e) = listening.await {
-            tracing::debug!(error = %e, "work_ready listener failed; retrying");
-        }
-        if pool.is_closed() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        broker.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

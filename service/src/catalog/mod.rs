@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::db::notify::{Channel, Notice, Notifications};
 use crate::domain::manifest::{CompiledKind, compile_manifest};
 use crate::store::kinds;
 
@@ -120,26 +120,24 @@ impl KindCatalog {
     /// Keeps the cache fresh until `stop` flips: reloads a kind version when
     /// its manifest changes anywhere in the cluster, and re-checks every
     /// cached entry periodically in case a notification was missed.
-    pub fn spawn_refresher(self: Arc<Self>, pool: PgPool, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    pub fn spawn_refresher(
+        self: Arc<Self>,
+        pool: PgPool,
+        notifications: &Notifications,
+        mut stop: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
+        let mut changes = notifications.subscribe(&[Channel::KindManifestChanged]);
         tokio::spawn(async move {
-            let mut listener = listen(&pool).await;
             let mut tick = tokio::time::interval(FAILSAFE_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = stop.changed() => return,
                     _ = tick.tick() => self.recheck_all(&pool).await,
-                    note = next_notification(&mut listener) => match note {
-                        Some(payload) => self.refresh_one(&pool, &payload).await,
-                        None => {
-                            // Lost the listener: fall back to polling, reconnect later.
-                            listener = None;
-                            self.recheck_all(&pool).await;
-                        }
+                    notice = changes.recv() => match notice {
+                        Notice::Notified { payload, .. } => self.refresh_one(&pool, &payload).await,
+                        Notice::Missed => self.recheck_all(&pool).await,
                     },
-                }
-                if listener.is_none() {
-                    listener = listen(&pool).await;
                 }
             }
         })
@@ -198,17 +196,4 @@ async fn load(conn: &mut PgConnection, kind: &str, kind_version: i32) -> Result<
             .join("; "),
     })?;
     Ok(Arc::new(compiled))
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen("kind_manifest_changed").await.ok()?;
-    Some(listener)
-}
-
-async fn next_notification(listener: &mut Option<PgListener>) -> Option<String> {
-    match listener {
-        Some(l) => l.recv().await.ok().map(|n| n.payload().to_owned()),
-        None => std::future::pending().await,
-    }
 }

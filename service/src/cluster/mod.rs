@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::store::cluster::{self as store, MemberRegistration};
 
 /// Number of logical shards. Must equal the database's `shard_count()`.
@@ -71,6 +71,7 @@ impl Membership {
     /// Registers this process and starts heartbeating.
     pub async fn join(
         pool: PgPool,
+        notifications: &Notifications,
         registration: MemberRegistration,
         timing: MembershipTiming,
     ) -> Result<Self, sqlx::Error> {
@@ -82,6 +83,7 @@ impl Membership {
         let load = Arc::new(LoadSlot::default());
         let task = tokio::spawn(heartbeat_loop(
             pool.clone(),
+            notifications.subscribe(&[Channel::ClusterChanged]),
             registration,
             timing,
             shards_tx,
@@ -178,25 +180,13 @@ pub fn hostname() -> String {
 
 async fn heartbeat_loop(
     pool: PgPool,
+    mut changes: Subscription,
     registration: MemberRegistration,
     timing: MembershipTiming,
     shards: watch::Sender<Option<ShardRange>>,
     mut stop: watch::Receiver<bool>,
     load: Arc<LoadSlot>,
 ) {
-    let mut listener = match PgListener::connect_with(&pool).await {
-        Ok(mut l) => match l.listen("cluster_changed").await {
-            Ok(()) => Some(l),
-            Err(e) => {
-                tracing::warn!(error = %e, "LISTEN cluster_changed failed; relying on the heartbeat tick");
-                None
-            }
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "no LISTEN connection; relying on the heartbeat tick");
-            None
-        }
-    };
     let mut tick = tokio::time::interval(timing.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let gc_secs = i32::try_from(timing.gc_after.as_secs()).unwrap_or(i32::MAX);
@@ -204,12 +194,7 @@ async fn heartbeat_loop(
         let beat = tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => true,
-            woke = recv(&mut listener) => {
-                if !woke {
-                    listener = None;
-                }
-                false
-            }
+            _ = changes.recv() => false,
         };
         if beat {
             if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
@@ -233,19 +218,5 @@ async fn heartbeat_loop(
             }
             Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
         }
-    }
-}
-
-/// Waits for a notification; `false` when the listener is gone for good.
-async fn recv(listener: &mut Option<PgListener>) -> bool {
-    match listener {
-        Some(l) => match l.recv().await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(error = %e, "cluster_changed listener failed; relying on the heartbeat tick");
-                false
-            }
-        },
-        None => std::future::pending().await,
     }
 }

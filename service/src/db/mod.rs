@@ -3,6 +3,7 @@
 
 pub mod embedded;
 pub mod migrate;
+pub mod notify;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cluster::ShardRange;
+use crate::db::notify::{Channel, Notifications};
 use crate::store::work;
 
 /// Drainer tuning.
@@ -47,13 +47,13 @@ impl Default for DrainerConfig {
 /// Runs the drainer until `stop` flips.
 pub fn spawn(
     pool: PgPool,
+    notifications: &Notifications,
     config: DrainerConfig,
     shards: watch::Receiver<Option<ShardRange>>,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
+    let mut wake = notifications.subscribe(&[Channel::OutboxReady]);
     tokio::spawn(async move {
-        let (wake_tx, mut wake) = watch::channel(0u64);
-        let listener = tokio::spawn(listen(pool.clone(), wake_tx));
         // Wake-ups are throttled to one per 5 ms window fleet-wide, so after
         // any sign of work the drainer polls fast for a while to catch
         // results appended just after the wake it saw.
@@ -87,11 +87,10 @@ pub fn spawn(
             }
             tokio::select! {
                 _ = stop.changed() => break,
-                _ = wake.changed() => busy_until = tokio::time::Instant::now() + config.linger,
+                _ = wake.recv() => busy_until = tokio::time::Instant::now() + config.linger,
                 _ = tokio::time::sleep(pause) => {}
             }
         }
-        listener.abort();
     })
 }
 
@@ -109,28 +108,4 @@ async fn pass(pool: &PgPool, config: &DrainerConfig, range: ShardRange) -> Resul
         work::drain_rollup_rechecks(pool, config.batch, range, config.recheck_window.as_secs_f64()).await?;
     }
     Ok(Pass { drained, armed })
-}
-
-/// Forwards `outbox_ready` notifications until the channel closes.
-async fn listen(pool: PgPool, wake: watch::Sender<u64>) {
-    loop {
-        let listening = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen("outbox_ready").await?;
-            loop {
-                listener.recv().await?;
-                if wake.send(0).is_err() {
-                    return Ok::<(), sqlx::Error>(());
-                }
-            }
-        };
-        match listening.await {
-            Ok(()) => return,
-            Err(e) => tracing::debug!(error = %e, "outbox_ready listener failed; retrying"),
-        }
-        if pool.is_closed() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }

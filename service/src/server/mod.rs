@@ -15,6 +15,7 @@ use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
 use crate::cluster::{self, Membership, MembershipTiming, SHARD_COUNT};
 use crate::config::{CommonArgs, RetentionArgs, ServeArgs, default_data_dir};
+use crate::db::notify::Notifications;
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
 use crate::engine::retention;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
@@ -229,11 +230,17 @@ async fn prepare_and_spawn(
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         listen_addr: local_addr.to_string(),
     };
-    let membership = Membership::join(pool.clone(), registration, config.membership).await?;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let (notifications, listening) = Notifications::spawn(&pool, stop_rx.clone());
+    let membership = Membership::join(pool.clone(), &notifications, registration, config.membership).await?;
 
     let catalog = KindCatalog::new();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut tasks = vec![catalog.clone().spawn_refresher(pool.clone(), stop_rx.clone())];
+    let mut tasks = vec![
+        listening,
+        catalog
+            .clone()
+            .spawn_refresher(pool.clone(), &notifications, stop_rx.clone()),
+    ];
     if config.serve.role.serves_api() {
         tasks.push(retention::spawn(
             pool.clone(),
@@ -243,7 +250,14 @@ async fn prepare_and_spawn(
         ));
     }
     let watch = if config.serve.role.serves_api() {
-        let (hub, task) = WatchHub::start(pool.clone(), catalog.clone(), config.watch, stop.subscribe()).await?;
+        let (hub, task) = WatchHub::start(
+            pool.clone(),
+            &notifications,
+            catalog.clone(),
+            config.watch,
+            stop.subscribe(),
+        )
+        .await?;
         tasks.push(task);
         Some(hub)
     } else {
@@ -262,6 +276,7 @@ async fn prepare_and_spawn(
         ));
         tasks.push(crate::engine::drainer::spawn(
             pool.clone(),
+            &notifications,
             config.drainer,
             membership.shards(),
             stop.subscribe(),
@@ -270,6 +285,7 @@ async fn prepare_and_spawn(
     let broker = config.serve.role.serves_workers().then(|| {
         let broker = crate::broker::Broker::start(
             pool.clone(),
+            &notifications,
             membership.member_id().to_owned(),
             catalog.clone(),
             membership.shards(),

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -14,6 +13,7 @@ use uuid::Uuid;
 
 use super::{Change, ChangeType, Delivery, WatchFilter};
 use crate::catalog::KindCatalog;
+use crate::db::notify::{self, Channel, Notice, Notifications};
 use crate::domain::position::Position;
 use crate::store::changes::{self, ChangeRow};
 use crate::store::resources;
@@ -141,6 +141,7 @@ impl WatchHub {
     /// Starts the hub at the current head of the change log; it runs until `stop` flips.
     pub async fn start(
         pool: PgPool,
+        notifications: &Notifications,
         catalog: Arc<KindCatalog>,
         config: HubConfig,
         stop: watch::Receiver<bool>,
@@ -161,7 +162,8 @@ impl WatchHub {
             event_wake: watch::channel(0).0,
             closed: watch::channel(false).0,
         });
-        let task = tokio::spawn(hub.clone().run(stop));
+        let changes = notifications.subscribe(&[Channel::ResourceChanged, Channel::EventChanged]);
+        let task = tokio::spawn(hub.clone().run(changes, stop));
         Ok((hub, task))
     }
 
@@ -290,24 +292,26 @@ impl WatchHub {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).subscribers.len()
     }
 
-    async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut listener = listen(&self.pool).await;
+    async fn run(self: Arc<Self>, mut changes: notify::Subscription, mut stop: watch::Receiver<bool>) {
         let mut next_poll = Instant::now();
         let mut fast_until = Instant::now();
         let mut next_bookmark = Instant::now() + self.config.bookmark_interval;
         loop {
             tokio::select! {
                 _ = stop.changed() => break,
-                note = next_notification(&mut listener) => match note {
-                    Some(channel) if channel == "event_changed" => {
+                notice = changes.recv() => match notice {
+                    Notice::Notified { channel: Channel::EventChanged, .. } => {
                         self.event_wake.send_modify(|n| *n = n.wrapping_add(1));
                         continue;
                     }
-                    Some(_) => {
+                    Notice::Notified { .. } => {
                         fast_until = Instant::now() + self.config.linger;
                         next_poll = Instant::now();
                     }
-                    None => listener = None,
+                    Notice::Missed => {
+                        self.event_wake.send_modify(|n| *n = n.wrapping_add(1));
+                        next_poll = Instant::now();
+                    }
                 },
                 _ = tokio::time::sleep_until(next_poll) => {}
             }
@@ -333,9 +337,6 @@ impl WatchHub {
                 self.bookmark();
                 self.event_wake.send_modify(|n| *n = n.wrapping_add(1));
                 next_bookmark = now + self.config.bookmark_interval;
-            }
-            if listener.is_none() {
-                listener = listen(&self.pool).await;
             }
         }
         self.shut_down();
@@ -514,17 +515,4 @@ enum Progress {
     HeldBack,
     /// Nothing new.
     Idle,
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen_all(["resource_changed", "event_changed"]).await.ok()?;
-    Some(listener)
-}
-
-async fn next_notification(listener: &mut Option<PgListener>) -> Option<String> {
-    match listener {
-        Some(l) => l.recv().await.ok().map(|n| n.channel().to_owned()),
-        None => std::future::pending().await,
-    }
 }

@@ -1,0 +1,310 @@
+//! Database notifications: one `LISTEN` connection per process, shared by
+//! every loop that wakes on a `NOTIFY`.
+//!
+//! The connection lives outside the query pool, so the pool's size is all
+//! query capacity (each loop used to hold a pool connection of its own for
+//! listening, five in all). Every subscriber also has a failsafe poll, so a
+//! missed notification costs latency, never correctness; [`Notice::Missed`]
+//! says when one may have been missed (a reconnect, or a subscriber that fell
+//! behind) so it can look at once instead of at its next poll.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+/// Notices buffered per subscriber before it counts as fallen behind.
+const BUFFER: usize = 1024;
+
+/// Pause before reconnecting after the listener failed.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// The channels converge's schema notifies on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// A kind manifest was stored or removed; the payload is `kind:version`.
+    KindManifestChanged,
+    /// The resource change log grew.
+    ResourceChanged,
+    /// A resource event was recorded.
+    EventChanged,
+    /// Workers' results wait in the outbox.
+    OutboxReady,
+    /// Tasks became claimable.
+    WorkReady,
+    /// Cluster membership changed.
+    ClusterChanged,
+}
+
+impl Channel {
+    /// Every channel, in the order they are listened to.
+    pub const ALL: [Channel; 6] = [
+        Channel::KindManifestChanged,
+        Channel::ResourceChanged,
+        Channel::EventChanged,
+        Channel::OutboxReady,
+        Channel::WorkReady,
+        Channel::ClusterChanged,
+    ];
+
+    /// The channel's name in `NOTIFY`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Channel::KindManifestChanged => "kind_manifest_changed",
+            Channel::ResourceChanged => "resource_changed",
+            Channel::EventChanged => "event_changed",
+            Channel::OutboxReady => "outbox_ready",
+            Channel::WorkReady => "work_ready",
+            Channel::ClusterChanged => "cluster_changed",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Channel> {
+        Channel::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// What a subscriber is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A notification on one of its channels.
+    Notified {
+        /// The channel.
+        channel: Channel,
+        /// The payload (empty for wake-ups).
+        payload: Arc<str>,
+    },
+    /// Notifications may have been missed: look now.
+    Missed,
+}
+
+/// The process's notification feed; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Notifications {
+    feed: broadcast::Sender<Notice>,
+}
+
+impl Notifications {
+    /// Starts listening on every [`Channel`] over a connection of its own to
+    /// the database behind `pool`, until `stop` flips.
+    pub fn spawn(pool: &PgPool, stop: watch::Receiver<bool>) -> (Self, JoinHandle<()>) {
+        let (feed, _) = broadcast::channel(BUFFER);
+        // A pool of one that never retires its connection: the listener's own.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with((*pool.connect_options()).clone());
+        let task = tokio::spawn(run(own, feed.clone(), stop));
+        (Self { feed }, task)
+    }
+
+    /// A subscription to `channels`.
+    pub fn subscribe(&self, channels: &[Channel]) -> Subscription {
+        Subscription {
+            feed: self.feed.subscribe(),
+            channels: channels.to_vec(),
+        }
+    }
+}
+
+/// One loop's view of the feed.
+#[derive(Debug)]
+pub struct Subscription {
+    feed: broadcast::Receiver<Notice>,
+    channels: Vec<Channel>,
+}
+
+impl Subscription {
+    /// The next notice for this subscription; never returns once the feed has
+    /// stopped (subscribers fall back to their polls and their own stop signal).
+    pub async fn recv(&mut self) -> Notice {
+        loop {
+            match self.feed.recv().await {
+                Ok(Notice::Notified { channel, payload }) => {
+                    if self.channels.contains(&channel) {
+                        return Notice::Notified { channel, payload };
+                    }
+                }
+                Ok(Notice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => return Notice::Missed,
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    }
+}
+
+async fn run(pool: PgPool, feed: broadcast::Sender<Notice>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            failed = listen(&pool, &feed) => {
+                tracing::debug!(error = %failed, "database listener failed; reconnecting");
+                let _ = feed.send(Notice::Missed);
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
+        }
+    }
+    pool.close().await;
+}
+
+/// Forwards notifications until the connection fails; returns why.
+async fn listen(pool: &PgPool, feed: &broadcast::Sender<Notice>) -> sqlx::Error {
+    let mut listener = match PgListener::connect_with(pool).await {
+        Ok(listener) => listener,
+        Err(e) => return e,
+    };
+    if let Err(e) = listener.listen_all(Channel::ALL.map(Channel::name)).await {
+        return e;
+    }
+    // Anything sent while this connection was not listening is lost.
+    let _ = feed.send(Notice::Missed);
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => {
+                if let Some(channel) = Channel::from_name(notification.channel()) {
+                    let _ = feed.send(Notice::Notified {
+                        channel,
+                        payload: Arc::from(notification.payload()),
+                    });
+                }
+            }
+            // The connection dropped; the next call reconnects and re-listens.
+            Ok(None) => {
+                let _ = feed.send(Notice::Missed);
+            }
+            Err(e) => return e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestDatabase;
+
+    async fn next(subscription: &mut Subscription) -> Notice {
+        tokio::time::timeout(Duration::from_secs(10), subscription.recv())
+            .await
+            .unwrap_or(Notice::Missed)
+    }
+
+    /// Skips the `Missed` every subscription sees when the listener connects.
+    async fn next_notified(subscription: &mut Subscription) -> Option<Notice> {
+        for _ in 0..3 {
+            let notice = next(subscription).await;
+            if notice != Notice::Missed {
+                return Some(notice);
+            }
+        }
+        None
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_their_channels_only_and_payloads_arrive() -> Result<(), Box<dyn std::error::Error>> {
+        let db = TestDatabase::new().await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let (notifications, task) = Notifications::spawn(db.pool(), stop_rx);
+        let mut work = notifications.subscribe(&[Channel::WorkReady]);
+        let mut kinds = notifications.subscribe(&[Channel::KindManifestChanged]);
+        // The listener says when it is listening: a first Missed.
+        assert_eq!(next(&mut work).await, Notice::Missed);
+        assert_eq!(next(&mut kinds).await, Notice::Missed);
+
+        sqlx::query("SELECT pg_notify('kind_manifest_changed', 'noop:1')")
+            .execute(db.pool())
+            .await?;
+        sqlx::query("SELECT pg_notify('work_ready', '')")
+            .execute(db.pool())
+            .await?;
+        assert_eq!(
+            next_notified(&mut kinds).await,
+            Some(Notice::Notified {
+                channel: Channel::KindManifestChanged,
+                payload: Arc::from("noop:1"),
+            })
+        );
+        assert_eq!(
+            next_notified(&mut work).await,
+            Some(Notice::Notified {
+                channel: Channel::WorkReady,
+                payload: Arc::from(""),
+            })
+        );
+
+        let _ = stop.send(true);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn listening_takes_no_connection_from_the_pool() -> Result<(), Box<dyn std::error::Error>> {
+        let db = TestDatabase::new().await?;
+        let pool = crate::db::pool_options(1)
+            .min_connections(0)
+            .connect_with(db.connect_options()?)
+            .await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let (notifications, task) = Notifications::spawn(&pool, stop_rx);
+        let mut work = notifications.subscribe(&[Channel::WorkReady]);
+        assert_eq!(next(&mut work).await, Notice::Missed);
+        // The pool's only connection is free for queries while listening.
+        sqlx::query("SELECT pg_notify('work_ready', 'x')")
+            .execute(&pool)
+            .await?;
+        assert_eq!(
+            next_notified(&mut work).await,
+            Some(Notice::Notified {
+                channel: Channel::WorkReady,
+                payload: Arc::from("x"),
+            })
+        );
+        let _ = stop.send(true);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_dropped_listener_connection_is_reported_and_replaced() -> Result<(), Box<dyn std::error::Error>> {
+        let db = TestDatabase::new().await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let (notifications, task) = Notifications::spawn(db.pool(), stop_rx);
+        let mut work = notifications.subscribe(&[Channel::WorkReady]);
+        assert_eq!(next(&mut work).await, Notice::Missed);
+
+        // Kill the listening backend from another session.
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity a
+             WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+               AND a.query ILIKE 'LISTEN%' AND pg_terminate_backend(a.pid)",
+        )
+        .fetch_one(db.pool())
+        .await?;
+        assert_eq!(killed, 1);
+        assert_eq!(next(&mut work).await, Notice::Missed);
+
+        // Notifications flow again once it has re-listened.
+        let mut delivered = false;
+        for _ in 0..50 {
+            sqlx::query("SELECT pg_notify('work_ready', 'again')")
+                .execute(db.pool())
+                .await?;
+            let notice = tokio::time::timeout(Duration::from_millis(200), work.recv()).await;
+            if let Ok(Notice::Notified { payload, .. }) = notice {
+                assert_eq!(&*payload, "again");
+                delivered = true;
+                break;
+            }
+        }
+        assert!(delivered, "no notification after the listener was replaced");
+        let _ = stop.send(true);
+        task.await?;
+        Ok(())
+    }
+}
