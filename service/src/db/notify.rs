@@ -189,18 +189,58 @@ mod tests {
     use super::*;
     use crate::testing::TestDatabase;
 
+    /// A running feed on `pool`, stopped when dropped.
+    struct Feed {
+        notifications: Notifications,
+        stop: watch::Sender<bool>,
+        task: JoinHandle<()>,
+    }
+
+    impl Feed {
+        fn start(pool: &PgPool) -> Self {
+            let (stop, stop_rx) = watch::channel(false);
+            let (notifications, task) = Notifications::spawn(pool, stop_rx);
+            Self {
+                notifications,
+                stop,
+                task,
+            }
+        }
+
+        /// A subscription to `channels`, once the listener is listening (it
+        /// says so with a first `Missed`).
+        async fn subscribe(&self, channels: &[Channel]) -> Subscription {
+            let mut subscription = self.notifications.subscribe(channels);
+            assert_eq!(next(&mut subscription).await, Notice::Missed);
+            subscription
+        }
+
+        async fn stop(self) -> Result<(), tokio::task::JoinError> {
+            let _ = self.stop.send(true);
+            self.task.await
+        }
+    }
+
     async fn next(subscription: &mut Subscription) -> Notice {
         tokio::time::timeout(Duration::from_secs(10), subscription.recv())
             .await
             .unwrap_or(Notice::Missed)
     }
 
-    /// Skips the `Missed` every subscription sees when the listener connects.
-    async fn next_notified(subscription: &mut Subscription) -> Option<Notice> {
+    async fn notify(pool: &PgPool, channel: Channel, payload: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(channel.name())
+            .bind(payload)
+            .execute(pool)
+            .await
+            .map(drop)
+    }
+
+    /// The next notification, past any `Missed`.
+    async fn notified(subscription: &mut Subscription) -> Option<(Channel, String)> {
         for _ in 0..3 {
-            let notice = next(subscription).await;
-            if notice != Notice::Missed {
-                return Some(notice);
+            if let Notice::Notified { channel, payload } = next(subscription).await {
+                return Some((channel, payload.to_string()));
             }
         }
         None
@@ -209,37 +249,18 @@ mod tests {
     #[tokio::test]
     async fn subscribers_see_their_channels_only_and_payloads_arrive() -> Result<(), Box<dyn std::error::Error>> {
         let db = TestDatabase::new().await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let (notifications, task) = Notifications::spawn(db.pool(), stop_rx);
-        let mut work = notifications.subscribe(&[Channel::WorkReady]);
-        let mut kinds = notifications.subscribe(&[Channel::KindManifestChanged]);
-        // The listener says when it is listening: a first Missed.
-        assert_eq!(next(&mut work).await, Notice::Missed);
-        assert_eq!(next(&mut kinds).await, Notice::Missed);
+        let feed = Feed::start(db.pool());
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
+        let mut kinds = feed.subscribe(&[Channel::KindManifestChanged]).await;
 
-        sqlx::query("SELECT pg_notify('kind_manifest_changed', 'noop:1')")
-            .execute(db.pool())
-            .await?;
-        sqlx::query("SELECT pg_notify('work_ready', '')")
-            .execute(db.pool())
-            .await?;
+        notify(db.pool(), Channel::KindManifestChanged, "noop:1").await?;
+        notify(db.pool(), Channel::WorkReady, "").await?;
         assert_eq!(
-            next_notified(&mut kinds).await,
-            Some(Notice::Notified {
-                channel: Channel::KindManifestChanged,
-                payload: Arc::from("noop:1"),
-            })
+            notified(&mut kinds).await,
+            Some((Channel::KindManifestChanged, "noop:1".into()))
         );
-        assert_eq!(
-            next_notified(&mut work).await,
-            Some(Notice::Notified {
-                channel: Channel::WorkReady,
-                payload: Arc::from(""),
-            })
-        );
-
-        let _ = stop.send(true);
-        task.await?;
+        assert_eq!(notified(&mut work).await, Some((Channel::WorkReady, String::new())));
+        feed.stop().await?;
         Ok(())
     }
 
@@ -250,33 +271,20 @@ mod tests {
             .min_connections(0)
             .connect_with(db.connect_options()?)
             .await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let (notifications, task) = Notifications::spawn(&pool, stop_rx);
-        let mut work = notifications.subscribe(&[Channel::WorkReady]);
-        assert_eq!(next(&mut work).await, Notice::Missed);
+        let feed = Feed::start(&pool);
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
         // The pool's only connection is free for queries while listening.
-        sqlx::query("SELECT pg_notify('work_ready', 'x')")
-            .execute(&pool)
-            .await?;
-        assert_eq!(
-            next_notified(&mut work).await,
-            Some(Notice::Notified {
-                channel: Channel::WorkReady,
-                payload: Arc::from("x"),
-            })
-        );
-        let _ = stop.send(true);
-        task.await?;
+        notify(&pool, Channel::WorkReady, "x").await?;
+        assert_eq!(notified(&mut work).await, Some((Channel::WorkReady, "x".into())));
+        feed.stop().await?;
         Ok(())
     }
 
     #[tokio::test]
     async fn a_dropped_listener_connection_is_reported_and_replaced() -> Result<(), Box<dyn std::error::Error>> {
         let db = TestDatabase::new().await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let (notifications, task) = Notifications::spawn(db.pool(), stop_rx);
-        let mut work = notifications.subscribe(&[Channel::WorkReady]);
-        assert_eq!(next(&mut work).await, Notice::Missed);
+        let feed = Feed::start(db.pool());
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
 
         // Kill the listening backend from another session.
         let killed: i64 = sqlx::query_scalar(
@@ -292,9 +300,7 @@ mod tests {
         // Notifications flow again once it has re-listened.
         let mut delivered = false;
         for _ in 0..50 {
-            sqlx::query("SELECT pg_notify('work_ready', 'again')")
-                .execute(db.pool())
-                .await?;
+            notify(db.pool(), Channel::WorkReady, "again").await?;
             let notice = tokio::time::timeout(Duration::from_millis(200), work.recv()).await;
             if let Ok(Notice::Notified { payload, .. }) = notice {
                 assert_eq!(&*payload, "again");
@@ -303,8 +309,7 @@ mod tests {
             }
         }
         assert!(delivered, "no notification after the listener was replaced");
-        let _ = stop.send(true);
-        task.await?;
+        feed.stop().await?;
         Ok(())
     }
 }
