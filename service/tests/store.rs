@@ -43,7 +43,7 @@ async fn create(pool: &PgPool, kind: &str, name: &str) -> anyhow::Result<Uuid> {
     let created = resources::insert_many(&mut conn, std::slice::from_ref(&desired)).await?;
     created
         .get(&(kind.to_owned(), name.to_owned()))
-        .copied()
+        .map(|resource| resource.id)
         .ok_or_else(|| anyhow::anyhow!("not created"))
 }
 

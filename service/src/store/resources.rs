@@ -22,8 +22,15 @@ const COLUMNS: &str = "r.id, r.kind, r.kind_version::int4 AS kind_version, r.nam
      COALESCE(r.frozen_until = 'infinity', false) AS quarantined, \
      r.phase, r.created_at, r.updated_at, r.rv_txid, r.rv_seq";
 
+/// The joins [`COLUMNS`] needs beside a resources row `r`.
+macro_rules! reference_joins {
+    () => {
+        "LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id"
+    };
+}
+
 /// `resources r` with the joins [`COLUMNS`] needs.
-const FROM: &str = "resources r LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id";
+const FROM: &str = concat!("resources r ", reference_joins!());
 
 #[derive(Debug, sqlx::FromRow)]
 struct ResourceRow {
@@ -163,14 +170,15 @@ pub async fn find_many_for_update(
         .collect())
 }
 
-/// Inserts new root resources; returns the ids of those inserted, keyed by
-/// (kind, name). A name taken meanwhile is left out (the caller treats it as
-/// an update). Rows go in (kind, name) order, so two batches racing for the
-/// same names wait on each other instead of deadlocking.
+/// Inserts new root resources; returns those inserted, as stored, keyed by
+/// (kind, name) (so the caller needs no read-back). A name taken meanwhile
+/// is left out (the caller treats it as an update). Rows go in (kind, name)
+/// order, so two batches racing for the same names wait on each other
+/// instead of deadlocking.
 pub async fn insert_many(
     conn: &mut PgConnection,
     desired: &[DesiredResource<'_>],
-) -> StoreResult<HashMap<(String, String), Uuid>> {
+) -> StoreResult<HashMap<(String, String), Resource>> {
     if desired.is_empty() {
         return Ok(HashMap::new());
     }
@@ -185,24 +193,35 @@ pub async fn insert_many(
     let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
     let specs: Vec<Json<&Value>> = sorted.iter().map(|d| Json(d.spec)).collect();
     let providers: Vec<Option<&str>> = sorted.iter().map(|d| d.provider_config.flatten()).collect();
-    let rows: Vec<(Uuid, String, String)> = sqlx::query_as(
-        "INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
-         SELECT kind, kind_version, name, labels, spec, provider_config
-         FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
-             WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
-         ORDER BY n
-         ON CONFLICT (kind, name) DO NOTHING
-         RETURNING id, kind, name",
-    )
-    .bind(kinds)
-    .bind(versions)
-    .bind(names)
-    .bind(labels)
-    .bind(specs)
-    .bind(providers)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(rows.into_iter().map(|(id, kind, name)| ((kind, name), id)).collect())
+    let sql = format!(
+        "WITH created AS (
+             INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
+             SELECT kind, kind_version, name, labels, spec, provider_config
+             FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
+                 WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
+             ORDER BY n
+             ON CONFLICT (kind, name) DO NOTHING
+             RETURNING *
+         )
+         SELECT {COLUMNS} FROM created r {joins}",
+        joins = reference_joins!()
+    );
+    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kinds)
+        .bind(versions)
+        .bind(names)
+        .bind(labels)
+        .bind(specs)
+        .bind(providers)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let resource = row.into_resource();
+            ((resource.kind.clone(), resource.name.clone()), resource)
+        })
+        .collect())
 }
 
 /// Writes the user-owned fields of an existing resource. Nothing is written
@@ -436,16 +455,6 @@ pub async fn get_many(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<
     }
     let resources = by_ids(conn, ids).await?;
     with_conditions(conn, resources).await
-}
-
-/// Resources the caller's transaction just created: nobody else can have
-/// written conditions for them yet, so unlike [`get_many`] no conditions are
-/// read (one round trip less on every apply that creates).
-pub async fn get_created(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<Resource>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    by_ids(conn, ids).await
 }
 
 /// The rows of `ids`, without their conditions.

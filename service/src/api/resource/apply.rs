@@ -159,8 +159,8 @@ pub(super) struct Written {
 enum Slot {
     /// Updated (or unchanged): the resource as it is now.
     Updated(Box<Written>),
-    /// Inserted with this id; read back once all inserts are done.
-    Created(Uuid),
+    /// Inserted: the resource as stored.
+    Created(Box<Resource>),
 }
 
 /// Where a batch item's refusals point: `/requests/{i}` in a batch, the
@@ -206,7 +206,8 @@ pub(super) async fn write_resources(
 
     let mut written: Vec<Option<Slot>> = inputs.iter().map(|_| None).collect();
     let mut to_schedule: Vec<Uuid> = Vec::new();
-    let mut created: Vec<Uuid> = Vec::new();
+    // (id, generation) of each resource created.
+    let mut created: Vec<(Uuid, i64)> = Vec::new();
     let mut pending: Vec<usize> = (0..inputs.len()).collect();
     // Two passes at most: the second takes the creates that lost a race to
     // a concurrent writer of the same name, as updates.
@@ -244,13 +245,13 @@ pub(super) async fn write_resources(
             }
         }
         let desired: Vec<DesiredResource<'_>> = creates.iter().map(|&i| inputs[i].desired()).collect();
-        let inserted = resources::insert_many(conn, &desired).await?;
+        let mut inserted = resources::insert_many(conn, &desired).await?;
         pending = Vec::new();
         for i in creates {
-            match inserted.get(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
-                Some(id) => {
-                    created.push(*id);
-                    written[i] = Some(Slot::Created(*id));
+            match inserted.remove(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
+                Some(resource) => {
+                    created.push((resource.id, resource.generation));
+                    written[i] = Some(Slot::Created(Box::new(resource)));
                 }
                 None => pending.push(i),
             }
@@ -266,16 +267,8 @@ pub(super) async fn write_resources(
         ));
     }
 
-    let mut fresh: HashMap<Uuid, Resource> = resources::get_created(conn, &created)
-        .await?
-        .into_iter()
-        .map(|r| (r.id, r))
-        .collect();
     let event = NewEvent::lifecycle("Created", String::new());
-    let generations: Vec<i64> = created
-        .iter()
-        .map(|id| fresh.get(id).map_or(1, |r| r.generation))
-        .collect();
+    let (created, generations): (Vec<Uuid>, Vec<i64>) = created.into_iter().unzip();
     let messages: Vec<String> = generations
         .iter()
         .map(|g| format!("created at generation {g}"))
@@ -288,10 +281,8 @@ pub(super) async fn write_resources(
     for (slot, input) in written.into_iter().zip(inputs) {
         let done = match slot {
             Some(Slot::Updated(done)) => *done,
-            Some(Slot::Created(id)) => Written {
-                resource: fresh
-                    .remove(&id)
-                    .ok_or_else(|| ApiError::Internal("a created resource cannot be read back".into()))?,
+            Some(Slot::Created(resource)) => Written {
+                resource: *resource,
                 created: true,
                 manifest_version: state_of(&kind_states, input)?.manifest_version,
             },
