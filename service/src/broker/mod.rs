@@ -123,10 +123,9 @@ impl Broker {
 }
 
 /// Forwards `work_ready` notifications (and possibly missed ones) to the
-/// sessions until the broker is dropped.
+/// sessions until the broker is dropped or the feed stops.
 async fn forward_wakes(broker: std::sync::Weak<Broker>, mut work_ready: Subscription) {
-    loop {
-        work_ready.recv().await;
+    while work_ready.next().await.is_some() {
         let Some(broker) = broker.upgrade() else {
             return;
         };

@@ -120,19 +120,29 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    /// The next notice for this subscription; never returns once the feed has
-    /// stopped (subscribers fall back to their polls and their own stop signal).
-    pub async fn recv(&mut self) -> Notice {
+    /// The next notice for this subscription; `None` once the feed has
+    /// stopped.
+    pub async fn next(&mut self) -> Option<Notice> {
         loop {
             match self.feed.recv().await {
                 Ok(Notice::Notified { channel, payload }) => {
                     if self.channels.contains(&channel) {
-                        return Notice::Notified { channel, payload };
+                        return Some(Notice::Notified { channel, payload });
                     }
                 }
-                Ok(Notice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => return Notice::Missed,
-                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                Ok(Notice::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => return Some(Notice::Missed),
+                Err(broadcast::error::RecvError::Closed) => return None,
             }
+        }
+    }
+
+    /// The next notice, for loops that poll as well and stop on a signal of
+    /// their own: once the feed has stopped it never returns (they carry on
+    /// with their polls).
+    pub async fn recv(&mut self) -> Notice {
+        match self.next().await {
+            Some(notice) => notice,
+            None => std::future::pending().await,
         }
     }
 }
@@ -261,6 +271,8 @@ mod tests {
         );
         assert_eq!(notified(&mut work).await, Some((Channel::WorkReady, String::new())));
         feed.stop().await?;
+        // A stopped feed ends its subscriptions.
+        assert_eq!(work.next().await, None);
         Ok(())
     }
 
