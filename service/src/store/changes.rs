@@ -57,30 +57,60 @@ impl ChangePage {
     }
 }
 
-/// Up to `limit` entries after `after`, in commit order, below the frontier
-/// (read first, so every entry below it is already visible): a reader that
-/// advances through these pages never skips a change committed later.
+/// Up to `limit` entries after `after`, in commit order, below the frontier:
+/// a reader that advances through these pages never skips a change committed
+/// later.
 pub async fn read_after(pool: &PgPool, after: Position, limit: usize) -> StoreResult<ChangePage> {
     let mut conn = pool.acquire().await?;
     read_after_in(&mut conn, after, limit).await
 }
 
+/// A page entry beside the frontier it was read under (no entry: all NULL).
+#[derive(sqlx::FromRow)]
+struct FrontierRow {
+    frontier: i64,
+    txid: Option<i64>,
+    seq: Option<i64>,
+    resource_id: Option<uuid::Uuid>,
+    kind: Option<String>,
+    change: Option<String>,
+    image: Option<Json<Value>>,
+}
+
 /// [`read_after`] on a given connection.
 pub async fn read_after_in(conn: &mut PgConnection, after: Position, limit: usize) -> StoreResult<ChangePage> {
-    let frontier: i64 = sqlx::query_scalar("SELECT change_frontier()")
-        .fetch_one(&mut *conn)
-        .await?;
-    let rows = sqlx::query_as(
-        "SELECT txid, seq, resource_id, kind, change, image FROM resource_changes
-         WHERE (txid, seq) > ($1, $2) AND txid < $3
-         ORDER BY txid, seq LIMIT $4",
+    // One statement, one snapshot: the frontier is that snapshot's xmin, so
+    // every transaction below it had finished before the entries were read.
+    // (Not `change_frontier()`: a volatile function may take a newer snapshot
+    // than the statement's and so name a frontier the read cannot see up to.)
+    let rows: Vec<FrontierRow> = sqlx::query_as(
+        "WITH f AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier)
+         SELECT f.frontier, c.txid, c.seq, c.resource_id, c.kind, c.change, c.image
+         FROM f LEFT JOIN LATERAL (
+             SELECT txid, seq, resource_id, kind, change, image FROM resource_changes
+             WHERE (txid, seq) > ($1, $2) AND txid < f.frontier
+             ORDER BY txid, seq LIMIT $3) c ON true
+         ORDER BY c.txid, c.seq",
     )
     .bind(after.txid)
     .bind(after.seq)
-    .bind(frontier)
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(conn)
     .await?;
+    let frontier = rows.first().map_or(0, |r| r.frontier);
+    let rows = rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(ChangeRow {
+                txid: r.txid?,
+                seq: r.seq?,
+                resource_id: r.resource_id?,
+                kind: r.kind?,
+                change: r.change?,
+                image: r.image,
+            })
+        })
+        .collect();
     Ok(ChangePage { rows, frontier })
 }
 
