@@ -7,7 +7,7 @@ use std::time::Duration;
 use converge_service::config::RetentionArgs;
 use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
-use converge_service::domain::resource::{ConditionInput, Phase};
+use converge_service::domain::resource::{ConditionInput, ConditionStatus, Phase};
 use converge_service::engine::retention;
 use converge_service::store::events::{self, EventFilter};
 use converge_service::store::resources::{self, DesiredResource};
@@ -40,7 +40,8 @@ async fn create(pool: &PgPool, kind: &str, name: &str) -> anyhow::Result<Uuid> {
         provider_config: None,
     };
     let mut conn = pool.acquire().await?;
-    let created = resources::insert_many(&mut conn, std::slice::from_ref(&desired)).await?;
+    let first = NewEvent::lifecycle("Created", "created");
+    let created = resources::insert_many(&mut conn, std::slice::from_ref(&desired), &first, "test").await?;
     created
         .get(&(kind.to_owned(), name.to_owned()))
         .map(|resource| resource.id)
@@ -198,6 +199,38 @@ async fn condition_times_follow_status_and_content_changes() -> anyhow::Result<(
     resources::set_conditions(&mut conn, id, 1, &[ready("True", "up")]).await?;
     let third = read_condition(pool, id).await?;
     assert!(third.0 > second.0 && third.1 > second.1);
+
+    // A resource read carries its conditions (read in the same statement),
+    // ordered by type, with the stored times to the microsecond.
+    let synced = ConditionInput {
+        type_: "Synced".into(),
+        status: "True",
+        reason: "Applied".into(),
+        message: "in sync".into(),
+    };
+    let available = ConditionInput {
+        type_: "Available".into(),
+        ..synced.clone()
+    };
+    resources::set_conditions(&mut conn, id, 1, &[synced, ready("True", "up"), available]).await?;
+    let read = resources::get_by_id(&mut conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("gone"))?;
+    let types: Vec<&str> = read.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Available", "Ready", "Synced"]);
+    let ready_read = &read.conditions[1];
+    assert_eq!(ready_read.status, ConditionStatus::True);
+    assert_eq!(ready_read.message, "up");
+    assert_eq!(ready_read.observed_generation, 1);
+    assert_eq!((ready_read.last_transition_at, ready_read.updated_at), third);
+    let listed = resources::list(pool, &Default::default(), None, 10).await?;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].conditions, read.conditions);
+    let fresh = create(pool, "thing", "b").await?;
+    let fresh = resources::get_by_id(&mut conn, fresh)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("gone"))?;
+    assert!(fresh.conditions.is_empty());
     Ok(())
 }
 
@@ -284,7 +317,7 @@ async fn the_sweeper_enforces_age_and_timeline_limits() -> anyhow::Result<()> {
     assert_eq!(report.excess_events, 0, "the timeline backstop was not asked for");
     assert!(report.changes >= 1);
     let report = retention::sweep(pool, &retention_args, true).await?;
-    assert_eq!(report.excess_events, 1, "three Even runs, two kept");
+    assert_eq!(report.excess_events, 2, "the Created run and three Even runs, two kept");
     let left = events::list(pool, id, &EventFilter::default(), None, 100).await?;
     assert_eq!(left.len(), 2);
     assert_eq!(
@@ -292,6 +325,63 @@ async fn the_sweeper_enforces_age_and_timeline_limits() -> anyhow::Result<()> {
         Default::default(),
         "idempotent"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn change_log_retention_trims_old_entries_from_the_oldest_position() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        ids.push(create(pool, "thing", name).await?);
+    }
+    let entries = |pool: PgPool| async move {
+        let rows: Vec<(Uuid, i64, i64)> =
+            sqlx::query_as("SELECT resource_id, txid, seq FROM resource_changes ORDER BY txid, seq")
+                .fetch_all(&pool)
+                .await?;
+        anyhow::Ok(rows)
+    };
+    let before = entries(pool.clone()).await?;
+    assert_eq!(before.len(), 4);
+    // a, b and d are old; c was recorded late (young) under a lower position than d.
+    sqlx::query("UPDATE resource_changes SET recorded_at = now() - interval '2 days' WHERE resource_id <> $1")
+        .bind(ids[2])
+        .execute(pool)
+        .await?;
+
+    // One entry per call: the oldest positions go first.
+    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 1).await?, 1);
+    assert_eq!(
+        changes::horizon(pool).await?,
+        Position {
+            txid: before[0].1,
+            seq: before[0].2
+        }
+    );
+    // The next window holds b and the young c: only b goes.
+    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 2).await?, 1);
+    assert_eq!(
+        changes::horizon(pool).await?,
+        Position {
+            txid: before[1].1,
+            seq: before[1].2
+        }
+    );
+    // A wider window reaches past c to d; c stays until it is old itself.
+    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 10).await?, 1);
+    assert_eq!(
+        changes::horizon(pool).await?,
+        Position {
+            txid: before[3].1,
+            seq: before[3].2
+        }
+    );
+    let left: Vec<Uuid> = entries(pool.clone()).await?.into_iter().map(|(id, _, _)| id).collect();
+    assert_eq!(left, [ids[2]]);
+    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 10).await?, 0, "idempotent");
     Ok(())
 }
 

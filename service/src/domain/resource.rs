@@ -80,6 +80,9 @@ impl fmt::Display for ResourceRef {
     }
 }
 
+/// The generation a new resource starts at (the column's default).
+pub const FIRST_GENERATION: i64 = 1;
+
 /// A stored resource as the API reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {

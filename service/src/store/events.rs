@@ -36,44 +36,6 @@ pub async fn record(
         .await
 }
 
-/// Starts the timelines of resources created in the caller's transaction:
-/// one event each (`messages[i]` for `ids[i]` at `generations[i]`), written
-/// in one statement. Only for resources this transaction inserted: no other
-/// transaction can see them yet, so there is no run to extend, nothing to
-/// trim and no concurrent writer to serialise with.
-pub async fn record_first(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-    generations: &[i64],
-    messages: &[String],
-    event: &NewEvent,
-    actor: &str,
-) -> StoreResult<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "WITH started AS (
-             INSERT INTO resource_events (resource_id, category, type, reason, message, detail, actor, generation)
-             SELECT id, $4, $5, $6, message, $7, $8, generation
-             FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS x(id, generation, message)
-             RETURNING 1
-         )
-         SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)",
-    )
-    .bind(ids)
-    .bind(generations)
-    .bind(messages)
-    .bind(event.category)
-    .bind(event.type_.as_db())
-    .bind(event.reason)
-    .bind(event.detail.as_ref().map(Json))
-    .bind(actor)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// Filters of an event list.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {

@@ -207,6 +207,18 @@ pub async fn kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) 
     .await
 }
 
+/// Takes the kind version's advisory lock shared until the transaction ends,
+/// then reads its state (one round trip). A concurrent manifest change holds
+/// the lock exclusively, so it waits for this write, and this write never
+/// validates against a manifest being replaced.
+pub async fn lock_kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<Option<KindState>> {
+    sqlx::query_as("SELECT manifest_version, retired FROM lock_kind_state($1, $2)")
+        .bind(kind)
+        .bind(small(kind_version))
+        .fetch_optional(conn)
+        .await
+}
+
 /// The live operational settings of one kind version.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct KindConfigRow {

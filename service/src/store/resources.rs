@@ -9,28 +9,60 @@ use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::StoreResult;
+use crate::domain::event::NewEvent;
 use crate::domain::labels::{LabelSelector, Requirement};
 use crate::domain::position::Position;
 use crate::domain::resource::{Condition, ConditionInput, ConditionStatus, Phase, Resource, ResourceRef};
 
-/// Columns of a resource as the API reads it, with its owner and root refs.
-const COLUMNS: &str = "r.id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, r.status, \
-     o.kind AS owner_kind, o.name AS owner_name, t.kind AS root_kind, t.name AS root_name, \
-     r.provider_config, r.generation, r.synced_gen, r.health_ok, r.failure_gen, r.failure_attempts, \
-     r.finalizers, r.deletion_requested_at, \
-     CASE WHEN r.frozen_until = 'infinity' THEN NULL ELSE r.frozen_until END AS orphan_until, \
-     COALESCE(r.frozen_until = 'infinity', false) AS quarantined, \
-     r.phase, r.created_at, r.updated_at, r.rv_txid, r.rv_seq";
-
-/// The joins [`COLUMNS`] needs beside a resources row `r`.
-macro_rules! reference_joins {
+/// Columns of a resources row `r` as the API reads it (its references and
+/// conditions come from [`references!`] and [`conditions!`]).
+macro_rules! columns {
     () => {
-        "LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id"
+        "r.id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, r.status, \
+         r.provider_config, r.generation, r.synced_gen, r.health_ok, r.failure_gen, r.failure_attempts, \
+         r.finalizers, r.deletion_requested_at, \
+         CASE WHEN r.frozen_until = 'infinity' THEN NULL ELSE r.frozen_until END AS orphan_until, \
+         COALESCE(r.frozen_until = 'infinity', false) AS quarantined, \
+         r.phase, r.created_at, r.updated_at, r.rv_txid, r.rv_seq"
     };
 }
 
-/// `resources r` with the joins [`COLUMNS`] needs.
-const FROM: &str = concat!("resources r ", reference_joins!());
+/// The owner's and root's kind and name of the row `r` as one array
+/// `[owner kind, owner name, root kind, root name]` (NULL for a root: the two
+/// are set together). One scalar subquery instead of two outer joins: every
+/// resource read is planned anew (its parameters are arrays), and the joins
+/// made planning cost more than running the read.
+macro_rules! references {
+    () => {
+        "(SELECT ARRAY[o.kind, o.name, t.kind, t.name] FROM resources o, resources t \
+          WHERE o.id = r.owner_id AND t.id = r.root_id) AS refs"
+    };
+}
+
+/// The conditions of the row `r`, as one JSON array ordered by type (NULL
+/// when there are none): read in the same statement as the row, so a
+/// resource read is one round trip.
+macro_rules! conditions {
+    () => {
+        "(SELECT jsonb_agg(jsonb_build_object( \
+             'type', c.type, 'status', c.status, 'reason', c.reason, 'message', c.message, \
+             'observed_generation', c.observed_generation, 'last_transition_at', c.last_transition_at, \
+             'updated_at', c.updated_at) ORDER BY c.type) \
+          FROM resource_conditions c WHERE c.resource_id = r.id) AS conditions"
+    };
+}
+
+/// A resource read, up to its `WHERE` clause: `resources r` with every
+/// column [`ResourceRow`] decodes.
+const SELECT: &str = concat!(
+    "SELECT ",
+    columns!(),
+    ", ",
+    references!(),
+    ", ",
+    conditions!(),
+    " FROM resources r"
+);
 
 #[derive(Debug, sqlx::FromRow)]
 struct ResourceRow {
@@ -41,10 +73,7 @@ struct ResourceRow {
     labels: Json<BTreeMap<String, String>>,
     spec: Json<Value>,
     status: Option<Json<Value>>,
-    owner_kind: Option<String>,
-    owner_name: Option<String>,
-    root_kind: Option<String>,
-    root_name: Option<String>,
+    refs: Option<Vec<String>>,
     provider_config: Option<String>,
     generation: i64,
     synced_gen: i64,
@@ -60,12 +89,43 @@ struct ResourceRow {
     updated_at: DateTime<Utc>,
     rv_txid: i64,
     rv_seq: i64,
+    conditions: Option<Json<Vec<ConditionRecord>>>,
 }
 
-fn reference(kind: Option<String>, name: Option<String>) -> Option<ResourceRef> {
+/// One element of [`CONDITIONS`].
+#[derive(Debug, serde::Deserialize)]
+struct ConditionRecord {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: String,
+    message: String,
+    observed_generation: i64,
+    last_transition_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl ConditionRecord {
+    fn into_condition(self) -> Condition {
+        Condition {
+            type_: self.type_,
+            // The column has a CHECK constraint on the three spellings.
+            status: ConditionStatus::from_db(&self.status).unwrap_or(ConditionStatus::Unknown),
+            reason: self.reason,
+            message: self.message,
+            observed_generation: self.observed_generation,
+            last_transition_at: self.last_transition_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// The reference at `at` (0: owner, 2: root) of a [`references!`] array.
+fn reference(refs: Option<&[String]>, at: usize) -> Option<ResourceRef> {
+    let refs = refs?;
     Some(ResourceRef {
-        kind: kind?,
-        name: name?,
+        kind: refs.get(at)?.clone(),
+        name: refs.get(at + 1)?.clone(),
     })
 }
 
@@ -79,8 +139,8 @@ impl ResourceRow {
             labels: self.labels.0,
             spec: self.spec.0,
             status: self.status.map(|s| s.0),
-            owner: reference(self.owner_kind, self.owner_name),
-            root: reference(self.root_kind, self.root_name),
+            owner: reference(self.refs.as_deref(), 0),
+            root: reference(self.refs.as_deref(), 2),
             provider_config: self.provider_config,
             generation: self.generation,
             synced_gen: self.synced_gen,
@@ -99,7 +159,10 @@ impl ResourceRow {
                 txid: self.rv_txid,
                 seq: self.rv_seq,
             },
-            conditions: Vec::new(),
+            conditions: self
+                .conditions
+                .map(|c| c.0.into_iter().map(ConditionRecord::into_condition).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -119,18 +182,6 @@ pub struct DesiredResource<'a> {
     pub spec: &'a Value,
     /// Provider config override: `None` keeps the stored value on update.
     pub provider_config: Option<Option<&'a str>>,
-}
-
-/// Holds the kind version's advisory lock shared until the transaction ends,
-/// so a concurrent manifest change waits for this write (and this write never
-/// validates against a manifest being replaced).
-pub async fn lock_kind_shared(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock_shared(kind_lock_key($1, $2))")
-        .bind(kind)
-        .bind(kind_version)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Reads a resource by kind and name, row-locked for the rest of the transaction.
@@ -154,8 +205,7 @@ pub async fn find_many_for_update(
     }
     let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(|(k, n)| (k.as_str(), n.as_str())).unzip();
     let sql = format!(
-        "SELECT {COLUMNS} FROM {FROM}
-         WHERE (r.kind, r.name) IN (SELECT k, n FROM unnest($1::text[], $2::text[]) AS x(k, n))
+        "{SELECT} JOIN unnest($1::text[], $2::text[]) AS x(k, n) ON r.kind = x.k AND r.name = x.n
          ORDER BY r.id FOR NO KEY UPDATE OF r"
     );
     let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -163,21 +213,26 @@ pub async fn find_many_for_update(
         .bind(names)
         .fetch_all(&mut *conn)
         .await?;
-    let found = with_conditions(conn, rows.into_iter().map(ResourceRow::into_resource).collect()).await?;
-    Ok(found
+    Ok(rows
         .into_iter()
-        .map(|r| ((r.kind.clone(), r.name.clone()), r))
+        .map(|row| {
+            let r = row.into_resource();
+            ((r.kind.clone(), r.name.clone()), r)
+        })
         .collect())
 }
 
-/// Inserts new root resources; returns those inserted, as stored, keyed by
-/// (kind, name) (so the caller needs no read-back). A name taken meanwhile
-/// is left out (the caller treats it as an update). Rows go in (kind, name)
-/// order, so two batches racing for the same names wait on each other
-/// instead of deadlocking.
+/// Inserts new root resources and starts each one's timeline with `first`
+/// (recorded by `actor`), in one statement; returns those inserted, as
+/// stored, keyed by (kind, name) (so the caller needs no read-back). A name
+/// taken meanwhile is left out (the caller treats it as an update). Rows go
+/// in (kind, name) order, so two batches racing for the same names wait on
+/// each other instead of deadlocking.
 pub async fn insert_many(
     conn: &mut PgConnection,
     desired: &[DesiredResource<'_>],
+    first: &NewEvent,
+    actor: &str,
 ) -> StoreResult<HashMap<(String, String), Resource>> {
     if desired.is_empty() {
         return Ok(HashMap::new());
@@ -202,9 +257,20 @@ pub async fn insert_many(
              ORDER BY n
              ON CONFLICT (kind, name) DO NOTHING
              RETURNING *
+         ),
+         -- A new resource's timeline has no run to extend, nothing to trim
+         -- and no concurrent writer: no other transaction can see it yet.
+         started AS (
+             INSERT INTO resource_events (resource_id, category, type, reason, message, detail, actor, generation)
+             SELECT id, $7, $8, $9, $10, $11, $12, generation FROM created
+             RETURNING 1
+         ),
+         woken AS (
+             SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)
          )
-         SELECT {COLUMNS} FROM created r {joins}",
-        joins = reference_joins!()
+         -- New roots: no references, no conditions yet.
+         SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions FROM created r LEFT JOIN woken ON true",
+        columns = columns!()
     );
     let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(kinds)
@@ -213,6 +279,12 @@ pub async fn insert_many(
         .bind(labels)
         .bind(specs)
         .bind(providers)
+        .bind(first.category)
+        .bind(first.type_.as_db())
+        .bind(first.reason)
+        .bind(&first.message)
+        .bind(first.detail.as_ref().map(Json))
+        .bind(actor)
         .fetch_all(&mut *conn)
         .await?;
     Ok(rows
@@ -263,24 +335,23 @@ async fn reread(conn: &mut PgConnection, written: Option<Uuid>) -> StoreResult<O
 
 /// Reads one resource (with conditions) by id.
 pub async fn get_by_id(conn: &mut PgConnection, id: Uuid) -> StoreResult<Option<Resource>> {
-    let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE r.id = $1");
+    let sql = format!("{SELECT} WHERE r.id = $1");
     let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(id)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(conn)
         .await?;
-    attach_conditions(conn, row.map(ResourceRow::into_resource)).await
+    Ok(row.map(ResourceRow::into_resource))
 }
 
 /// Reads one resource (with conditions) by kind and name.
 pub async fn get(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
-    let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE r.kind = $1 AND r.name = $2");
+    let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2");
     let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(kind)
         .bind(name)
         .fetch_optional(pool)
         .await?;
-    let mut conn = pool.acquire().await?;
-    attach_conditions(&mut conn, row.map(ResourceRow::into_resource)).await
+    Ok(row.map(ResourceRow::into_resource))
 }
 
 /// The id of a resource by kind and name.
@@ -290,52 +361,6 @@ pub async fn id_of(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<
         .bind(name)
         .fetch_optional(pool)
         .await
-}
-
-async fn attach_conditions(conn: &mut PgConnection, resource: Option<Resource>) -> StoreResult<Option<Resource>> {
-    let Some(resource) = resource else { return Ok(None) };
-    Ok(with_conditions(conn, vec![resource]).await?.pop())
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct ConditionRow {
-    resource_id: Uuid,
-    #[sqlx(rename = "type")]
-    type_: String,
-    status: String,
-    reason: String,
-    message: String,
-    observed_generation: i64,
-    last_transition_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-/// The stored conditions of several resources, ordered by type.
-pub async fn conditions_for(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<HashMap<Uuid, Vec<Condition>>> {
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let rows: Vec<ConditionRow> = sqlx::query_as(
-        "SELECT resource_id, type, status, reason, message, observed_generation, last_transition_at, updated_at
-         FROM resource_conditions WHERE resource_id = ANY($1) ORDER BY resource_id, type",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await?;
-    let mut by_resource: HashMap<Uuid, Vec<Condition>> = HashMap::new();
-    for row in rows {
-        by_resource.entry(row.resource_id).or_default().push(Condition {
-            type_: row.type_,
-            // The column has a CHECK constraint on the three spellings.
-            status: ConditionStatus::from_db(&row.status).unwrap_or(ConditionStatus::Unknown),
-            reason: row.reason,
-            message: row.message,
-            observed_generation: row.observed_generation,
-            last_transition_at: row.last_transition_at,
-            updated_at: row.updated_at,
-        });
-    }
-    Ok(by_resource)
 }
 
 /// Writes conditions of one resource; returns how many changed.
@@ -401,7 +426,7 @@ pub async fn list_in(
     after: Option<ListCursor>,
     limit: usize,
 ) -> StoreResult<Vec<Resource>> {
-    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("SELECT {COLUMNS} FROM {FROM} WHERE true"));
+    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{SELECT} WHERE true"));
     if let Some(kind) = &filter.kind {
         query.push(" AND r.kind = ").push_bind(kind.clone());
     }
@@ -435,17 +460,8 @@ pub async fn list_in(
     query
         .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
         .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(&mut *conn).await?;
-    with_conditions(conn, rows.into_iter().map(ResourceRow::into_resource).collect()).await
-}
-
-async fn with_conditions(conn: &mut PgConnection, mut resources: Vec<Resource>) -> StoreResult<Vec<Resource>> {
-    let ids: Vec<Uuid> = resources.iter().map(|r| r.id).collect();
-    let mut conditions = conditions_for(conn, &ids).await?;
-    for resource in &mut resources {
-        resource.conditions = conditions.remove(&resource.id).unwrap_or_default();
-    }
-    Ok(resources)
+    let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(conn).await?;
+    Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
 }
 
 /// The current state of several resources (missing ones are left out).
@@ -453,16 +469,10 @@ pub async fn get_many(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let resources = by_ids(conn, ids).await?;
-    with_conditions(conn, resources).await
-}
-
-/// The rows of `ids`, without their conditions.
-async fn by_ids(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<Resource>> {
-    let sql = format!("SELECT {COLUMNS} FROM {FROM} WHERE r.id = ANY($1)");
+    let sql = format!("{SELECT} WHERE r.id = ANY($1)");
     let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(ids)
-        .fetch_all(&mut *conn)
+        .fetch_all(conn)
         .await?;
     Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
 }

@@ -18,7 +18,7 @@ use crate::api::status::{ApiError, Reason};
 use crate::domain::event::NewEvent;
 use crate::domain::labels::validate_labels;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
-use crate::domain::resource::{MAX_SPEC_BYTES, Resource};
+use crate::domain::resource::{FIRST_GENERATION, MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
 use crate::store::kinds::KindState;
 use crate::store::resources::{self, DesiredResource};
@@ -206,8 +206,9 @@ pub(super) async fn write_resources(
 
     let mut written: Vec<Option<Slot>> = inputs.iter().map(|_| None).collect();
     let mut to_schedule: Vec<Uuid> = Vec::new();
-    // (id, generation) of each resource created.
-    let mut created: Vec<(Uuid, i64)> = Vec::new();
+    // Each resource created, with its timeline started.
+    let mut created: Vec<Uuid> = Vec::new();
+    let first = NewEvent::lifecycle("Created", format!("created at generation {FIRST_GENERATION}"));
     let mut pending: Vec<usize> = (0..inputs.len()).collect();
     // Two passes at most: the second takes the creates that lost a race to
     // a concurrent writer of the same name, as updates.
@@ -245,12 +246,12 @@ pub(super) async fn write_resources(
             }
         }
         let desired: Vec<DesiredResource<'_>> = creates.iter().map(|&i| inputs[i].desired()).collect();
-        let mut inserted = resources::insert_many(conn, &desired).await?;
+        let mut inserted = resources::insert_many(conn, &desired, &first, API_ACTOR).await?;
         pending = Vec::new();
         for i in creates {
             match inserted.remove(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
                 Some(resource) => {
-                    created.push((resource.id, resource.generation));
+                    created.push(resource.id);
                     written[i] = Some(Slot::Created(Box::new(resource)));
                 }
                 None => pending.push(i),
@@ -267,13 +268,6 @@ pub(super) async fn write_resources(
         ));
     }
 
-    let event = NewEvent::lifecycle("Created", String::new());
-    let (created, generations): (Vec<Uuid>, Vec<i64>) = created.into_iter().unzip();
-    let messages: Vec<String> = generations
-        .iter()
-        .map(|g| format!("created at generation {g}"))
-        .collect();
-    events::record_first(conn, &created, &generations, &messages, &event, API_ACTOR).await?;
     to_schedule.extend(&created);
     work::schedule(conn, &to_schedule).await?;
 
@@ -318,8 +312,7 @@ async fn lock_kinds(
     }
     let mut states = HashMap::new();
     for ((kind, version), i) in first_use {
-        resources::lock_kind_shared(conn, &kind, version).await?;
-        let state = kinds::kind_state(conn, &kind, version)
+        let state = kinds::lock_kind_state(conn, &kind, version)
             .await?
             .ok_or_else(|| items.at(i, kind_not_found(&kind, version)))?;
         states.insert((kind, version), state);
