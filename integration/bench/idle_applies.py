@@ -7,7 +7,10 @@ Runs with the Python client in sdk-gen (its virtualenv has the packages):
     sdk-gen/.venv/bin/python integration/bench/idle_applies.py \
         --target 127.0.0.1:50051 --count 200 --prefix a- --until-ready
 
-The noop kind must exist (converge-load applies it). See docs/benchmarks.md.
+Several --target values (e.g. two builds, each with its own database and
+worker) are taken in turn, one apply each, so every build is measured in
+the same minutes of a noisy machine. The noop kind must exist (converge-load
+applies it). See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,48 +32,59 @@ def percentile(sorted_ms: list[float], p: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, round((len(sorted_ms) - 1) * p))]
 
 
+class Target:
+    """One server under test and what was measured on it."""
+
+    def __init__(self, address: str, until_ready: bool) -> None:
+        self.address = address
+        self.client = ConvergeClient(address)
+        self.ready: "queue.Queue[tuple[str, float]]" = queue.Queue()
+        self.samples: list[float] = []
+        if until_ready:
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        request = resource_service_pb2.WatchResourcesRequest(send_initial_events=False)
+        for event in self.client.resource.WatchResources(request):
+            if event.HasField("resource") and event.resource.phase == resource_pb2.PHASE_READY:
+                self.ready.put((event.resource.name, time.perf_counter()))
+
+    def apply(self, name: str, until_ready: bool) -> None:
+        started = time.perf_counter()
+        request = resource_service_pb2.ApplyResourceRequest(kind="noop", kind_version=1, name=name)
+        self.client.resource.ApplyResource(request)
+        finished = time.perf_counter()
+        if until_ready:
+            while True:
+                seen, finished = self.ready.get(timeout=30)
+                if seen == name:
+                    break
+        self.samples.append((finished - started) * 1000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="127.0.0.1:50051")
-    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--target", action="append", help="host:port; repeat to interleave servers")
+    parser.add_argument("--count", type=int, default=200, help="applies per target")
     parser.add_argument("--prefix", default="idle-", help="names are PREFIX0, PREFIX1, ...")
     parser.add_argument("--pause-ms", type=float, default=10, help="idle time between applies")
     parser.add_argument("--until-ready", action="store_true", help="measure apply->Ready via a watch")
     args = parser.parse_args()
 
-    client = ConvergeClient(args.target)
-    ready: "queue.Queue[tuple[str, float]]" = queue.Queue()
+    targets = [Target(address, args.until_ready) for address in (args.target or ["127.0.0.1:50051"])]
     if args.until_ready:
-
-        def watch() -> None:
-            request = resource_service_pb2.WatchResourcesRequest(send_initial_events=False)
-            for event in client.resource.WatchResources(request):
-                if event.HasField("resource") and event.resource.phase == resource_pb2.PHASE_READY:
-                    ready.put((event.resource.name, time.perf_counter()))
-
-        threading.Thread(target=watch, daemon=True).start()
         time.sleep(0.5)
-
-    samples: list[float] = []
     for i in range(args.count):
-        time.sleep(args.pause_ms / 1000)
-        name = f"{args.prefix}{i}"
-        started = time.perf_counter()
-        request = resource_service_pb2.ApplyResourceRequest(kind="noop", kind_version=1, name=name)
-        client.resource.ApplyResource(request)
-        finished = time.perf_counter()
-        if args.until_ready:
-            while True:
-                seen, finished = ready.get(timeout=30)
-                if seen == name:
-                    break
-        samples.append((finished - started) * 1000)
-    samples.sort()
+        for target in targets:
+            time.sleep(args.pause_ms / 1000)
+            target.apply(f"{args.prefix}{i}", args.until_ready)
     what = "apply->Ready" if args.until_ready else "ApplyResource"
-    print(
-        f"{what}, {len(samples)} samples: p50 {percentile(samples, 0.5):.2f} ms, "
-        f"p90 {percentile(samples, 0.9):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms"
-    )
+    for target in targets:
+        samples = sorted(target.samples)
+        print(
+            f"{target.address} {what}, {len(samples)} samples: p50 {percentile(samples, 0.5):.2f} ms, "
+            f"p90 {percentile(samples, 0.9):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -117,13 +117,36 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions, DatabaseError> {
         .map_err(|e: sqlx::Error| DatabaseError::InvalidUrl(e.to_string()))
 }
 
+/// A pooled connection idle at least this long is pinged before it is handed
+/// out; one in steady use is not.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
 /// Pool settings shared by the server and the test harness.
+///
+/// By default the pool pings every connection before handing it out: one
+/// more round trip for every statement run on the pool, and the idle path
+/// (apply, claim, append, drain, watch read) is a chain of such statements.
+/// The pool also pings each connection when it is returned, so one that
+/// broke while in use is closed then; the ping on acquire is kept only for
+/// connections that sat idle and may have been cut off meanwhile (a server
+/// restart, a proxy's idle timeout). A connection cut off less than
+/// [`PING_WHEN_IDLE_FOR`] before its next use fails that one call, which the
+/// API answers as UNAVAILABLE with a retry delay and every loop retries.
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
         .idle_timeout(Some(Duration::from_secs(300)))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_WHEN_IDLE_FOR {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// Creates `database` unless it exists (connecting with `admin`).
@@ -165,6 +188,24 @@ mod tests {
             .unwrap_or_default();
         assert!(err.contains("postgres://"), "{err}");
         assert!(!err.contains("secret"), "never echo credentials: {err}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_cut_off_while_idle_is_replaced_before_use() -> Result<(), Box<dyn std::error::Error>> {
+        let db = crate::testing::TestDatabase::new().await?;
+        let pool = pool_options(1).connect_with(db.connect_options()?).await?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&pool).await?;
+        let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(db.pool())
+            .await?;
+        assert!(terminated);
+        // Idle past the threshold: the pool pings it, finds it gone and
+        // opens a new one, so the caller never sees the cut.
+        tokio::time::sleep(PING_WHEN_IDLE_FOR + Duration::from_millis(200)).await;
+        let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+        assert_eq!(one, 1);
+        Ok(())
     }
 
     #[test]
