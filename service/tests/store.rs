@@ -342,7 +342,11 @@ async fn change_log_retention_trims_old_entries_from_the_oldest_position() -> an
             sqlx::query_as("SELECT resource_id, txid, seq FROM resource_changes ORDER BY txid, seq")
                 .fetch_all(&pool)
                 .await?;
-        anyhow::Ok(rows)
+        let entries: Vec<(Uuid, Position)> = rows
+            .into_iter()
+            .map(|(id, txid, seq)| (id, Position { txid, seq }))
+            .collect();
+        anyhow::Ok(entries)
     };
     let before = entries(pool.clone()).await?;
     assert_eq!(before.len(), 4);
@@ -352,34 +356,23 @@ async fn change_log_retention_trims_old_entries_from_the_oldest_position() -> an
         .execute(pool)
         .await?;
 
-    // One entry per call: the oldest positions go first.
-    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 1).await?, 1);
-    assert_eq!(
-        changes::horizon(pool).await?,
-        Position {
-            txid: before[0].1,
-            seq: before[0].2
-        }
-    );
-    // The next window holds b and the young c: only b goes.
-    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 2).await?, 1);
-    assert_eq!(
-        changes::horizon(pool).await?,
-        Position {
-            txid: before[1].1,
-            seq: before[1].2
-        }
-    );
-    // A wider window reaches past c to d; c stays until it is old itself.
-    assert_eq!(changes::trim_by_age(pool, 24 * 3600, 10).await?, 1);
-    assert_eq!(
-        changes::horizon(pool).await?,
-        Position {
-            txid: before[3].1,
-            seq: before[3].2
-        }
-    );
-    let left: Vec<Uuid> = entries(pool.clone()).await?.into_iter().map(|(id, _, _)| id).collect();
+    // Each call trims within the window of its oldest `batch` positions,
+    // and the horizon follows the newest entry trimmed.
+    for (batch, trimmed, horizon, why) in [
+        (1, 1, before[0].1, "one entry per call: the oldest position goes first"),
+        (
+            2,
+            1,
+            before[1].1,
+            "the next window holds b and the young c: only b goes",
+        ),
+        (10, 1, before[3].1, "a wider window reaches past c to d"),
+    ] {
+        assert_eq!(changes::trim_by_age(pool, 24 * 3600, batch).await?, trimmed, "{why}");
+        assert_eq!(changes::horizon(pool).await?, horizon, "{why}");
+    }
+    // c stays until it is old itself.
+    let left: Vec<Uuid> = entries(pool.clone()).await?.into_iter().map(|(id, _)| id).collect();
     assert_eq!(left, [ids[2]]);
     assert_eq!(changes::trim_by_age(pool, 24 * 3600, 10).await?, 0, "idempotent");
     Ok(())
