@@ -246,13 +246,7 @@ async fn send_snapshot(
     };
     let mut conn = state.pool.acquire().await?;
     let mut tx = conn.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    // The snapshot's xmin: every transaction below it is in the snapshot.
-    let frontier: i64 = sqlx::query_scalar("SELECT change_frontier()")
-        .fetch_one(&mut *tx)
-        .await?;
+    let frontier = changes::begin_snapshot(&mut tx).await?;
     let mut overlap = Overlap::new();
     let mut after: Option<ListCursor> = None;
     loop {
@@ -354,14 +348,7 @@ async fn follow_events(
         None => {
             let mut conn = pool.acquire().await.map_err(ApiError::from)?;
             let mut tx = conn.begin().await.map_err(ApiError::from)?;
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *tx)
-                .await
-                .map_err(ApiError::from)?;
-            let frontier: i64 = sqlx::query_scalar("SELECT change_frontier()")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(ApiError::from)?;
+            let frontier = changes::begin_snapshot(&mut tx).await.map_err(ApiError::from)?;
             let runs = events::newest_runs(&mut tx, id, category, limit)
                 .await
                 .map_err(ApiError::from)?;
@@ -385,10 +372,7 @@ async fn follow_events(
     let mut next_bookmark = tokio::time::Instant::now() + EVENT_BOOKMARK;
     loop {
         let mut conn = pool.acquire().await.map_err(ApiError::from)?;
-        let frontier: i64 = sqlx::query_scalar("SELECT change_frontier()")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(ApiError::from)?;
+        let frontier = changes::frontier(&mut conn).await.map_err(ApiError::from)?;
         let runs = events::runs_after(&mut conn, id, category, cursor, frontier, EVENT_PAGE)
             .await
             .map_err(ApiError::from)?;
@@ -417,11 +401,7 @@ async fn follow_events(
         if cursor < horizon {
             return Err(too_old("the event watch position").into());
         }
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE id = $1)")
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(ApiError::from)?;
+        let exists = resources::exists(&mut conn, id).await.map_err(ApiError::from)?;
         drop(conn);
         if !exists {
             return Err(ApiError::refused(Reason::ResourceNotFound, "the resource was removed").into());

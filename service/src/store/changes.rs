@@ -8,7 +8,7 @@ use super::StoreResult;
 use crate::domain::position::Position;
 
 /// One change-log entry.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChangeRow {
     /// Writing transaction.
     pub txid: i64,
@@ -112,6 +112,22 @@ pub async fn read_after_in(conn: &mut PgConnection, after: Position, limit: usiz
         })
         .collect();
     Ok(ChangePage { rows, frontier })
+}
+
+/// Turns the caller's fresh transaction into a read-only snapshot and returns
+/// its frontier (the snapshot's xmin): every transaction below it is in the
+/// snapshot, so a watch that lists in it and then follows the log from the
+/// frontier misses nothing.
+pub async fn begin_snapshot(conn: &mut PgConnection) -> StoreResult<i64> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *conn)
+        .await?;
+    frontier(conn).await
+}
+
+/// Every transaction below this id has finished (as `conn` sees it now).
+pub async fn frontier(conn: &mut PgConnection) -> StoreResult<i64> {
+    sqlx::query_scalar("SELECT change_frontier()").fetch_one(conn).await
 }
 
 /// Whether entries exist after `after` that the frontier still holds back.

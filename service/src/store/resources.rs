@@ -92,7 +92,7 @@ struct ResourceRow {
     conditions: Option<Json<Vec<ConditionRecord>>>,
 }
 
-/// One element of [`CONDITIONS`].
+/// One element of [`conditions!`].
 #[derive(Debug, serde::Deserialize)]
 struct ConditionRecord {
     #[serde(rename = "type")]
@@ -213,13 +213,7 @@ pub async fn find_many_for_update(
         .bind(names)
         .fetch_all(&mut *conn)
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let r = row.into_resource();
-            ((r.kind.clone(), r.name.clone()), r)
-        })
-        .collect())
+    Ok(by_key(rows))
 }
 
 /// Inserts new root resources and starts each one's timeline with `first`
@@ -287,13 +281,17 @@ pub async fn insert_many(
         .bind(actor)
         .fetch_all(&mut *conn)
         .await?;
-    Ok(rows
-        .into_iter()
+    Ok(by_key(rows))
+}
+
+/// Rows as resources keyed by (kind, name).
+fn by_key(rows: Vec<ResourceRow>) -> HashMap<(String, String), Resource> {
+    rows.into_iter()
         .map(|row| {
             let resource = row.into_resource();
             ((resource.kind.clone(), resource.name.clone()), resource)
         })
-        .collect())
+        .collect()
 }
 
 /// Writes the user-owned fields of an existing resource. Nothing is written
@@ -352,6 +350,14 @@ pub async fn get(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<Re
         .fetch_optional(pool)
         .await?;
     Ok(row.map(ResourceRow::into_resource))
+}
+
+/// Whether a resource with this id exists.
+pub async fn exists(conn: &mut PgConnection, id: Uuid) -> StoreResult<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE id = $1)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
 }
 
 /// The id of a resource by kind and name.
@@ -620,10 +626,4 @@ pub async fn specs_of_kind(
     .bind(limit)
     .fetch_all(conn)
     .await
-}
-
-/// The newest committed position of the resource change log below the
-/// frontier (for diagnostics and tests).
-pub async fn change_frontier(pool: &PgPool) -> StoreResult<i64> {
-    sqlx::query_scalar("SELECT change_frontier()").fetch_one(pool).await
 }
