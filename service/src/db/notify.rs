@@ -202,6 +202,8 @@ mod tests {
     /// A running feed on `pool`, stopped when dropped.
     struct Feed {
         notifications: Notifications,
+        /// Where probes are sent from.
+        pool: PgPool,
         stop: watch::Sender<bool>,
         task: JoinHandle<()>,
     }
@@ -212,17 +214,36 @@ mod tests {
             let (notifications, task) = Notifications::spawn(pool, stop_rx);
             Self {
                 notifications,
+                pool: pool.clone(),
                 stop,
                 task,
             }
         }
 
-        /// A subscription to `channels`, once the listener is listening (it
-        /// says so with a first `Missed`).
-        async fn subscribe(&self, channels: &[Channel]) -> Subscription {
+        /// A subscription to `channels`, once the listener is listening:
+        /// probes on the first channel until one comes back. (Its first
+        /// `Missed` says so too, but may be sent before the subscription
+        /// exists, and a notification sent before LISTEN is lost.)
+        async fn subscribe(&self, channels: &[Channel]) -> Result<Subscription, sqlx::Error> {
             let mut subscription = self.notifications.subscribe(channels);
-            assert_eq!(next(&mut subscription).await, Notice::Missed);
-            subscription
+            for attempt in 0.. {
+                let probe = format!("probe-{attempt}");
+                notify(&self.pool, channels[0], &probe).await?;
+                let seen = tokio::time::timeout(Duration::from_millis(200), async {
+                    // Earlier probes and the listener's `Missed` go by first.
+                    while subscription.recv().await
+                        != (Notice::Notified {
+                            channel: channels[0],
+                            payload: Arc::from(probe.as_str()),
+                        })
+                    {}
+                })
+                .await;
+                if seen.is_ok() {
+                    break;
+                }
+            }
+            Ok(subscription)
         }
 
         async fn stop(self) -> Result<(), tokio::task::JoinError> {
@@ -260,8 +281,8 @@ mod tests {
     async fn subscribers_see_their_channels_only_and_payloads_arrive() -> Result<(), Box<dyn std::error::Error>> {
         let db = TestDatabase::new().await?;
         let feed = Feed::start(db.pool());
-        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
-        let mut kinds = feed.subscribe(&[Channel::KindManifestChanged]).await;
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await?;
+        let mut kinds = feed.subscribe(&[Channel::KindManifestChanged]).await?;
 
         notify(db.pool(), Channel::KindManifestChanged, "noop:1").await?;
         notify(db.pool(), Channel::WorkReady, "").await?;
@@ -284,7 +305,7 @@ mod tests {
             .connect_with(db.connect_options()?)
             .await?;
         let feed = Feed::start(&pool);
-        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await?;
         // The pool's only connection is free for queries while listening.
         notify(&pool, Channel::WorkReady, "x").await?;
         assert_eq!(notified(&mut work).await, Some((Channel::WorkReady, "x".into())));
@@ -296,7 +317,7 @@ mod tests {
     async fn a_dropped_listener_connection_is_reported_and_replaced() -> Result<(), Box<dyn std::error::Error>> {
         let db = TestDatabase::new().await?;
         let feed = Feed::start(db.pool());
-        let mut work = feed.subscribe(&[Channel::WorkReady]).await;
+        let mut work = feed.subscribe(&[Channel::WorkReady]).await?;
 
         // Kill the listening backend from another session.
         let killed: i64 = sqlx::query_scalar(
