@@ -8,6 +8,7 @@ use std::time::Duration;
 use converge_sdk::Client;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
 use crate::eventually;
@@ -63,5 +64,34 @@ pub async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
 pub fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
     let pid = child.id().ok_or_else(|| anyhow::anyhow!("process already gone"))?;
     kill(Pid::from_raw(i32::try_from(pid)?), sig)?;
+    Ok(())
+}
+
+/// Leaves the database as a PostgreSQL crash would after a server was killed:
+/// no backend of that server is left and every unlogged table is empty.
+///
+/// A killed client's backend runs on until it notices the closed socket, still
+/// holding its locks; truncating under it can deadlock with its last
+/// statement, so its backends are terminated (and waited for) first.
+pub async fn crash_postgres_state(pool: &PgPool) -> anyhow::Result<()> {
+    let surviving: i64 = sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, 30000))
+           FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'converge'",
+    )
+    .fetch_one(pool)
+    .await?;
+    anyhow::ensure!(surviving == 0, "{surviving} backends of the killed server survived");
+    let unlogged: Option<String> = sqlx::query_scalar(
+        "SELECT string_agg(c.oid::regclass::text, ', ')
+           FROM pg_class c
+          WHERE c.relpersistence = 'u' AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+    )
+    .fetch_one(pool)
+    .await?;
+    let unlogged = unlogged.ok_or_else(|| anyhow::anyhow!("no unlogged tables"))?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("TRUNCATE {unlogged}")))
+        .execute(pool)
+        .await?;
     Ok(())
 }

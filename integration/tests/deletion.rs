@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, spawn_worker};
-use converge_integration::processes::{connect_when_up, converge_process, signal};
+use converge_integration::processes::{connect_when_up, converge_process, crash_postgres_state, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ConditionStatus, DeleteResourceRequest, Emit, GetResourceRequest, KindManifest, KindPolicy,
@@ -881,7 +881,7 @@ async fn a_server_killed_mid_cascade_finishes_the_teardown_in_order_after_restar
         "killed mid-cascade ({torn_before_crash} torn down)"
     );
     // As if PostgreSQL itself had crashed: unlogged tables come back empty.
-    sqlx::query("TRUNCATE work_queue, work_outbox").execute(&pool).await?;
+    crash_postgres_state(&pool).await?;
 
     let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
     let client = connect_when_up(&address).await?;

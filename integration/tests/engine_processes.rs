@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, work_manifest};
-use converge_integration::processes::{binary, connect_when_up, converge_process, signal};
+use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::work_stream_response::Payload as Down;
@@ -279,9 +279,7 @@ async fn a_server_killed_mid_run_recovers_everything_after_restart() -> anyhow::
     signal(&server, Signal::SIGKILL)?;
     server.wait().await?;
     // As if PostgreSQL itself had crashed: unlogged tables come back empty.
-    sqlx::query("TRUNCATE work_queue, work_outbox, rollup_recheck")
-        .execute(&pool)
-        .await?;
+    crash_postgres_state(&pool).await?;
 
     let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
     eventually(Duration::from_secs(300), || async {
