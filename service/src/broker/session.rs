@@ -33,6 +33,11 @@ const CLAIM_POLL: Duration = Duration::from_millis(500);
 const BUSY_POLL: Duration = Duration::from_millis(10);
 /// How long a session keeps polling fast after the last sign of work.
 const LINGER: Duration = Duration::from_millis(120);
+/// Most tasks in flight on this broker (all streams) for results to be
+/// applied directly instead of through the outbox: on a nearly idle system
+/// that saves the drainer's wake-up and a second transaction, and under load
+/// the outbox batches many results into one durable commit (ADR 12).
+const DIRECT_IN_FLIGHT: usize = 8;
 /// Most messages handled before the results they produced are flushed.
 const MAX_BATCH: usize = 512;
 /// Most descendants handed to a rollup.
@@ -201,14 +206,29 @@ impl Session {
         }
     }
 
-    /// Writes the pending results to the outbox; the fence drops stale ones.
+    /// Writes the pending results: applied directly when the broker is
+    /// nearly idle, otherwise to the outbox; the fence drops stale ones.
     async fn flush(&mut self) {
         if self.results.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.results);
         let stats = &self.broker.stats;
-        match work::append_outbox(&self.broker.pool, &results).await {
+        let in_flight = usize::try_from(stats.in_flight.load(Ordering::Relaxed)).unwrap_or(0);
+        let written = if results.len() + in_flight <= DIRECT_IN_FLIGHT {
+            match work::complete(&self.broker.pool, &results).await {
+                Ok(accepted) => Ok(accepted),
+                // Nothing of a failed transaction stays (a lock conflict,
+                // say): the fences still hold, so the outbox takes them.
+                Err(e) => {
+                    tracing::debug!(error = %e, "direct completion failed; using the outbox");
+                    work::append_outbox(&self.broker.pool, &results).await
+                }
+            }
+        } else {
+            work::append_outbox(&self.broker.pool, &results).await
+        };
+        match written {
             Ok(accepted) => {
                 let accepted_count = accepted.len() as u64;
                 let failed = results
@@ -629,6 +649,7 @@ fn result_of(flight: &InFlight) -> TaskResult {
     TaskResult {
         work_id: task.work_id,
         shard_id: task.shard_id,
+        resource_id: task.resource_id,
         lease: task.lease_token,
         epoch: task.claim_epoch,
         generation: task.generation,

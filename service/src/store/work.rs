@@ -178,6 +178,8 @@ pub struct TaskResult {
     pub work_id: Uuid,
     /// The task row's shard.
     pub shard_id: i16,
+    /// The task's resource (locked first when the result is applied directly).
+    pub resource_id: Uuid,
     /// Lease handle.
     pub lease: Uuid,
     /// Fence epoch.
@@ -215,6 +217,19 @@ pub async fn append_outbox(pool: &PgPool, results: &[TaskResult]) -> StoreResult
         return Ok(Vec::new());
     }
     sqlx::query_scalar("SELECT append_outbox($1)")
+        .bind(Json(results))
+        .fetch_all(pool)
+        .await
+}
+
+/// Applies results directly where their fences still match, in one
+/// transaction (no outbox row, no drainer wake-up): the idle path. Returns
+/// the leases whose results were accepted (the others were stale).
+pub async fn complete(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
+    if results.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT complete_work($1)")
         .bind(Json(results))
         .fetch_all(pool)
         .await
