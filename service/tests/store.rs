@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use converge_service::cluster::ShardRange;
 use converge_service::config::RetentionArgs;
 use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
@@ -11,6 +12,7 @@ use converge_service::domain::resource::{ConditionInput, ConditionStatus, Phase}
 use converge_service::engine::retention;
 use converge_service::store::events::{self, EventFilter};
 use converge_service::store::resources::{self, DesiredResource};
+use converge_service::store::work::{self, ClaimedTask, TaskResult};
 use converge_service::store::{changes, statistics};
 use converge_service::testing::TestDatabase;
 use serde_json::json;
@@ -432,5 +434,92 @@ async fn tables_that_outgrow_their_statistics_are_analysed_once() -> anyhow::Res
         "the statistics now count the rows"
     );
     assert_eq!(statistics::refresh(pool).await?, 0, "nothing grew since");
+    Ok(())
+}
+
+/// A successful result of a claimed task, as the broker writes it.
+fn success(task: &ClaimedTask, epoch: i64) -> TaskResult {
+    TaskResult {
+        work_id: task.work_id,
+        shard_id: task.shard_id,
+        resource_id: task.resource_id,
+        lease: task.lease_token,
+        epoch,
+        generation: task.generation,
+        manifest_version: task.manifest_version,
+        status: Some(json!({"done": task.name})),
+        advance: true,
+        ..TaskResult::default()
+    }
+}
+
+async fn queued_and_outbox(pool: &PgPool, id: Uuid) -> anyhow::Result<(i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM work_queue WHERE resource_id = $1),
+                (SELECT count(*) FROM work_outbox WHERE resource_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+#[tokio::test]
+async fn results_applied_directly_or_through_the_outbox_end_alike_and_stale_ones_do_nothing() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let direct = create(pool, "thing", "direct").await?;
+    let drained = create(pool, "thing", "drained").await?;
+    for id in [direct, drained] {
+        assert_eq!(queued_and_outbox(pool, id).await?, (1, 0), "queued by its insert");
+    }
+    let tasks = work::claim(pool, "broker-a", "thing", 1, 10, None).await?;
+    let task = |id: Uuid| {
+        tasks
+            .iter()
+            .find(|t| t.resource_id == id)
+            .ok_or_else(|| anyhow::anyhow!("{id} was not claimed"))
+    };
+    let (on_direct, on_drained) = (task(direct)?, task(drained)?);
+
+    let stale_epoch = success(on_direct, on_direct.claim_epoch - 1);
+    assert!(
+        work::complete(pool, &[stale_epoch]).await?.is_empty(),
+        "an old epoch is fenced off"
+    );
+    assert_eq!(queued_and_outbox(pool, direct).await?, (1, 0), "the task stays leased");
+
+    let result = success(on_direct, on_direct.claim_epoch);
+    assert_eq!(
+        work::complete(pool, std::slice::from_ref(&result)).await?,
+        vec![on_direct.lease_token]
+    );
+    assert_eq!(
+        queued_and_outbox(pool, direct).await?,
+        (0, 0),
+        "done, with no outbox row"
+    );
+    assert!(
+        work::complete(pool, &[result]).await?.is_empty(),
+        "a repeated result is stale"
+    );
+
+    let result = success(on_drained, on_drained.claim_epoch);
+    assert_eq!(
+        work::append_outbox(pool, &[result]).await?,
+        vec![on_drained.lease_token]
+    );
+    assert_eq!(queued_and_outbox(pool, drained).await?, (1, 1));
+    assert_eq!(work::drain_outbox(pool, 500, ShardRange { lo: 0, hi: 255 }).await?, 1);
+    assert_eq!(queued_and_outbox(pool, drained).await?, (0, 0));
+
+    for name in ["direct", "drained"] {
+        let resource = resources::get(pool, "thing", name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("{name} is gone"))?;
+        assert_eq!(resource.phase, Phase::Ready, "{name}");
+        assert_eq!(resource.synced_gen, resource.generation, "{name}");
+        assert_eq!(resource.status, Some(json!({"done": name})), "{name}");
+    }
     Ok(())
 }

@@ -216,9 +216,10 @@ pub async fn find_many_for_update(
     Ok(by_key(rows))
 }
 
-/// Inserts new root resources and starts each one's timeline with `first`
-/// (recorded by `actor`), in one statement; returns those inserted, as
-/// stored, keyed by (kind, name) (so the caller needs no read-back). A name
+/// Inserts new root resources, starts each one's timeline with `first`
+/// (recorded by `actor`) and queues its first reconcile, in one statement;
+/// returns those inserted, as stored, keyed by (kind, name) (so the caller
+/// needs no read-back). A name
 /// taken meanwhile is left out (the caller treats it as an update). Rows go
 /// in (kind, name) order, so two batches racing for the same names wait on
 /// each other instead of deadlocking.
@@ -261,9 +262,23 @@ pub async fn insert_many(
          ),
          woken AS (
              SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)
+         ),
+         -- A resource the API creates has no upstream and no children, so
+         -- the gate (schedule_eligible) would pass it: its task is queued
+         -- with it instead of in another round trip.
+         queued AS (
+             INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
+             SELECT c.id, 'reconcile', c.kind, c.kind_version, c.generation, k.manifest_version, c.shard_id
+             FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
+             ORDER BY c.id
+             RETURNING 1
+         ),
+         ready AS (
+             SELECT notify_throttled('work_ready', 'wake_work_ready') WHERE EXISTS (SELECT 1 FROM queued)
          )
          -- New roots: no references, no conditions yet.
-         SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions FROM created r LEFT JOIN woken ON true",
+         SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions
+         FROM created r LEFT JOIN woken ON true LEFT JOIN ready ON true",
         columns = columns!()
     );
     let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))

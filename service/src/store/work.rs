@@ -15,6 +15,9 @@ use crate::cluster::ShardRange;
 /// Queues reconcile tasks for the given resources where they are eligible;
 /// returns how many were queued or re-pointed.
 pub async fn schedule(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
     sqlx::query_scalar("SELECT schedule_eligible($1)")
         .bind(ids)
         .fetch_one(conn)

@@ -206,8 +206,6 @@ pub(super) async fn write_resources(
 
     let mut written: Vec<Option<Slot>> = inputs.iter().map(|_| None).collect();
     let mut to_schedule: Vec<Uuid> = Vec::new();
-    // Each resource created, with its timeline started.
-    let mut created: Vec<Uuid> = Vec::new();
     let first = NewEvent::lifecycle("Created", format!("created at generation {FIRST_GENERATION}"));
     let mut pending: Vec<usize> = (0..inputs.len()).collect();
     // Two passes at most: the second takes the creates that lost a race to
@@ -251,7 +249,6 @@ pub(super) async fn write_resources(
         for i in creates {
             match inserted.remove(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
                 Some(resource) => {
-                    created.push(resource.id);
                     written[i] = Some(Slot::Created(Box::new(resource)));
                 }
                 None => pending.push(i),
@@ -268,7 +265,7 @@ pub(super) async fn write_resources(
         ));
     }
 
-    to_schedule.extend(&created);
+    // Created resources were queued by their insert.
     work::schedule(conn, &to_schedule).await?;
 
     let mut answers = Vec::with_capacity(inputs.len());
