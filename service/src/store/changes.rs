@@ -79,18 +79,15 @@ struct FrontierRow {
 
 /// [`read_after`] on a given connection.
 pub async fn read_after_in(conn: &mut PgConnection, after: Position, limit: usize) -> StoreResult<ChangePage> {
-    // One statement, one snapshot: the frontier is that snapshot's xmin, so
-    // every transaction below it had finished before the entries were read.
-    // (Not `change_frontier()`: a volatile function may take a newer snapshot
-    // than the statement's and so name a frontier the read cannot see up to.)
+    // `change_page` reads the entries and the frontier in one statement, one
+    // snapshot: the frontier is that snapshot's xmin, so every transaction
+    // below it had finished before the entries were read. (Not
+    // `change_frontier()` next to a read: a volatile function may take a
+    // newer snapshot than the read's and so name a frontier the read cannot
+    // see up to.)
     let rows: Vec<FrontierRow> = sqlx::query_as(
-        "WITH f AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS frontier)
-         SELECT f.frontier, c.txid, c.seq, c.resource_id, c.kind, c.change, c.image
-         FROM f LEFT JOIN LATERAL (
-             SELECT txid, seq, resource_id, kind, change, image FROM resource_changes
-             WHERE (txid, seq) > ($1, $2) AND txid < f.frontier
-             ORDER BY txid, seq LIMIT $3) c ON true
-         ORDER BY c.txid, c.seq",
+        "SELECT frontier, txid, seq, resource_id, kind, change, image FROM change_page($1, $2, $3)
+         ORDER BY txid, seq",
     )
     .bind(after.txid)
     .bind(after.seq)
