@@ -10,12 +10,15 @@ Runs with the Python client in sdk-gen (its virtualenv has the packages):
 Several --target values (e.g. two builds, each with its own database and
 worker) are taken in turn, one apply each, so every build is measured in
 the same minutes of a noisy machine. The noop kind must exist (converge-load
-applies it). See docs/benchmarks.md.
+applies it). --timestamps FILE writes, for the first target, each apply's
+wall-clock send, answer and Ready times (JSON) for hop_timeline.py. See
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import sys
@@ -38,8 +41,11 @@ class Target:
     def __init__(self, address: str, until_ready: bool) -> None:
         self.address = address
         self.client = ConvergeClient(address)
-        self.ready: "queue.Queue[tuple[str, float]]" = queue.Queue()
+        self.ready: "queue.Queue[tuple[str, float, float]]" = queue.Queue()
         self.samples: list[float] = []
+        # Wall-clock (sent, answered, ready) per apply, to line up with a
+        # server's statement log.
+        self.times: list[tuple[float, float, float]] = []
         if until_ready:
             threading.Thread(target=self._watch, daemon=True).start()
 
@@ -47,19 +53,22 @@ class Target:
         request = resource_service_pb2.WatchResourcesRequest(send_initial_events=False)
         for event in self.client.resource.WatchResources(request):
             if event.HasField("resource") and event.resource.phase == resource_pb2.PHASE_READY:
-                self.ready.put((event.resource.name, time.perf_counter()))
+                self.ready.put((event.resource.name, time.perf_counter(), time.time()))
 
     def apply(self, name: str, until_ready: bool) -> None:
+        sent = time.time()
         started = time.perf_counter()
         request = resource_service_pb2.ApplyResourceRequest(kind="noop", kind_version=1, name=name)
         self.client.resource.ApplyResource(request)
         finished = time.perf_counter()
+        answered = ready = time.time()
         if until_ready:
             while True:
-                seen, finished = self.ready.get(timeout=30)
+                seen, finished, ready = self.ready.get(timeout=30)
                 if seen == name:
                     break
         self.samples.append((finished - started) * 1000)
+        self.times.append((sent, answered, ready))
 
 
 def main() -> None:
@@ -69,6 +78,7 @@ def main() -> None:
     parser.add_argument("--prefix", default="idle-", help="names are PREFIX0, PREFIX1, ...")
     parser.add_argument("--pause-ms", type=float, default=10, help="idle time between applies")
     parser.add_argument("--until-ready", action="store_true", help="measure apply->Ready via a watch")
+    parser.add_argument("--timestamps", help="write the first target's per-apply wall-clock times here (JSON)")
     args = parser.parse_args()
 
     targets = [Target(address, args.until_ready) for address in (args.target or ["127.0.0.1:50051"])]
@@ -78,6 +88,9 @@ def main() -> None:
         for target in targets:
             time.sleep(args.pause_ms / 1000)
             target.apply(f"{args.prefix}{i}", args.until_ready)
+    if args.timestamps:
+        with open(args.timestamps, "w", encoding="utf-8") as out:
+            json.dump(targets[0].times, out)
     what = "apply->Ready" if args.until_ready else "ApplyResource"
     for target in targets:
         samples = sorted(target.samples)

@@ -22,6 +22,7 @@ use crate::api::convert::struct_to_json;
 use crate::api::status::{ApiError, Reason};
 use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
+use crate::store::StoreResult;
 use crate::store::pipeline::{self, Composed};
 use crate::store::work::{self, ClaimedTask, TaskResult};
 
@@ -206,29 +207,14 @@ impl Session {
         }
     }
 
-    /// Writes the pending results: applied directly when the broker is
-    /// nearly idle, otherwise to the outbox; the fence drops stale ones.
+    /// Writes the pending results; the fence drops stale ones.
     async fn flush(&mut self) {
         if self.results.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.results);
         let stats = &self.broker.stats;
-        let in_flight = usize::try_from(stats.in_flight.load(Ordering::Relaxed)).unwrap_or(0);
-        let written = if results.len() + in_flight <= DIRECT_IN_FLIGHT {
-            match work::complete(&self.broker.pool, &results).await {
-                Ok(accepted) => Ok(accepted),
-                // Nothing of a failed transaction stays (a lock conflict,
-                // say): the fences still hold, so the outbox takes them.
-                Err(e) => {
-                    tracing::debug!(error = %e, "direct completion failed; using the outbox");
-                    work::append_outbox(&self.broker.pool, &results).await
-                }
-            }
-        } else {
-            work::append_outbox(&self.broker.pool, &results).await
-        };
-        match written {
+        match self.write(&results).await {
             Ok(accepted) => {
                 let accepted_count = accepted.len() as u64;
                 let failed = results
@@ -246,6 +232,25 @@ impl Session {
             // The leases stay held without heartbeats: the reaper frees
             // them and the work runs again (at least once).
             Err(e) => tracing::warn!(error = %e, results = results.len(), "could not write results"),
+        }
+    }
+
+    /// Applies results directly when the broker is nearly idle, otherwise
+    /// appends them to the outbox (ADR 12); returns the accepted leases.
+    async fn write(&self, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
+        let pool = &self.broker.pool;
+        let in_flight = usize::try_from(self.broker.stats.in_flight.load(Ordering::Relaxed)).unwrap_or(0);
+        if results.len() + in_flight > DIRECT_IN_FLIGHT {
+            return work::append_outbox(pool, results).await;
+        }
+        match work::complete(pool, results).await {
+            Ok(accepted) => Ok(accepted),
+            // Nothing of a failed transaction stays (a lock conflict, say):
+            // the fences still hold, so the outbox takes the same results.
+            Err(e) => {
+                tracing::debug!(error = %e, "direct completion failed; using the outbox");
+                work::append_outbox(pool, results).await
+            }
         }
     }
 
