@@ -194,13 +194,10 @@ BEGIN
 END
 $$;
 
--- Same behaviour as 0012's, with the fence above.
+-- Same behaviour as 0012's, with the fence above (which carries the
+-- key-only settings; the insert itself is by key).
 CREATE OR REPLACE FUNCTION append_outbox(p_results jsonb) RETURNS SETOF uuid
     LANGUAGE plpgsql
-    SET enable_hashjoin = off
-    SET enable_mergejoin = off
-    SET enable_seqscan = off
-    SET enable_bitmapscan = off
     SET plan_cache_mode = force_generic_plan
     AS $$
 BEGIN

@@ -19,8 +19,10 @@ import statistics
 import sys
 from collections import defaultdict
 
+# One statement-log line (`log_line_prefix = '%m [%p] %d '`); hop_timeline.py
+# reads the same lines.
 LINE = re.compile(
-    r"^\S+ \S+ UTC \[(?P<pid>\d+)\] (?P<db>\S+) LOG:  duration: (?P<ms>[0-9.]+) ms  "
+    r"^(?P<at>\S+ \S+) UTC \[(?P<pid>\d+)\] (?P<db>\S+) LOG:  duration: (?P<ms>[0-9.]+) ms  "
     r"(?P<phase>parse|bind|execute|statement)[^:]*: (?P<text>.*)$"
 )
 
@@ -35,8 +37,10 @@ STATEMENTS = [
     ("SELECT schedule_eligible", "schedule"),
     ("COMMIT", "commit"),
     ("SELECT * FROM claim_work", "claim"),
+    ("SELECT complete_work", "complete"),
     ("SELECT append_outbox", "append"),
     ("SELECT drain_outbox_batch", "drain"),
+    ("SELECT frontier, txid, seq", "change log page"),
     ("WITH f AS", "change log page"),
     ("SELECT change_frontier()", "change frontier"),
     ("SELECT txid, seq, resource_id", "change log page"),

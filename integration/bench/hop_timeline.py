@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import statistics
 import sys
 from typing import NamedTuple, Optional
 
-LINE = re.compile(
-    r"^(?P<at>\S+ \S+) UTC \[(?P<pid>\d+)\] (?P<db>\S+) LOG:  duration: (?P<ms>[0-9.]+) ms  "
-    r"(?P<phase>parse|bind|execute|statement)[^:]*: (?P<text>.*)$"
-)
+from hop_profile import LINE
 
 # First matching prefix names the statement.
 STATEMENTS = [

@@ -216,26 +216,23 @@ pub struct TaskResult {
 /// Writes results to the outbox where their fences still match; returns the
 /// leases whose results were accepted (the others were stale).
 pub async fn append_outbox(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
-    if results.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_scalar("SELECT append_outbox($1)")
-        .bind(Json(results))
-        .fetch_all(pool)
-        .await
+    write_results(pool, "SELECT append_outbox($1)", results).await
 }
 
 /// Applies results directly where their fences still match, in one
 /// transaction (no outbox row, no drainer wake-up): the idle path. Returns
 /// the leases whose results were accepted (the others were stale).
 pub async fn complete(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
+    write_results(pool, "SELECT complete_work($1)", results).await
+}
+
+/// Runs `call` (a function of the results as JSON returning the accepted
+/// leases) on `results`.
+async fn write_results(pool: &PgPool, call: &'static str, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
     if results.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar("SELECT complete_work($1)")
-        .bind(Json(results))
-        .fetch_all(pool)
-        .await
+    sqlx::query_scalar(call).bind(Json(results)).fetch_all(pool).await
 }
 
 /// Applies up to `max` outbox rows of `range` in one transaction; returns how many.
