@@ -74,14 +74,22 @@ pub fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
 /// holding its locks; truncating under it can deadlock with its last
 /// statement, so its backends are terminated (and waited for) first.
 pub async fn crash_postgres_state(pool: &PgPool) -> anyhow::Result<()> {
-    let surviving: i64 = sqlx::query_scalar(
-        "SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, 30000))
-           FROM pg_stat_activity
-          WHERE datname = current_database() AND application_name = 'converge'",
-    )
-    .fetch_one(pool)
+    let server_backends = "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'converge'";
+    // A backend may exit by itself between the listing and the signal (then
+    // pg_terminate_backend warns and returns false), so what counts is that
+    // none is left afterwards.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT pg_terminate_backend(pid, 30000) {server_backends}"
+    )))
+    .execute(pool)
     .await?;
-    anyhow::ensure!(surviving == 0, "{surviving} backends of the killed server survived");
+    eventually(Duration::from_secs(30), || async {
+        let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) {server_backends}")))
+            .fetch_one(pool)
+            .await?;
+        Ok((left == 0).then_some(()))
+    })
+    .await?;
     let unlogged: Option<String> = sqlx::query_scalar(
         "SELECT string_agg(c.oid::regclass::text, ', ')
            FROM pg_class c
