@@ -13,6 +13,8 @@
 -- the drain pops its rows from the outbox, complete_work builds them from
 -- the task rows it fenced.
 
+-- The caller holds the row locks of the results' resources (taken in id
+-- order, before any task row: the global lock order).
 CREATE FUNCTION apply_work_results(p_all work_outbox[], p_lo smallint, p_hi smallint) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -30,12 +32,6 @@ BEGIN
            array_agg(o ORDER BY o.resource_id) FILTER (WHERE o.task_type <> 'delete')
     INTO v_deletes, v_rows
     FROM unnest(p_all) o;
-
-    -- Global lock order: resources by id, then their task rows.
-    PERFORM 1 FROM resources r
-    WHERE r.id IN (SELECT o.resource_id FROM unnest(p_all) o)
-    ORDER BY r.id
-    FOR NO KEY UPDATE;
 
     PERFORM apply_delete_results(v_deletes, p_lo, p_hi);
     IF v_rows IS NULL THEN
@@ -144,6 +140,11 @@ BEGIN
     IF v_all IS NULL THEN
         RETURN 0;
     END IF;
+    -- Global lock order: resources by id, then their task rows.
+    PERFORM 1 FROM resources r
+    WHERE r.id IN (SELECT o.resource_id FROM unnest(v_all) o)
+    ORDER BY r.id
+    FOR NO KEY UPDATE;
     RETURN apply_work_results(v_all, p_lo, p_hi);
 END
 $$;
@@ -242,9 +243,9 @@ DECLARE
     v_lo smallint;
     v_hi smallint;
 BEGIN
-    -- The drain's lock order: resources by id first, then their task rows.
-    -- The resource ids only choose what to lock; the fenced task rows
-    -- decide what is applied.
+    -- The drain's lock order: resources by id first, then their task rows
+    -- (apply_work_results relies on these locks). The resource ids only
+    -- choose what to lock; the fenced task rows decide what is applied.
     PERFORM 1 FROM resources r
     WHERE r.id IN (SELECT (x->>'resourceId')::uuid FROM jsonb_array_elements(p_results) AS x)
     ORDER BY r.id

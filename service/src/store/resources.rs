@@ -200,20 +200,21 @@ pub async fn find_many_for_update(
     conn: &mut PgConnection,
     keys: &[(String, String)],
 ) -> StoreResult<HashMap<(String, String), Resource>> {
-    if keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    if let [(kind, name)] = keys {
+    match keys {
+        [] => return Ok(HashMap::new()),
         // One key as scalars: a prepared statement then settles on a cached
         // plan, where array keys are planned anew on every call (0.6 ms,
         // more than the read itself, on the idle apply path).
-        let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2 FOR NO KEY UPDATE OF r");
-        let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-            .bind(kind)
-            .bind(name)
-            .fetch_all(&mut *conn)
-            .await?;
-        return Ok(by_key(rows));
+        [(kind, name)] => {
+            let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2 FOR NO KEY UPDATE OF r");
+            let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(kind)
+                .bind(name)
+                .fetch_all(&mut *conn)
+                .await?;
+            return Ok(by_key(rows));
+        }
+        _ => {}
     }
     let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(|(k, n)| (k.as_str(), n.as_str())).unzip();
     let sql = format!(
