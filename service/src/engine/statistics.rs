@@ -1,10 +1,9 @@
-//! Planner statistics kept in step with fast-growing tables: a table (or a
-//! queue partition) that holds more than twice the rows its statistics
+//! Planner statistics kept in step with fast-growing tables: a table (or an
+//! outbox partition) that holds more than twice the rows its statistics
 //! claim is analysed, which also replans the cached plans that use it.
 //! Autovacuum alone lags a bulk load by minutes, and can record a queue
-//! partition as empty at a quiet moment; plans that believe a full
-//! partition empty scan it whole once per row at hand (the 1M load run
-//! stalled on that). Cheap when nothing grew: one catalog read per table.
+//! table as empty at a quiet moment; plans that believe a full table empty
+//! scan it whole once per row at hand (the 1M load run stalled on that). Cheap when nothing grew: one catalog read per table.
 //! Safe on several pods at once (one pod analyses a table at a time).
 
 use std::time::Duration;

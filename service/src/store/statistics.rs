@@ -5,16 +5,16 @@ use sqlx::PgPool;
 
 use super::StoreResult;
 
-/// Analyses the tables, and the partitions of the queue and the outbox, that
+/// Analyses the tables, and the partitions of the outbox, that
 /// hold more than twice the rows their statistics claim (and at least
 /// 1,000); returns how many were analysed.
 pub async fn refresh(pool: &PgPool) -> StoreResult<i64> {
     sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000)) FROM (
-             SELECT unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps']::regclass[]) AS t
+             SELECT unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps', 'work_queue']::regclass[]) AS t
              UNION ALL
              SELECT inhrelid::regclass FROM pg_inherits
-             WHERE inhparent IN ('work_queue'::regclass, 'work_outbox'::regclass)) tables",
+             WHERE inhparent = 'work_outbox'::regclass) tables",
     )
     .fetch_one(pool)
     .await
