@@ -76,6 +76,8 @@ impl LoadSource for BrokerStats {
 #[derive(Debug)]
 pub struct Broker {
     pool: PgPool,
+    /// This process's notification feed, for local wake-ups.
+    notifications: Notifications,
     member_id: String,
     catalog: Arc<KindCatalog>,
     /// This member's shard range: its claims look there first.
@@ -98,6 +100,7 @@ impl Broker {
     ) -> Arc<Self> {
         let broker = Arc::new(Self {
             pool,
+            notifications: notifications.clone(),
             member_id,
             catalog,
             shards,

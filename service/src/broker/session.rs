@@ -20,6 +20,7 @@ use super::Broker;
 use super::wire::{self, Input};
 use crate::api::convert::struct_to_json;
 use crate::api::status::{ApiError, Reason};
+use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
 use crate::store::StoreResult;
@@ -244,7 +245,14 @@ impl Session {
             return work::append_outbox(pool, results).await;
         }
         match work::complete(pool, results).await {
-            Ok(accepted) => Ok(accepted),
+            Ok(accepted) => {
+                // This process's watches see the change now; its NOTIFY may
+                // fall in the window of the apply's own and be withheld.
+                if !accepted.is_empty() {
+                    self.broker.notifications.local(Channel::ResourceChanged);
+                }
+                Ok(accepted)
+            }
             // Nothing of a failed transaction stays (a lock conflict, say):
             // the fences still hold, so the outbox takes the same results.
             Err(e) => {
