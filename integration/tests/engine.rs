@@ -239,6 +239,47 @@ async fn a_server_with_a_pool_of_two_connections_works_resources_to_ready() -> a
     server.shutdown().await
 }
 
+/// A result whose resource is locked does not stall its worker stream: the
+/// direct completion gives up on the lock, the result waits in the outbox,
+/// and the drain applies it once the lock is gone.
+#[tokio::test]
+async fn a_result_blocked_by_a_row_lock_waits_in_the_outbox_and_is_applied_after() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    apply_ok(&client, apply("job", "held", json!({}))).await?;
+    let pool = server.database().pool();
+    let mut holder = pool.begin().await?;
+    sqlx::query("SELECT 1 FROM resources WHERE kind = 'job' AND name = 'held' FOR UPDATE")
+        .execute(&mut *holder)
+        .await?;
+
+    let _worker = run_worker(server.address(), Scripted::ok(), 4);
+    eventually(Duration::from_secs(30), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM work_outbox o JOIN resources r ON r.id = o.resource_id
+             WHERE r.kind = 'job' AND r.name = 'held'",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok((waiting == 1).then_some(()))
+    })
+    .await?;
+    assert_ne!(
+        get(&client, "held").await?.phase(),
+        Phase::Ready,
+        "not while the row is locked"
+    );
+    // The stream still serves: another resource is worked meanwhile.
+    apply_ok(&client, apply("job", "free", json!({}))).await?;
+    wait_phase(&client, "free", Phase::Ready, Duration::from_secs(30)).await?;
+
+    holder.rollback().await?;
+    let ready = wait_phase(&client, "held", Phase::Ready, Duration::from_secs(30)).await?;
+    assert_eq!(ready.observed_generation, 1);
+    server.shutdown().await
+}
+
 #[tokio::test]
 async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_failed() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
