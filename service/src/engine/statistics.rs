@@ -3,7 +3,8 @@
 //! claim is analysed, which also replans the cached plans that use it.
 //! Autovacuum alone lags a bulk load by minutes, and can record a queue
 //! table as empty at a quiet moment; plans that believe a full table empty
-//! scan it whole once per row at hand (the 1M load run stalled on that). Cheap when nothing grew: one catalog read per table.
+//! scan it whole once per row at hand (the 1M load run stalled on that).
+//! Cheap when nothing grew: one catalog read per table.
 //! Safe on several pods at once (one pod analyses a table at a time).
 
 use std::time::Duration;

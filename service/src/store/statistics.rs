@@ -5,9 +5,9 @@ use sqlx::PgPool;
 
 use super::StoreResult;
 
-/// Analyses the tables, and the partitions of the outbox, that
-/// hold more than twice the rows their statistics claim (and at least
-/// 1,000); returns how many were analysed.
+/// Analyses the tables, and the partitions of the outbox, that hold more
+/// than twice the rows their statistics claim (and at least 1,000);
+/// returns how many were analysed.
 pub async fn refresh(pool: &PgPool) -> StoreResult<i64> {
     sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000)) FROM (
