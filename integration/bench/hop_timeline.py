@@ -27,19 +27,10 @@ import statistics
 import sys
 from typing import NamedTuple, Optional
 
-from hop_profile import LINE
+# The same log lines and statement names as the per-statement profile.
+from hop_profile import LINE, STATEMENTS
 
-# First matching prefix names the statement.
-STATEMENTS = [
-    ("BEGIN", "begin"),
-    ("COMMIT", "commit"),
-    ("SELECT * FROM claim_work", "claim"),
-    ("SELECT complete_work", "complete"),
-    ("SELECT append_outbox", "append"),
-    ("SELECT drain_outbox_batch", "drain"),
-    ("SELECT frontier, txid, seq", "page"),
-    ("WITH f AS", "page"),
-]
+PAGE = "change log page"
 
 
 class Statement(NamedTuple):
@@ -109,7 +100,7 @@ def hops(statements: list[Statement], sent: float, answered: float, ready: float
         row["append -> drain"] = drain.start - append.end
         row["drain"] = drain.ms
         applied = drain
-    pages = [s for s in window if s.name == "page" and s.start >= applied.end - 1]
+    pages = [s for s in window if s.name == PAGE and s.start >= applied.end - 1]
     if not pages:
         return None
     row["result -> change-log page"] = pages[-1].start - applied.end
