@@ -320,6 +320,15 @@ async fn a_failing_child_degrades_the_root_until_it_is_fixed() -> anyhow::Result
     assert_eq!(ready.reason, "ChildrenNotReady");
     assert!(ready.message.contains("cell/bad"), "{}", ready.message);
     assert_eq!(get(&f.client, "cell", "bad").await?.phase(), Phase::Failed);
+    let by_phase = |phase: Phase| ListResourcesRequest {
+        phases: vec![phase.into()],
+        ..Default::default()
+    };
+    for (phase, name) in [(Phase::Degraded, "deg"), (Phase::Failed, "bad")] {
+        let listed = f.client.resources().list_resources(by_phase(phase)).await?.into_inner();
+        let names: Vec<_> = listed.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, [name], "listed as {phase:?}");
+    }
 
     apply_ok(&f.client, apply("stack", "deg", graph(false))).await?;
     let root = wait_phase(&f.client, "stack", "deg", Phase::Ready, Duration::from_secs(30)).await?;

@@ -281,6 +281,49 @@ async fn a_result_blocked_by_a_row_lock_waits_in_the_outbox_and_is_applied_after
 }
 
 #[tokio::test]
+async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    let pool = server.database().pool();
+    let tasks_of = |name: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM work_queue w JOIN resources r ON r.id = w.resource_id WHERE r.name = $1",
+        )
+        .bind(name)
+        .fetch_one(pool)
+        .await
+    };
+
+    // A single task goes missing: the reaper's walk over resources finds
+    // the resource lagging without one.
+    apply_ok(&client, apply("job", "dropped", json!({}))).await?;
+    sqlx::query("DELETE FROM work_queue w USING resources r WHERE r.id = w.resource_id AND r.name = 'dropped'")
+        .execute(pool)
+        .await?;
+    assert_eq!(tasks_of("dropped").await?, 0);
+    let worker = run_worker(server.address(), Scripted::ok(), 4);
+    wait_phase(&client, "dropped", Phase::Ready, Duration::from_secs(30)).await?;
+    drop(worker);
+
+    // What crash recovery does to the unlogged queue: every task and the
+    // marker are gone. A reaper puts the marker back and re-queues.
+    apply_ok(&client, apply("job", "wiped", json!({}))).await?;
+    sqlx::query("TRUNCATE work_queue, work_queue_intact")
+        .execute(pool)
+        .await?;
+    assert_eq!(tasks_of("wiped").await?, 0);
+    let _worker = run_worker(server.address(), Scripted::ok(), 4);
+    wait_phase(&client, "wiped", Phase::Ready, Duration::from_secs(30)).await?;
+    let marker: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue_intact")
+        .fetch_one(pool)
+        .await?;
+    assert_eq!(marker, 1, "the recovery put the marker back");
+    assert_eq!(get(&client, "dropped").await?.observed_generation, 1);
+    server.shutdown().await
+}
+
+#[tokio::test]
 async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_failed() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client().await?;
@@ -319,6 +362,7 @@ async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_fa
     let fatal = wait_phase(&client, "fatal", Phase::Failed, Duration::from_secs(10)).await?;
     assert_eq!(provider.calls().get(&("fatal".into(), 1)), Some(&1));
     assert_eq!(fatal.failure_attempts, 1);
+    assert_eq!(count_phase(&client, Phase::Failed).await?, 2, "listed by phase");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         provider.calls().get(&("broken".into(), 1)),
@@ -330,6 +374,7 @@ async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_fa
     apply_ok(&client, apply("job", "broken", json!({"mode": "fine"}))).await?;
     let fixed = wait_phase(&client, "broken", Phase::Ready, Duration::from_secs(20)).await?;
     assert_eq!(fixed.observed_generation, 2);
+    assert_eq!(count_phase(&client, Phase::Failed).await?, 1);
 
     // ReconcileResource retries a terminally failed generation on demand.
     client

@@ -1,7 +1,8 @@
 //! The reaper: the engine's backstops, run on every control pod (each
 //! statement is idempotent and locks with SKIP LOCKED, so pods share it).
 //! Frees leases whose holders stopped attesting them, fails tasks past their
-//! deadline, re-queues lagging resources that lost their task (after a crash
+//! deadline, re-queues lagging resources that lost their task (a walk over
+//! resources, a slice per pass, and the whole table at once after a crash
 //! empties the unlogged queue), drops tasks of deleted or frozen resources,
 //! hands orphans whose grace period ended to teardown, and sweeps the
 //! deletion cascade (queues teardowns of unblocked nodes, removes finished
@@ -14,7 +15,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::work::{self, ReapReport};
+use crate::store::work::{self, LaggingSweep, ReapReport};
 
 /// Reaper timing.
 #[derive(Debug, Clone, Copy)]
@@ -49,13 +50,14 @@ const DUTY_CYCLE_PAUSE: u32 = 9;
 pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut pause = config.interval;
+        let mut sweep = LaggingSweep::default();
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {
                     let started = std::time::Instant::now();
-                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch).await {
-                        Ok(report) if report != ReapReport::default() => {
+                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch, &mut sweep).await {
+                        Ok(report) if report != ReapReport::default() || sweep.recovering => {
                             tracing::debug!(?report, "reaper pass");
                             config.busy_interval
                         }

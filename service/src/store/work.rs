@@ -346,8 +346,26 @@ pub struct ReapReport {
 /// (write paths schedule at once; this is the backstop for lost tasks).
 const REQUEUE_QUIET_SECS: f64 = 2.0;
 
-/// One reaper pass over all backstops.
-pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<ReapReport> {
+/// Resources the lost-task backstop looks at per pass: a walk over a
+/// million takes about a hundred idle passes.
+const SWEEP_SLICE: i32 = 10_000;
+
+/// Resources looked at per pass while recovering from a crash that emptied
+/// the queue: a million in about ten passes.
+const RECOVERY_SLICE: i32 = 100_000;
+
+/// Where the lost-task backstop's walk over resources (in key order) stands.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LaggingSweep {
+    /// The last key looked at; `None` starts at the beginning.
+    pub after: Option<Uuid>,
+    /// Walking in large slices: the queue was emptied by a crash.
+    pub recovering: bool,
+}
+
+/// One reaper pass over all backstops; `sweep` carries the lost-task walk
+/// from one pass to the next.
+pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweep: &mut LaggingSweep) -> StoreResult<ReapReport> {
     // Separate statements: each backstop sees the previous one's effect.
     let stale: i32 = sqlx::query_scalar("SELECT reap_stale_work($1, $2)")
         .bind(stale_secs)
@@ -358,11 +376,7 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         .bind(limit)
         .fetch_one(pool)
         .await?;
-    let requeued: i32 = sqlx::query_scalar("SELECT requeue_lagging($1, $2)")
-        .bind(limit)
-        .bind(REQUEUE_QUIET_SECS)
-        .fetch_one(pool)
-        .await?;
+    let requeued = requeue_lagging(pool, sweep).await?;
     let dropped: i32 = sqlx::query_scalar("SELECT drop_orphaned_work($1)")
         .bind(limit)
         .fetch_one(pool)
@@ -384,4 +398,31 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<Rea
         swept,
         expired_orphans,
     })
+}
+
+/// The lost-task backstop: queues resources that lag without a task, one
+/// slice of the table per call. The first caller to see that a crash
+/// emptied the queue (its unlogged marker is gone) starts a walk of the
+/// whole table in large slices.
+async fn requeue_lagging(pool: &PgPool, sweep: &mut LaggingSweep) -> StoreResult<i32> {
+    let queue_was_emptied: bool = sqlx::query_scalar("SELECT claim_queue_recovery()")
+        .fetch_one(pool)
+        .await?;
+    if queue_was_emptied {
+        *sweep = LaggingSweep {
+            after: None,
+            recovering: true,
+        };
+    }
+    let slice = if sweep.recovering { RECOVERY_SLICE } else { SWEEP_SLICE };
+    let (next, requeued): (Option<Uuid>, i32) =
+        sqlx::query_as("SELECT next_after, requeued FROM requeue_lagging($1, $2, $3)")
+            .bind(sweep.after)
+            .bind(slice)
+            .bind(REQUEUE_QUIET_SECS)
+            .fetch_one(pool)
+            .await?;
+    sweep.after = next;
+    sweep.recovering &= next.is_some();
+    Ok(requeued)
 }
