@@ -5,16 +5,13 @@ use sqlx::PgPool;
 
 use super::StoreResult;
 
-/// Analyses the tables, and the partitions of the outbox, that hold more
-/// than twice the rows their statistics claim (and at least 1,000);
-/// returns how many were analysed.
+/// Analyses the tables that hold more than twice the rows their statistics
+/// claim (and at least 1,000); returns how many were analysed.
 pub async fn refresh(pool: &PgPool) -> StoreResult<i64> {
     sqlx::query_scalar(
-        "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000)) FROM (
-             SELECT unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps', 'work_queue']::regclass[]) AS t
-             UNION ALL
-             SELECT inhrelid::regclass FROM pg_inherits
-             WHERE inhparent = 'work_outbox'::regclass) tables",
+        "SELECT count(*) FILTER (WHERE analyze_if_grown(t, 1000))
+         FROM unnest(ARRAY['resources', 'resource_changes', 'resource_events', 'resource_deps',
+                           'work_queue', 'work_outbox']::regclass[]) AS t",
     )
     .fetch_one(pool)
     .await
