@@ -532,10 +532,16 @@ async fn deleting_the_root_tears_the_whole_tree_down_in_reverse_dependency_order
     let again = delete(&f.client, "stack", "bom").await?;
     assert_eq!(again.phase(), Phase::Deleting);
 
+    let pool = f.server.database().pool().clone();
+    let events = || sqlx::query_scalar::<_, i64>("SELECT count(*) FROM resource_events").fetch_one(&pool);
+    assert!(events().await? > 0);
+
     wait_gone(&f.client, "stack", "bom", Duration::from_secs(60)).await?;
     for cell in &cells {
         assert!(find(&f.client, "cell", cell).await?.is_none(), "{cell} is gone");
     }
+    // Their timelines went with them.
+    assert_eq!(events().await?, 0);
     let log = f.log.teardowns();
     assert_reverse_dependency_order(&log, "stack/bom", &cells, &edges);
     assert!(log.iter().all(|t| t.succeeded));
