@@ -3,7 +3,7 @@
 -- tables it records then stay the planner's estimate for every later call:
 -- a drainer whose first drains carried one result planned a nested loop,
 -- and its 512-result drains then compared every new row with every old one
--- (262,144 comparisons, 50-74 ms of a drain; ADR 17). The join is planned with
+-- (262,144 comparisons, 50-74 ms of a drain; ADR 16). The join is planned with
 -- nested loops off (for that statement only), so it is a hash join
 -- whatever the first call saw.
 CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
