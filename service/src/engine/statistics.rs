@@ -1,5 +1,6 @@
 //! Planner statistics kept in step with fast-growing tables: a table that
-//! holds more than twice the rows its statistics claim is analysed, which also replans the cached plans that use it.
+//! holds more than twice the rows its statistics claim is analysed, which
+//! also replans the cached plans that use it.
 //! Autovacuum alone lags a bulk load by minutes, and can record a queue
 //! table as empty at a quiet moment; plans that believe a full table empty
 //! scan it whole once per row at hand (the 1M load run stalled on that).
