@@ -57,11 +57,16 @@ ALTER TABLE resource_events DROP CONSTRAINT resource_events_resource_id_fkey;
 CREATE OR REPLACE FUNCTION drop_edges_of_deleted() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_ids uuid[];
 BEGIN
-    DELETE FROM resource_deps d USING old_rows o WHERE d.dependent_id = o.id;
-    DELETE FROM resource_deps d USING old_rows o WHERE d.dependency_id = o.id;
-    -- Through the timeline index, one probe per deleted resource.
-    DELETE FROM resource_events e WHERE e.resource_id = ANY (ARRAY(SELECT o.id FROM old_rows o));
+    -- Keys, not joins with the transition table: PL/pgSQL would keep the
+    -- first call's row count as the join's estimate (see 0030). Each delete
+    -- probes its index once per deleted resource.
+    v_ids := ARRAY(SELECT o.id FROM old_rows o);
+    DELETE FROM resource_deps d WHERE d.dependent_id = ANY (v_ids);
+    DELETE FROM resource_deps d WHERE d.dependency_id = ANY (v_ids);
+    DELETE FROM resource_events e WHERE e.resource_id = ANY (v_ids);
     RETURN NULL;
 END
 $$;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, expect_error, spawn_worker};
+use common::{apply, apply_manifest, apply_ok, count, expect_error, spawn_worker};
 use converge_integration::processes::{connect_when_up, converge_process, crash_postgres_state, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
@@ -533,15 +533,15 @@ async fn deleting_the_root_tears_the_whole_tree_down_in_reverse_dependency_order
     assert_eq!(again.phase(), Phase::Deleting);
 
     let pool = f.server.database().pool().clone();
-    let events = || sqlx::query_scalar::<_, i64>("SELECT count(*) FROM resource_events").fetch_one(&pool);
-    assert!(events().await? > 0);
+    let events = "SELECT count(*) FROM resource_events";
+    assert!(count(&pool, events).await? > 0);
 
     wait_gone(&f.client, "stack", "bom", Duration::from_secs(60)).await?;
     for cell in &cells {
         assert!(find(&f.client, "cell", cell).await?.is_none(), "{cell} is gone");
     }
     // Their timelines went with them.
-    assert_eq!(events().await?, 0);
+    assert_eq!(count(&pool, events).await?, 0);
     let log = f.log.teardowns();
     assert_reverse_dependency_order(&log, "stack/bom", &cells, &edges);
     assert!(log.iter().all(|t| t.succeeded));

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, work_manifest};
+use common::{apply, apply_manifest, apply_ok, count, work_manifest};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     GetResourceRequest, KindConfig, ListResourcesRequest, Phase, ReconcileResourceRequest, Resource,
@@ -286,14 +286,6 @@ async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> a
     let client = server.client().await?;
     apply_manifest(&client, work_manifest("job", 1, None)).await?;
     let pool = server.database().pool();
-    let tasks_of = |name: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM work_queue w JOIN resources r ON r.id = w.resource_id WHERE r.name = $1",
-        )
-        .bind(name)
-        .fetch_one(pool)
-        .await
-    };
 
     // A single task goes missing: the reaper's walk over resources finds
     // the resource lagging without one.
@@ -301,7 +293,8 @@ async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> a
     sqlx::query("DELETE FROM work_queue w USING resources r WHERE r.id = w.resource_id AND r.name = 'dropped'")
         .execute(pool)
         .await?;
-    assert_eq!(tasks_of("dropped").await?, 0);
+    let tasks_of = "SELECT count(*) FROM work_queue w JOIN resources r ON r.id = w.resource_id WHERE r.name = ";
+    assert_eq!(count(pool, &format!("{tasks_of}'dropped'")).await?, 0);
     let worker = run_worker(server.address(), Scripted::ok(), 4);
     wait_phase(&client, "dropped", Phase::Ready, Duration::from_secs(30)).await?;
     drop(worker);
@@ -312,13 +305,14 @@ async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> a
     sqlx::query("TRUNCATE work_queue, work_queue_intact")
         .execute(pool)
         .await?;
-    assert_eq!(tasks_of("wiped").await?, 0);
+    assert_eq!(count(pool, &format!("{tasks_of}'wiped'")).await?, 0);
     let _worker = run_worker(server.address(), Scripted::ok(), 4);
     wait_phase(&client, "wiped", Phase::Ready, Duration::from_secs(30)).await?;
-    let marker: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue_intact")
-        .fetch_one(pool)
-        .await?;
-    assert_eq!(marker, 1, "the recovery put the marker back");
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM work_queue_intact").await?,
+        1,
+        "the recovery put the marker back"
+    );
     assert_eq!(get(&client, "dropped").await?.observed_generation, 1);
     server.shutdown().await
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{apply, apply_manifest, work_manifest};
+use common::{apply, apply_manifest, count, work_manifest};
 use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
@@ -17,7 +17,6 @@ use converge_proto::worker_v1::{KindVersion, StageComplete, Subscribe, WorkStrea
 use converge_sdk::Client;
 use nix::sys::signal::Signal;
 use serde_json::json;
-use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
 fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
@@ -33,12 +32,6 @@ fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> 
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?)
-}
-
-async fn count(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await?)
 }
 
 async fn apply_many(client: &Client, prefix: &str, n: usize) -> anyhow::Result<()> {

@@ -9,6 +9,7 @@ use converge_proto::v1::{
 use converge_sdk::Client;
 use converge_sdk::worker::WorkerBuilder;
 use serde_json::Value;
+use sqlx::PgPool;
 use tokio::sync::oneshot;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -163,4 +164,12 @@ pub fn spawn_worker(builder: WorkerBuilder) -> oneshot::Sender<()> {
         }
     });
     stop
+}
+
+/// The single number a counting query returns (tests inspect the database
+/// directly where the API shows no such figure).
+pub async fn count(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await?)
 }
