@@ -318,6 +318,40 @@ async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> a
 }
 
 #[tokio::test]
+async fn a_backlog_is_worked_oldest_first() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+
+    // Applied one by one with no worker connected: a backlog whose tasks
+    // fall in shards all over the ring.
+    let names: Vec<String> = (0..24).map(|i| format!("queued-{i:02}")).collect();
+    for name in &names {
+        apply_ok(&client, apply("job", name, json!({}))).await?;
+    }
+
+    // One task at a time: each claim takes the oldest task still waiting.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&order);
+    let provider = Scripted::new(
+        Duration::ZERO,
+        Arc::new(move |req, _| {
+            if let Ok(mut seen) = seen.lock() {
+                seen.push(req.resource.name.clone());
+            }
+            Ok(Outcome::new())
+        }),
+    );
+    let _worker = run_worker(server.address(), provider, 1);
+    for name in &names {
+        wait_phase(&client, name, Phase::Ready, Duration::from_secs(30)).await?;
+    }
+    let order = order.lock().map(|o| o.clone()).unwrap_or_default();
+    assert_eq!(order, names, "tasks are claimed in the order they were queued");
+    server.shutdown().await
+}
+
+#[tokio::test]
 async fn transient_failures_retry_then_turn_terminal_and_a_spec_change_clears_failed() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client().await?;

@@ -140,7 +140,7 @@ pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTa
     }
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
-         WHERE cl.lease_token = ANY ($1) AND NOT cl.outcome_pending"
+         WHERE cl.lease_token = ANY ($1) AND cl.broker_id IS NOT NULL AND NOT cl.outcome_pending"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(leases)
@@ -152,7 +152,8 @@ pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTa
 /// never exceeding the kind's cluster-wide `max_inflight` (`claim_work`,
 /// one round trip). Tasks in the broker's own shard range come first; when
 /// those run out it takes tasks from other ranges, so a kind whose workers
-/// all reached other brokers is never starved.
+/// all reached other brokers is never starved. Within a range the oldest
+/// tasks come first (the claim index walks task ids, ADR 17).
 pub async fn claim(
     pool: &PgPool,
     broker: &str,
@@ -293,7 +294,7 @@ pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> Store
     sqlx::query_scalar(
         "UPDATE work_queue w SET broker_id = $1, heartbeat_at = now()
          FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch
+         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch AND w.broker_id IS NOT NULL
          RETURNING w.lease_token",
     )
     .bind(broker)
