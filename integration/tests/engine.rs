@@ -318,6 +318,56 @@ async fn the_reaper_queues_lost_tasks_again_and_recovers_an_emptied_queue() -> a
 }
 
 #[tokio::test]
+async fn the_reaper_drops_tasks_whose_resource_is_gone_and_keeps_the_others() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    let pool = server.database().pool();
+    for name in ["before", "after"] {
+        apply_ok(&client, apply("job", name, json!({}))).await?;
+        if name == "before" {
+            // A task left behind by a resource that is gone (the write paths
+            // drop such tasks themselves; this is the race they can lose).
+            sqlx::query(
+                "INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, shard_id)
+                 VALUES (gen_random_uuid(), 'reconcile', 'job', 1, 1, 7)",
+            )
+            .execute(pool)
+            .await?;
+        }
+    }
+    let orphans =
+        "SELECT count(*) FROM work_queue w WHERE NOT EXISTS (SELECT 1 FROM resources r WHERE r.id = w.resource_id)";
+
+    // The walk goes a slice at a time and ends where the queue ends.
+    let mut after: Option<uuid::Uuid> = None;
+    let mut slices = 0;
+    loop {
+        let (next, _dropped): (Option<uuid::Uuid>, i32) =
+            sqlx::query_as("SELECT next_after, dropped FROM drop_orphaned_work($1, 1)")
+                .bind(after)
+                .fetch_one(pool)
+                .await?;
+        slices += 1;
+        assert!(slices <= 4, "a walk over three tasks in slices of one ends");
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    eventually(Duration::from_secs(30), || async {
+        Ok((count(pool, orphans).await? == 0).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM work_queue").await?,
+        2,
+        "the tasks of live resources stay"
+    );
+    server.shutdown().await
+}
+
+#[tokio::test]
 async fn a_backlog_is_worked_oldest_first() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let client = server.client().await?;

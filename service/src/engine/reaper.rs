@@ -3,11 +3,12 @@
 //! Frees leases whose holders stopped attesting them, fails tasks past their
 //! deadline, re-queues lagging resources that lost their task (a walk over
 //! resources, a slice per pass, and the whole table at once after a crash
-//! empties the unlogged queue), drops tasks of deleted or frozen resources,
-//! hands orphans whose grace period ended to teardown, and sweeps the
-//! deletion cascade (queues teardowns of unblocked nodes, removes finished
-//! ones; also the restart path after a crash emptied the queue). Both sweeps
-//! are free when nothing is orphaned or being deleted.
+//! empties the unlogged queue), drops tasks of deleted or frozen resources (a
+//! walk over the queue, a slice per pass), hands orphans whose grace period
+//! ended to teardown, and sweeps the deletion cascade (queues teardowns of
+//! unblocked nodes, removes finished ones; also the restart path after a crash
+//! emptied the queue). Both sweeps are free when nothing is orphaned or being
+//! deleted.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::store::work::{self, LaggingSweep, ReapReport};
+use crate::store::work::{self, ReapReport, Sweeps};
 
 /// Reaper timing.
 #[derive(Debug, Clone, Copy)]
@@ -50,14 +51,14 @@ const DUTY_CYCLE_PAUSE: u32 = 9;
 pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut pause = config.interval;
-        let mut sweep = LaggingSweep::default();
+        let mut sweeps = Sweeps::default();
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {
                     let started = std::time::Instant::now();
-                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch, &mut sweep).await {
-                        Ok(report) if report != ReapReport::default() || sweep.recovering => {
+                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch, &mut sweeps).await {
+                        Ok(report) if report != ReapReport::default() || sweeps.lagging.recovering => {
                             tracing::debug!(?report, "reaper pass");
                             config.busy_interval
                         }

@@ -364,9 +364,23 @@ pub struct LaggingSweep {
     pub recovering: bool,
 }
 
-/// One reaper pass over all backstops; `sweep` carries the lost-task walk
-/// from one pass to the next.
-pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweep: &mut LaggingSweep) -> StoreResult<ReapReport> {
+/// Tasks the orphaned-task backstop looks at per pass (a walk over the
+/// queue in key order; the write paths drop such tasks themselves).
+const ORPHAN_SLICE: i32 = 10_000;
+
+/// Where the reaper's walks stand between passes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sweeps {
+    /// The lost-task walk over resources.
+    pub lagging: LaggingSweep,
+    /// The orphaned-task walk over the queue: the last task id looked at;
+    /// `None` starts at the beginning.
+    pub orphans_after: Option<Uuid>,
+}
+
+/// One reaper pass over all backstops; `sweeps` carries the walks from one
+/// pass to the next.
+pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweeps: &mut Sweeps) -> StoreResult<ReapReport> {
     // Separate statements: each backstop sees the previous one's effect.
     let stale: i32 = sqlx::query_scalar("SELECT reap_stale_work($1, $2)")
         .bind(stale_secs)
@@ -377,11 +391,14 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweep: &mut Laggin
         .bind(limit)
         .fetch_one(pool)
         .await?;
-    let requeued = requeue_lagging(pool, sweep).await?;
-    let dropped: i32 = sqlx::query_scalar("SELECT drop_orphaned_work($1)")
-        .bind(limit)
-        .fetch_one(pool)
-        .await?;
+    let requeued = requeue_lagging(pool, &mut sweeps.lagging).await?;
+    let (next, dropped): (Option<Uuid>, i32) =
+        sqlx::query_as("SELECT next_after, dropped FROM drop_orphaned_work($1, $2)")
+            .bind(sweeps.orphans_after)
+            .bind(ORPHAN_SLICE)
+            .fetch_one(pool)
+            .await?;
+    sweeps.orphans_after = next;
     // Orphans first: an expired one is marked, and the sweep then starts its teardown.
     let mut sweeps = [0i32; 2];
     for (slot, sql) in sweeps.iter_mut().zip([
