@@ -363,6 +363,16 @@ impl WatchHub {
 
     /// Reads and offers everything readable; reports what it found.
     async fn poll(&self) -> Result<Progress, sqlx::Error> {
+        if self.unwatched() {
+            // Nobody to offer changes to: move up to the frontier without
+            // reading the log (under a bulk load, reading it was the hub's
+            // whole cost). A subscriber that joined meanwhile finds the
+            // hub at most at the frontier and is served by the next poll.
+            let mut conn = self.pool.acquire().await?;
+            let frontier = changes::frontier(&mut conn).await?;
+            self.pass_unwatched(Position { txid: frontier, seq: 0 });
+            return Ok(Progress::Idle);
+        }
         let mut delivered = false;
         loop {
             let reached = self.state.lock().unwrap_or_else(|p| p.into_inner()).reached;
@@ -387,6 +397,15 @@ impl WatchHub {
         } else {
             Ok(Progress::Idle)
         }
+    }
+
+    /// Whether nobody is subscribed right now.
+    fn unwatched(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .subscribers
+            .is_empty()
     }
 
     /// With nobody subscribed, moves past changes without reading the
