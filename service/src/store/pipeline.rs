@@ -38,8 +38,8 @@ const ROTATE: &str = "UPDATE work_queue w
          deadline_at = CASE WHEN c.task_deadline_secs > 0
                             THEN now() + make_interval(secs => c.task_deadline_secs) END
      FROM kind_config c
-     WHERE w.lease_token = $1 AND w.broker_id IS NOT NULL AND w.claim_epoch = $2 AND w.generation = $3
-       AND NOT w.outcome_pending AND c.kind = w.kind AND c.kind_version = w.kind_version
+     WHERE w.lease_token = $1 AND w.claim_epoch = $2 AND w.generation = $3 AND NOT w.outcome_pending
+       AND c.kind = w.kind AND c.kind_version = w.kind_version
      RETURNING w.lease_token, w.claim_epoch, extract(epoch FROM w.deadline_at - now())::float8 AS deadline_secs";
 
 /// Moves a task on to its next stage if its fence still holds.
@@ -115,8 +115,7 @@ async fn compose_once<E: serde::Serialize + Sync>(
     let mut tx = conn.begin().await?;
     let fenced: Option<Uuid> = sqlx::query_scalar(
         "SELECT resource_id FROM work_queue
-         WHERE lease_token = $1 AND broker_id IS NOT NULL AND claim_epoch = $2 AND generation = $3
-           AND NOT outcome_pending
+         WHERE lease_token = $1 AND claim_epoch = $2 AND generation = $3 AND NOT outcome_pending
          FOR UPDATE",
     )
     .bind(lease)

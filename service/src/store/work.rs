@@ -140,7 +140,7 @@ pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTa
     }
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
-         WHERE cl.lease_token = ANY ($1) AND cl.broker_id IS NOT NULL AND NOT cl.outcome_pending"
+         WHERE cl.lease_token = ANY ($1) AND NOT cl.outcome_pending"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(leases)
@@ -294,7 +294,7 @@ pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> Store
     sqlx::query_scalar(
         "UPDATE work_queue w SET broker_id = $1, heartbeat_at = now()
          FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch AND w.broker_id IS NOT NULL
+         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch
          RETURNING w.lease_token",
     )
     .bind(broker)
