@@ -323,19 +323,17 @@ async fn the_reaper_drops_tasks_whose_resource_is_gone_and_keeps_the_others() ->
     let client = server.client().await?;
     apply_manifest(&client, work_manifest("job", 1, None)).await?;
     let pool = server.database().pool();
-    for name in ["before", "after"] {
-        apply_ok(&client, apply("job", name, json!({}))).await?;
-        if name == "before" {
-            // A task left behind by a resource that is gone (the write paths
-            // drop such tasks themselves; this is the race they can lose).
-            sqlx::query(
-                "INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, shard_id)
-                 VALUES (gen_random_uuid(), 'reconcile', 'job', 1, 1, 7)",
-            )
-            .execute(pool)
-            .await?;
-        }
-    }
+    // Between two live tasks, one left behind by a resource that is gone
+    // (the write paths drop such tasks themselves; this is the race they
+    // can lose).
+    apply_ok(&client, apply("job", "before", json!({}))).await?;
+    sqlx::query(
+        "INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, shard_id)
+         VALUES (gen_random_uuid(), 'reconcile', 'job', 1, 1, 7)",
+    )
+    .execute(pool)
+    .await?;
+    apply_ok(&client, apply("job", "after", json!({}))).await?;
     let orphans =
         "SELECT count(*) FROM work_queue w WHERE NOT EXISTS (SELECT 1 FROM resources r WHERE r.id = w.resource_id)";
 

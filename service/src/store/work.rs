@@ -400,14 +400,14 @@ pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweeps: &mut Sweep
             .await?;
     sweeps.orphans_after = next;
     // Orphans first: an expired one is marked, and the sweep then starts its teardown.
-    let mut sweeps = [0i32; 2];
-    for (slot, sql) in sweeps.iter_mut().zip([
+    let mut sweep_counts = [0i32; 2];
+    for (slot, sql) in sweep_counts.iter_mut().zip([
         "SELECT sweep_expired_orphans($1, 0::smallint, 255::smallint)",
         "SELECT sweep_deletable($1, 0::smallint, 255::smallint)",
     ]) {
         *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
     }
-    let [expired_orphans, swept] = sweeps;
+    let [expired_orphans, swept] = sweep_counts;
     Ok(ReapReport {
         stale,
         overdue,
