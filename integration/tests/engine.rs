@@ -19,6 +19,7 @@ use converge_proto::v1::{
 use converge_sdk::Client;
 use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, Worker, async_trait};
 use converge_service::config::Role;
+use converge_service::store::work::{self, OrphanCursor};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -338,14 +339,10 @@ async fn the_reaper_drops_tasks_whose_resource_is_gone_and_keeps_the_others() ->
         "SELECT count(*) FROM work_queue w WHERE NOT EXISTS (SELECT 1 FROM resources r WHERE r.id = w.resource_id)";
 
     // The walk goes a slice at a time and ends where the queue ends.
-    let mut after: Option<uuid::Uuid> = None;
+    let mut after: Option<OrphanCursor> = None;
     let mut slices = 0;
     loop {
-        let (next, _dropped): (Option<uuid::Uuid>, i32) =
-            sqlx::query_as("SELECT next_after, dropped FROM drop_orphaned_work($1, 1)")
-                .bind(after)
-                .fetch_one(pool)
-                .await?;
+        let (_dropped, next) = work::drop_orphaned_work(pool, after.as_ref(), 1).await?;
         slices += 1;
         assert!(slices <= 4, "a walk over three tasks in slices of one ends");
         match next {
