@@ -271,6 +271,69 @@ async fn a_batch_apply_writes_every_item_or_none() -> anyhow::Result<()> {
     server.shutdown().await
 }
 
+/// The creation time in a UUIDv7's first 48 bits, in Unix milliseconds.
+fn uuid_v7_millis(id: &uuid::Uuid) -> u64 {
+    id.as_bytes()[..6]
+        .iter()
+        .fold(0, |ms, byte| (ms << 8) | u64::from(*byte))
+}
+
+#[tokio::test]
+async fn ids_are_uuid_v7_in_creation_order() -> anyhow::Result<()> {
+    let (server, client) = server_with_kinds().await?;
+    let now_ms = || -> anyhow::Result<u64> {
+        Ok(u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis(),
+        )?)
+    };
+    let before = now_ms()?;
+    let items: Vec<ApplyResourceRequest> = (0..50)
+        .map(|i| apply("vpc", &format!("id-{i:02}"), json!({})))
+        .collect();
+    let first: Vec<uuid::Uuid> = client
+        .resources()
+        .batch_apply_resources(batch(items))
+        .await?
+        .into_inner()
+        .responses
+        .iter()
+        .map(|a| uuid::Uuid::parse_str(&a.resource.clone().unwrap_or_default().uid))
+        .collect::<Result<_, _>>()?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let later =
+        uuid::Uuid::parse_str(&resource_of(apply_ok(&client, apply("vpc", "id-later", json!({}))).await?)?.uid)?;
+    let after = now_ms()?;
+
+    assert_eq!(
+        first.iter().collect::<BTreeSet<_>>().len(),
+        first.len(),
+        "no two ids alike"
+    );
+    for id in first.iter().chain([&later]) {
+        assert_eq!(id.get_version_num(), 7, "{id}: the UUIDv7 layout");
+        assert_eq!(id.get_variant(), uuid::Variant::RFC4122, "{id}");
+        // The database's clock and this process's are the same machine's.
+        let ms = uuid_v7_millis(id);
+        assert!(
+            (before.saturating_sub(1_000)..=after + 1_000).contains(&ms),
+            "{id}: created at {ms}"
+        );
+    }
+    assert!(first.iter().all(|id| *id < later), "a later resource has a greater id");
+
+    // Many ids at once do not collide (the random part is 74 bits).
+    let pool = server.database().pool();
+    let (distinct, total): (i64, i64) = sqlx::query_as(
+        "SELECT count(DISTINCT id), count(*) FROM (SELECT time_ordered_uuid() AS id FROM generate_series(1, 100000)) s",
+    )
+    .fetch_one(pool)
+    .await?;
+    assert_eq!(distinct, total);
+    server.shutdown().await
+}
+
 #[tokio::test]
 async fn invalid_specs_report_every_nested_pointer() -> anyhow::Result<()> {
     let (server, client) = server_with_kinds().await?;
