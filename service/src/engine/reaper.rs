@@ -4,7 +4,7 @@
 //! deadline, re-queues lagging resources that lost their task (a walk over
 //! resources, a slice per pass, and the whole table at once after a crash
 //! empties the unlogged queue), drops tasks of deleted or frozen resources (a
-//! walk over the queue, a slice per pass), hands orphans whose grace period
+//! walk over the waiting tasks, a slice per pass), hands orphans whose grace period
 //! ended to teardown, and sweeps the deletion cascade (queues teardowns of
 //! unblocked nodes, removes finished ones; also the restart path after a crash
 //! emptied the queue). Both sweeps are free when nothing is orphaned or being
