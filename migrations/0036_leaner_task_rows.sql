@@ -1,0 +1,23 @@
+-- A claimed task row carries one index entry fewer, and the result's fence
+-- finds room beside the claim's version of the row more often.
+--
+-- * The heartbeat index goes. A claim is not a heap-only update (it sets
+--   the columns the claim, lease and leased indexes are keyed or filtered
+--   on), so every claim wrote an entry into each of five indexes; the
+--   heartbeat index was one of them, and it also made every heartbeat a
+--   full update. Its only readers are the reaper's two scans (stale leases
+--   and overdue deadlines), which look at leased tasks only: the leased
+--   index (kind, kind_version) WHERE broker_id IS NOT NULL holds exactly
+--   those, a set bounded by the workers' capacity, and its plans read it
+--   (checked with auto_explain inside both functions).
+-- * Task pages are filled to a third instead of a half. A task row gets two
+--   new versions before it is deleted: the claim's and the fence's
+--   (outcome_pending). The fence's is a heap-only update only when the page
+--   has room for it; with half of each page free, a claim of consecutive
+--   tasks used that room for its own versions, and 47% of fences in a 100k
+--   pipeline run were full updates, each writing an entry into every index
+--   again. At a third, 80% were heap-only. The queue is unlogged, and its
+--   pages at a million queued tasks still fit the embedded cluster's
+--   shared buffers.
+DROP INDEX work_queue_heartbeat_idx;
+ALTER TABLE work_queue SET (fillfactor = 33);
