@@ -244,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let sampler = tokio::spawn(sample(
         pool.clone(),
+        args.mode,
         total,
         server_pid,
         applied.clone(),
@@ -459,8 +460,7 @@ async fn last_ready_at(pool: &PgPool, mode: Mode) -> anyhow::Result<f64> {
     at.context("nothing was synced")
 }
 
-/// Resources not yet synced: cheap at any size (a partial index holds just
-/// them), so the progress line can poll it without loading the database.
+/// Resources not yet synced (a scan of the whole table).
 async fn lagging_count(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(
         sqlx::query_scalar("SELECT count(*) FROM resources WHERE synced_gen < generation")
@@ -497,6 +497,7 @@ fn rss_bytes(pid: u32) -> Option<i64> {
 #[allow(clippy::too_many_arguments)]
 async fn sample(
     pool: PgPool,
+    mode: Mode,
     total: usize,
     server_pid: Option<u32>,
     applied: Arc<AtomicI64>,
@@ -517,7 +518,15 @@ async fn sample(
         peak_queue.fetch_max(queue, Ordering::Relaxed);
         let rss = server_pid.and_then(rss_bytes).unwrap_or(0);
         peak_rss.fetch_max(rss, Ordering::Relaxed);
-        let lagging = lagging_count(&pool).await.unwrap_or(i64::MAX);
+        // A flat resource is unsynced exactly while it has a task: its task
+        // is queued by the insert and deleted by the sync's transaction. So
+        // the queue count serves both, and the sampler scans one table, not
+        // two (a scan of 100k resources took 43 ms, 2% of the database's
+        // time in a 100k run).
+        let lagging = match mode {
+            Mode::Flat => queue,
+            Mode::Bom => lagging_count(&pool).await.unwrap_or(i64::MAX),
+        };
         lagging_now.store(lagging, Ordering::Relaxed);
         let pause = (probe.elapsed() * 19).max(Duration::from_secs(1));
         eprint!(
