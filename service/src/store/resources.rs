@@ -615,7 +615,11 @@ fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
         match requirement {
             Requirement::Equals { key, value } => {
                 let doc = serde_json::json!({ key.as_str(): value });
-                query.push(" AND r.labels @> ").push_bind(Json(doc));
+                // The index leaves out empty label sets (migration 37), which
+                // cannot contain a pair anyway; saying so lets the planner use it.
+                query
+                    .push(" AND r.labels <> '{}'::jsonb AND r.labels @> ")
+                    .push_bind(Json(doc));
             }
             Requirement::NotEquals { key, value } => {
                 let doc = serde_json::json!({ key.as_str(): value });
