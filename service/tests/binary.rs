@@ -38,10 +38,26 @@ struct Converge {
     child: Child,
     addr: String,
     log: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
 }
 
 impl Converge {
     fn spawn(args: &[&str], envs: &[(&str, &str)], log: PathBuf) -> anyhow::Result<Self> {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let (child, addr) = Self::launch(&args, &envs, &log)?;
+        Ok(Self {
+            child,
+            addr,
+            log,
+            args,
+            envs,
+        })
+    }
+
+    /// Starts the process on a fresh free address.
+    fn launch(args: &[String], envs: &[(String, String)], log: &Path) -> anyhow::Result<(Child, String)> {
         let addr = free_addr()?;
         let mut cmd = Command::new(BIN);
         cmd.args(args)
@@ -50,16 +66,12 @@ impl Converge {
             .env("LOG_FORMAT", "json")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(fs::File::create(&log)?))
+            .stderr(Stdio::from(fs::File::create(log)?))
             .kill_on_drop(true);
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        Ok(Self {
-            child: cmd.spawn()?,
-            addr,
-            log,
-        })
+        Ok((cmd.spawn()?, addr))
     }
 
     fn embedded(data_dir: &Path, log: PathBuf) -> anyhow::Result<Self> {
@@ -79,12 +91,22 @@ impl Converge {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until the health check answers SERVING.
+    /// Waits until the health check answers SERVING. The listen address is
+    /// picked free before the process binds it, so another process (a
+    /// parallel test's PostgreSQL, say) can take it meanwhile: then the
+    /// process is started again on another address, a few times at most.
     async fn wait_serving(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut relaunches = 0;
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!("converge exited early ({status}):\n{}", self.log());
+                let log = self.log();
+                if relaunches < 3 && log.contains("Address already in use") {
+                    relaunches += 1;
+                    (self.child, self.addr) = Self::launch(&self.args, &self.envs, &self.log)?;
+                    continue;
+                }
+                anyhow::bail!("converge exited early ({status}):\n{log}");
             }
             let url = format!("http://{}", self.addr);
             if let Ok(channel) = tonic::transport::Endpoint::from_shared(url)?.connect().await {
