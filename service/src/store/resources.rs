@@ -681,3 +681,28 @@ pub async fn specs_of_kind(
     .fetch_all(conn)
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestDatabase;
+
+    /// An equality selector's SQL names the label index's predicate, so the
+    /// planner can read the partial index (migration 37). With sequential
+    /// and plain index scans off, that bitmap scan is the only way left to
+    /// answer the query other than a sequential scan.
+    #[tokio::test]
+    async fn equality_selectors_can_use_the_partial_label_index() -> anyhow::Result<()> {
+        let db = TestDatabase::new().await?;
+        let mut conn = db.pool().acquire().await?;
+        sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await?;
+        sqlx::query("SET enable_indexscan = off").execute(&mut *conn).await?;
+        let selector: LabelSelector = "team=a".parse()?;
+        let mut query: QueryBuilder<Postgres> = QueryBuilder::new("EXPLAIN SELECT r.id FROM resources r WHERE true");
+        push_selector(&mut query, &selector);
+        let plan: Vec<String> = query.build_query_scalar().fetch_all(&mut *conn).await?;
+        let plan = plan.join("\n");
+        assert!(plan.contains("resources_labeled_idx"), "{plan}");
+        Ok(())
+    }
+}
