@@ -34,3 +34,5 @@ pub use converge::worker::v1 as worker_v1;
 /// The encoded `FileDescriptorSet` of the whole contract (with its imports),
 /// for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/converge_descriptor.bin"));
+
+pub mod json;

@@ -8,6 +8,7 @@ pub mod broker;
 pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod contract;
 pub mod db;
 pub mod domain;
 pub mod engine;

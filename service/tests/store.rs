@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use converge_service::cluster::ShardRange;
 use converge_service::config::RetentionArgs;
 use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
 use converge_service::domain::resource::{ConditionInput, ConditionStatus, Phase};
+use converge_service::domain::shard::ShardRange;
 use converge_service::engine::retention;
 use converge_service::store::events::{self, EventFilter};
 use converge_service::store::resources::{self, DesiredResource};

@@ -14,48 +14,14 @@ use tokio::sync::oneshot;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-/// A JSON object as a protobuf Struct.
+/// A JSON object as a protobuf Struct (anything else as an empty one).
 pub fn object(value: Value) -> prost_types::Struct {
-    fn convert(value: &Value) -> prost_types::Value {
-        use prost_types::value::Kind;
-        let kind = match value {
-            Value::Null => Kind::NullValue(0),
-            Value::Bool(b) => Kind::BoolValue(*b),
-            Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-            Value::String(s) => Kind::StringValue(s.clone()),
-            Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-                values: items.iter().map(convert).collect(),
-            }),
-            Value::Object(map) => Kind::StructValue(prost_types::Struct {
-                fields: map.iter().map(|(k, v)| (k.clone(), convert(v))).collect(),
-            }),
-        };
-        prost_types::Value { kind: Some(kind) }
-    }
-    match convert(&value).kind {
-        Some(prost_types::value::Kind::StructValue(s)) => s,
-        _ => prost_types::Struct::default(),
-    }
+    converge_proto::json::json_to_struct(&value).unwrap_or_default()
 }
 
-/// A protobuf Struct as JSON (numbers as f64).
+/// A protobuf Struct as JSON, with integral numbers as integers.
 pub fn json(value: &prost_types::Struct) -> Value {
-    fn convert(value: &prost_types::Value) -> Value {
-        use prost_types::value::Kind;
-        match &value.kind {
-            None | Some(Kind::NullValue(_)) => Value::Null,
-            Some(Kind::BoolValue(b)) => Value::Bool(*b),
-            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
-                .map(Value::Number)
-                .unwrap_or(Value::Null),
-            Some(Kind::StringValue(s)) => Value::String(s.clone()),
-            Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(convert).collect()),
-            Some(Kind::StructValue(s)) => {
-                Value::Object(s.fields.iter().map(|(k, v)| (k.clone(), convert(v))).collect())
-            }
-        }
-    }
-    Value::Object(value.fields.iter().map(|(k, v)| (k.clone(), convert(v))).collect())
+    converge_proto::json::struct_to_json(value.clone())
 }
 
 /// A work-kind manifest: one specChange reaction emitting status.

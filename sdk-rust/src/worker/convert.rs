@@ -5,8 +5,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use converge_proto::worker_v1 as pb;
-use prost_types::value::Kind;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::outcome::{HandlerError, Outcome};
 use super::request::ReactionRequest;
@@ -15,10 +14,6 @@ use super::types::{
     ProviderConfig, ProviderConfigSpec, ReactInput, Resource, ResourceRef, RollupInput, Stage, StageInput, Transition,
     Trigger, ValueFlow, WorkInput,
 };
-
-/// Largest magnitude at which every integer is exactly representable in an
-/// f64 (2^53); integral doubles within it are turned back into integers.
-const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 /// A domain value that cannot be expressed on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,74 +25,18 @@ pub struct NotAnObject {
     pub found: &'static str,
 }
 
-/// A `google.protobuf.Struct` as a JSON object.
-pub fn struct_to_json(value: prost_types::Struct) -> Value {
-    Value::Object(
-        value
-            .fields
-            .into_iter()
-            .map(|(key, value)| (key, proto_value_to_json(value)))
-            .collect(),
-    )
-}
-
-/// A `google.protobuf.Value` as JSON. Integral doubles become integers, so a
-/// count sent as `5` reads back as `5`, not `5.0`; NaN and infinities (which
-/// JSON cannot hold) become null.
-pub fn proto_value_to_json(value: prost_types::Value) -> Value {
-    match value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(b),
-        Some(Kind::StringValue(s)) => Value::String(s),
-        Some(Kind::NumberValue(n)) => number_to_json(n),
-        Some(Kind::StructValue(s)) => struct_to_json(s),
-        Some(Kind::ListValue(list)) => Value::Array(list.values.into_iter().map(proto_value_to_json).collect()),
-    }
-}
-
-fn number_to_json(n: f64) -> Value {
-    if n.is_finite() && n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER {
-        Value::Number(Number::from(n as i64))
-    } else {
-        Number::from_f64(n).map(Value::Number).unwrap_or(Value::Null)
-    }
-}
+pub use converge_proto::json::struct_to_json;
 
 /// A JSON object as a `google.protobuf.Struct`; `field` names the value in
 /// the error if it is not an object.
 pub fn json_to_struct(value: Value, field: &str) -> Result<prost_types::Struct, NotAnObject> {
-    match value {
-        Value::Object(map) => Ok(map_to_struct(map)),
+    match &value {
+        Value::Object(_) => Ok(converge_proto::json::json_to_struct(&value).unwrap_or_default()),
         other => Err(NotAnObject {
             field: field.to_owned(),
-            found: json_type(&other),
+            found: json_type(other),
         }),
     }
-}
-
-fn map_to_struct(map: Map<String, Value>) -> prost_types::Struct {
-    prost_types::Struct {
-        fields: map
-            .into_iter()
-            .map(|(key, value)| (key, json_to_proto_value(value)))
-            .collect(),
-    }
-}
-
-/// JSON as a `google.protobuf.Value`. Numbers travel as doubles, so integers
-/// beyond 2^53 lose precision (a protobuf limitation).
-pub fn json_to_proto_value(value: Value) -> prost_types::Value {
-    let kind = match value {
-        Value::Null => Kind::NullValue(prost_types::NullValue::NullValue as i32),
-        Value::Bool(b) => Kind::BoolValue(b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(f64::NAN)),
-        Value::String(s) => Kind::StringValue(s),
-        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.into_iter().map(json_to_proto_value).collect(),
-        }),
-        Value::Object(map) => Kind::StructValue(map_to_struct(map)),
-    };
-    prost_types::Value { kind: Some(kind) }
 }
 
 fn json_type(value: &Value) -> &'static str {
@@ -538,10 +477,10 @@ mod tests {
     #[test]
     fn non_finite_numbers_become_null() {
         let v = prost_types::Value {
-            kind: Some(Kind::NumberValue(f64::NAN)),
+            kind: Some(prost_types::value::Kind::NumberValue(f64::NAN)),
         };
-        assert_eq!(proto_value_to_json(v), Value::Null);
-        assert_eq!(number_to_json(1e300), json!(1e300));
+        assert_eq!(converge_proto::json::value_to_json(v), Value::Null);
+        assert_eq!(converge_proto::json::number_to_json(1e300), json!(1e300));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use converge_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
-use super::convert::timestamp;
-use super::status::ApiError;
+use crate::contract::convert::timestamp;
+use crate::contract::status::ApiError;
 use crate::store::cluster::{self as store, MemberRow};
 use crate::version;
 

@@ -15,10 +15,10 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
-use super::convert::{json_to_struct, optional_struct_to_json, timestamp};
 use super::pages::{decode_token, finish_page, invalid_token};
-use super::status::{ApiError, Reason};
 use super::write::{self, WriteCall};
+use crate::contract::convert::{json_to_struct, optional_struct_to_json, timestamp};
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::manifest::{
     CompiledKind, Emit, KindManifest, KindPolicy, Reaction, Trigger, compile_manifest, validate_policy,
 };
@@ -148,9 +148,9 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
         kind: m.kind,
         kind_version: m.kind_version,
         description: m.description,
-        spec_schema: optional_struct_to_json(m.spec_schema),
-        status_schema: optional_struct_to_json(m.status_schema),
-        config_schema: optional_struct_to_json(m.config_schema),
+        spec_schema: optional_struct_to_json("/manifest/spec_schema", m.spec_schema)?,
+        status_schema: optional_struct_to_json("/manifest/status_schema", m.status_schema)?,
+        config_schema: optional_struct_to_json("/manifest/config_schema", m.config_schema)?,
         reactions,
         finalizer_name: non_empty(&m.finalizer_name),
         policy: KindPolicy {

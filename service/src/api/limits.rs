@@ -1,9 +1,12 @@
-//! Makes the transport's message-size refusal follow the error contract.
+//! Makes the transport's refusals of a request follow the error contract.
 //!
-//! tonic refuses a request larger than the decoding limit before any handler
-//! runs, answering OUT_OF_RANGE with a bare message. This layer recognises
-//! that answer and replaces it with RESOURCE_EXHAUSTED carrying an ErrorInfo
-//! (`REQUEST_TOO_LARGE`), like every other error converge returns.
+//! tonic refuses a request before any handler runs when it is larger than
+//! the decoding limit (OUT_OF_RANGE with a bare message) or does not decode
+//! (INTERNAL, including values nested past prost's recursion limit). Both
+//! are the caller's mistake: this layer recognises those answers and
+//! replaces them with RESOURCE_EXHAUSTED (`REQUEST_TOO_LARGE`) or
+//! INVALID_ARGUMENT (`NESTING_TOO_DEEP`, `MALFORMED_REQUEST`) carrying an
+//! ErrorInfo, like every other error converge returns.
 
 use std::task::{Context, Poll};
 
@@ -13,7 +16,7 @@ use tonic::codegen::http;
 use tower::{Layer, Service};
 
 use super::MAX_MESSAGE_BYTES;
-use super::status::{ApiError, Reason};
+use crate::contract::status::{ApiError, Reason, TONIC_UNDECODABLE, undecodable};
 
 /// The prefix of tonic's message for an oversized request.
 const TONIC_TOO_LARGE: &str = "Error, decoded message length too large";
@@ -53,25 +56,28 @@ where
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
-            if !is_oversize_refusal(&response) {
+            let headers = response.headers();
+            let (Some(code), Some(message)) = (headers.get("grpc-status"), headers.get("grpc-message")) else {
                 return Ok(response);
+            };
+            let message = message.to_str().unwrap_or_default().replace("%20", " ");
+            match transport_refusal(code.as_bytes(), &message) {
+                Some(error) => Ok(tonic::Status::from(error).into_http()),
+                None => Ok(response),
             }
-            let status: tonic::Status = ApiError::refused(
-                Reason::RequestTooLarge,
-                format!("the request is larger than the {MAX_MESSAGE_BYTES}-byte message limit"),
-            )
-            .into();
-            Ok(status.into_http())
         })
     }
 }
 
-/// A trailers-only answer (status in the headers) with tonic's oversize message.
-fn is_oversize_refusal(response: &http::Response<Body>) -> bool {
-    let headers = response.headers();
-    headers.get("grpc-status").is_some_and(|s| s == "11")
-        && headers
-            .get("grpc-message")
-            .and_then(|m| m.to_str().ok())
-            .is_some_and(|m| m.replace("%20", " ").starts_with(TONIC_TOO_LARGE))
+/// The contract's error for a trailers-only answer (status in the headers)
+/// that tonic gave before any handler ran, if it is one.
+pub fn transport_refusal(code: &[u8], message: &str) -> Option<ApiError> {
+    match code {
+        b"11" if message.starts_with(TONIC_TOO_LARGE) => Some(ApiError::refused(
+            Reason::RequestTooLarge,
+            format!("the request is larger than the {MAX_MESSAGE_BYTES}-byte message limit"),
+        )),
+        b"13" if message.starts_with(TONIC_UNDECODABLE) => Some(undecodable(message)),
+        _ => None,
+    }
 }

@@ -1,8 +1,7 @@
 //! The gRPC surface: one file per service, mapping proto messages to domain
-//! calls and domain errors to statuses (in [`status`]).
+//! calls and domain errors to statuses (in [`crate::contract::status`]).
 
 pub mod cluster;
-pub mod convert;
 pub mod kind;
 pub mod limits;
 pub mod operation;
@@ -10,11 +9,9 @@ pub mod pages;
 pub mod provider_config;
 pub mod reactor_binding;
 pub mod resource;
-pub mod status;
 pub mod watch;
 pub mod write;
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +23,6 @@ use converge_proto::v1::reactor_binding_service_server::ReactorBindingServiceSer
 use converge_proto::v1::resource_service_server::ResourceServiceServer;
 use converge_proto::worker_v1::worker_service_server::WorkerServiceServer;
 use sqlx::PgPool;
-use tokio_stream::Stream;
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
@@ -37,9 +33,6 @@ use crate::store::kinds;
 
 /// Largest request or response message accepted, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
-
-/// A server-streaming response.
-pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
 
 /// What every service handler shares.
 #[derive(Debug, Clone)]
@@ -88,7 +81,11 @@ impl ApiState {
 
     /// The manifest version in force for a kind version (0 when it has no
     /// manifest), from the catalog when cached.
-    pub async fn manifest_version(&self, kind: &str, kind_version: i32) -> Result<i64, status::ApiError> {
+    pub async fn manifest_version(
+        &self,
+        kind: &str,
+        kind_version: i32,
+    ) -> Result<i64, crate::contract::status::ApiError> {
         if let Some(version) = self.catalog.cached_version(kind, kind_version) {
             return Ok(version);
         }

@@ -6,7 +6,7 @@ use converge_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use super::status::not_implemented;
+use crate::contract::status::not_implemented;
 
 /// Serves `converge.v1.OperationService`.
 #[derive(Debug, Clone, Default)]

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::status::{ApiError, Reason};
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::page_token::{PageToken, PositionPart};
 use crate::domain::violation::Violation;
 

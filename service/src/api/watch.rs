@@ -15,9 +15,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use uuid::Uuid;
 
-use super::convert::{event_to_proto, resource_to_proto};
-use super::status::{ApiError, Reason};
-use super::{ApiState, ResponseStream};
+use super::ApiState;
+use crate::contract::ResponseStream;
+use crate::contract::convert::{event_to_proto, resource_to_proto};
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::labels::LabelSelector;
 use crate::domain::page_token::MAX_PAGE_SIZE;
 use crate::domain::position::Position;

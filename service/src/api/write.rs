@@ -7,7 +7,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
-use super::status::{ApiError, Reason};
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::violation::Violation;
 use crate::store::requests::{self, Reservation};
 

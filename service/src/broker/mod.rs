@@ -24,11 +24,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
-use crate::api::ResponseStream;
-use crate::api::status::ApiError;
 use crate::catalog::KindCatalog;
-use crate::cluster::{LoadSource, MemberLoad, ShardRange};
+use crate::cluster::LoadSource;
+use crate::contract::ResponseStream;
+use crate::contract::status::ApiError;
 use crate::db::notify::{Channel, Notifications, Subscription};
+use crate::domain::shard::{MemberLoad, ShardRange};
 use crate::domain::violation::Violation;
 use session::Session;
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use converge_proto::json;
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use futures::FutureExt;
@@ -18,8 +19,7 @@ use uuid::Uuid;
 
 use super::Broker;
 use super::wire::{self, Input};
-use crate::api::convert::struct_to_json;
-use crate::api::status::{ApiError, Reason};
+use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
@@ -138,7 +138,15 @@ impl Session {
                                     break 'session;
                                 }
                             }
-                            Ok(None) | Err(_) => break 'session,
+                            Ok(None) => break 'session,
+                            Err(status) => {
+                                // A message that did not decode is the worker's
+                                // mistake: say so in the contract's terms.
+                                if is_undecodable(&status) {
+                                    let _ = self.out.send(Err(undecodable(status.message()).into())).await;
+                                }
+                                break 'session;
+                            }
                         }
                         match inbound.message().now_or_never() {
                             Some(message) => next = message,
@@ -455,16 +463,23 @@ impl Session {
                 error: Some(if error.message.is_empty() {
                     "the worker reported a failure without a message".to_owned()
                 } else {
-                    error.message.clone()
+                    wire::text(&error.message)
                 }),
-                reason: Some(error.reason.clone()).filter(|r| !r.is_empty()),
+                reason: Some(wire::text(&error.reason)).filter(|r| !r.is_empty()),
                 terminal: error.terminal,
                 ..result_of(&flight)
             });
             return Ok(());
         }
         if let Some(status) = complete.status.clone() {
-            flight.status = Some(struct_to_json(Some(status)));
+            match json::storable_struct_to_json(status) {
+                Ok(status) => flight.status = Some(status),
+                Err(e) => {
+                    let problem = Violation::new(format!("/status{}", e.pointer()), e.description());
+                    self.fail(&flight, "StatusInvalid", "the status", &[problem]);
+                    return Ok(());
+                }
+            }
         }
         flight.conditions.extend(wire::conditions(&complete.conditions));
         let healthy = wire::health(&complete);
@@ -497,17 +512,18 @@ impl Session {
                 )
             })
             .collect();
-        let (children, edges) = wire::composition(result);
+        let (children, edges, unstorable) = wire::composition(result);
         let checked = match self.check_composition(&children, &edges).await {
-            Ok(()) if configs.is_empty() => Ok(()),
-            Ok(()) => Err(configs),
+            Ok(()) if configs.is_empty() && unstorable.is_empty() => Ok(()),
+            Ok(()) => Err(unstorable.into_iter().chain(configs).collect()),
             Err(mut problems) => {
+                problems.extend(unstorable);
                 problems.extend(configs);
                 Err(problems)
             }
         };
         if let Err(problems) = checked {
-            self.fail(&flight, "CompositionInvalid", &problems);
+            self.fail(&flight, "CompositionInvalid", "the composition", &problems);
             return Ok(());
         }
         let task = &flight.task;
@@ -540,6 +556,7 @@ impl Session {
                 self.fail(
                     &flight,
                     "CompositionRefused",
+                    "the composition",
                     &[Violation::new("/compose_result", message)],
                 );
                 Ok(())
@@ -606,14 +623,14 @@ impl Session {
     }
 
     /// Records a terminal failure of the task's generation.
-    fn fail(&mut self, flight: &InFlight, reason: &str, problems: &[Violation]) {
+    fn fail(&mut self, flight: &InFlight, reason: &str, what: &str, problems: &[Violation]) {
         let listed: Vec<String> = problems
             .iter()
             .take(10)
             .map(|p| format!("{}: {}", p.field, p.description))
             .collect();
         let more = problems.len().saturating_sub(listed.len());
-        let mut message = format!("the composition was refused: {}", listed.join("; "));
+        let mut message = format!("{what} was refused: {}", listed.join("; "));
         if more > 0 {
             message.push_str(&format!(" (and {more} more)"));
         }

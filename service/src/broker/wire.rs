@@ -7,8 +7,11 @@ use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_response::Payload as Down;
 use serde_json::{Value, json};
 
-use crate::api::convert::{json_to_struct, struct_to_json, timestamp};
+use converge_proto::json;
+
+use crate::contract::convert::{json_to_struct, timestamp};
 use crate::domain::composition::{ChildSpec, Edge, Ref, Stage, ValueFlow};
+use crate::domain::violation::Violation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
 use crate::store::work::ClaimedTask;
 
@@ -174,17 +177,30 @@ fn edge_of(row: EdgeRow) -> wpb::DepEdge {
     }
 }
 
-/// The children and edges of a compose result, in domain form.
-pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>) {
+/// The children and edges of a compose result, in domain form, and the
+/// children whose specs have no storable JSON form.
+pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>, Vec<Violation>) {
+    let mut problems = Vec::new();
     let children = result
         .desired
         .into_iter()
-        .map(|c| ChildSpec {
-            kind: c.kind,
-            kind_version: c.kind_version,
-            name: c.name,
-            labels: c.labels.into_iter().collect::<BTreeMap<_, _>>(),
-            spec: c.spec.map_or_else(|| json!({}), |s| struct_to_json(Some(s))),
+        .enumerate()
+        .map(|(i, c)| {
+            let spec = match c.spec.map(json::storable_struct_to_json).transpose() {
+                Ok(spec) => spec.unwrap_or_else(|| json!({})),
+                Err(e) => {
+                    let field = format!("/compose_result/desired/{i}/spec{}", e.pointer());
+                    problems.push(Violation::new(field, e.description()));
+                    json!({})
+                }
+            };
+            ChildSpec {
+                kind: c.kind,
+                kind_version: c.kind_version,
+                name: c.name,
+                labels: c.labels.into_iter().collect::<BTreeMap<_, _>>(),
+                spec,
+            }
         })
         .collect();
     let reference = |r: Option<wpb::ResourceRef>| {
@@ -210,7 +226,7 @@ pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>) {
                 .collect(),
         })
         .collect();
-    (children, edges)
+    (children, edges, problems)
 }
 
 /// Conditions in the database's JSON shape.
@@ -223,7 +239,7 @@ pub fn conditions(conditions: &[wpb::Condition]) -> Vec<Value> {
                 Ok(wpb::ConditionStatus::False) => "False",
                 _ => "Unknown",
             };
-            json!({"type": c.r#type, "status": status, "reason": c.reason, "message": c.message})
+            json!({"type": text(&c.r#type), "status": status, "reason": text(&c.reason), "message": text(&c.message)})
         })
         .collect()
 }
@@ -263,4 +279,15 @@ pub fn requeue_after_ms(complete: &wpb::StageComplete) -> Option<i64> {
                 .saturating_add(i64::from(d.nanos / 1_000_000))
         })
         .filter(|ms| *ms > 0)
+}
+
+/// A worker's diagnostic text as it can be stored: PostgreSQL text and JSON
+/// cannot hold U+0000, so it becomes U+FFFD (the replacement character)
+/// rather than failing the whole result.
+pub fn text(s: &str) -> String {
+    if s.contains('\0') {
+        s.replace('\0', "\u{FFFD}")
+    } else {
+        s.to_owned()
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Every process registers in `cluster_members` and heartbeats. From the live
 //! members of its role it computes its own contiguous range of the
-//! [`SHARD_COUNT`] logical shards; joins and leaves wake every member through
+//! [`SHARD_COUNT`](crate::domain::shard::SHARD_COUNT) logical shards; joins and leaves wake every member through
 //! `LISTEN cluster_changed`, a crashed member drops out when its heartbeat
 //! lapses (the periodic tick re-reads membership).
 
@@ -14,19 +14,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::db::notify::{Channel, Notifications, Subscription};
+use crate::domain::shard::{MemberLoad, ShardRange};
 use crate::store::cluster::{self as store, MemberRegistration};
-
-/// Number of logical shards. Must equal the database's `shard_count()`.
-pub const SHARD_COUNT: i32 = 256;
-
-/// A contiguous, inclusive range of shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardRange {
-    /// First shard.
-    pub lo: i16,
-    /// Last shard (inclusive).
-    pub hi: i16,
-}
 
 /// Membership timing.
 #[derive(Debug, Clone, Copy)]
@@ -130,17 +119,6 @@ impl Membership {
             Err(e) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
         }
     }
-}
-
-/// What a member reports about its work with each heartbeat.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MemberLoad {
-    /// Tasks leased through the member right now.
-    pub in_flight: i32,
-    /// Worker streams connected to the member.
-    pub connected_workers: i32,
-    /// Counters since the process started, by name.
-    pub counters: std::collections::BTreeMap<String, i64>,
 }
 
 /// Something that knows a member's load (the broker).

@@ -10,4 +10,5 @@ pub mod page_token;
 pub mod position;
 pub mod resource;
 pub mod schema;
+pub mod shard;
 pub mod violation;

@@ -320,35 +320,9 @@ pub struct ConditionInput {
     pub message: String,
 }
 
-/// Converts a protobuf-style JSON value so that integral numbers are integers
-/// (protobuf `Struct` carries every number as a double; `3.0` should be
-/// stored, validated and shown as `3`).
-pub fn normalize_numbers(value: Value) -> Value {
-    match value {
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 => {
-                // Integral and exactly representable: within i64 by the bound above.
-                Value::Number(serde_json::Number::from(f as i64))
-            }
-            _ => Value::Number(n),
-        },
-        Value::Array(items) => Value::Array(items.into_iter().map(normalize_numbers).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, normalize_numbers(v))).collect()),
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn integral_doubles_become_integers() {
-        let value = normalize_numbers(json!({"a": 3.0, "b": [1.5, 2.0], "c": {"d": -7.0}}));
-        assert_eq!(value, json!({"a": 3, "b": [1.5, 2], "c": {"d": -7}}));
-        assert!(value["a"].is_i64());
-    }
 
     #[test]
     fn phases_round_trip_through_the_database_spelling() {

@@ -10,14 +10,43 @@ pub struct Violation {
     pub description: String,
 }
 
+/// Longest field pointer a violation keeps, in bytes: pointers echo caller
+/// keys, and an error must stay small enough for any client's metadata limit.
+pub const MAX_FIELD_BYTES: usize = 256;
+
+/// Longest description a violation keeps, in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 512;
+
 impl Violation {
-    /// Creates a violation of `field` (a JSON pointer) described by `description`.
+    /// Creates a violation of `field` (a JSON pointer) described by
+    /// `description`, each clipped to its bound ([`MAX_FIELD_BYTES`],
+    /// [`MAX_DESCRIPTION_BYTES`]).
     pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
         Self {
-            field: field.into(),
-            description: description.into(),
+            field: clip(field.into(), MAX_FIELD_BYTES),
+            description: clip(description.into(), MAX_DESCRIPTION_BYTES),
         }
     }
+}
+
+/// Marks text cut by [`clip`].
+const ELLIPSIS: &str = "…";
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in "…"
+/// when it was cut. Everything an error echoes of a caller's input goes
+/// through this, so no input makes an error unbounded.
+pub fn clip(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(ELLIPSIS.len());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut clipped = text;
+    clipped.truncate(end);
+    clipped.push_str(ELLIPSIS);
+    clipped
 }
 
 /// Escapes one JSON-pointer reference token ("~" -> "~0", "/" -> "~1").
@@ -35,6 +64,20 @@ mod tests {
         let v = Violation::new("/name", String::from("bad"));
         assert_eq!(v.field, "/name");
         assert_eq!(v.description, "bad");
+    }
+
+    #[test]
+    fn long_fields_and_descriptions_are_clipped_on_a_char_boundary() {
+        let key = "é".repeat(5000);
+        let v = Violation::new(format!("/labels/{key}"), format!("label key {key} is too long"));
+        assert!(
+            v.field.len() <= MAX_FIELD_BYTES && v.field.ends_with('…'),
+            "{}",
+            v.field.len()
+        );
+        assert!(v.description.len() <= MAX_DESCRIPTION_BYTES);
+        assert_eq!(clip("short".to_owned(), 10), "short");
+        assert_eq!(clip("abcdef".to_owned(), 4), "a…");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cluster::ShardRange;
 use crate::db::notify::{Channel, Notifications};
+use crate::domain::shard::ShardRange;
 use crate::store::work;
 
 /// Drainer tuning.

@@ -13,10 +13,11 @@ use tonic_health::ServingStatus;
 
 use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
-use crate::cluster::{self, Membership, MembershipTiming, SHARD_COUNT};
+use crate::cluster::{self, Membership, MembershipTiming};
 use crate::config::{CommonArgs, RetentionArgs, ServeArgs, default_data_dir};
 use crate::db::notify::Notifications;
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
+use crate::domain::shard::SHARD_COUNT;
 use crate::engine::retention;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;

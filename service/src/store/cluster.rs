@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 
 use super::StoreResult;
-use crate::cluster::{MemberLoad, ShardRange};
+use crate::domain::shard::{MemberLoad, ShardRange};
 
 /// How a member describes itself when it registers.
 #[derive(Debug, Clone)]

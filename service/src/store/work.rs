@@ -10,7 +10,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::StoreResult;
-use crate::cluster::ShardRange;
+use crate::domain::shard::ShardRange;
 
 /// Queues reconcile tasks for the given resources where they are eligible;
 /// returns how many were queued or re-pointed.

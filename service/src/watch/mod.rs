@@ -79,7 +79,7 @@ impl Change {
             labels: resource.labels.clone(),
             owner: resource.owner.clone(),
             root: resource.root.clone(),
-            resource: crate::api::convert::resource_to_proto(resource, manifest_version),
+            resource: crate::contract::convert::resource_to_proto(resource, manifest_version),
         }
     }
 }

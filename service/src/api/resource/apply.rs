@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use super::{API_ACTOR, check_etag, resource_not_found};
 use crate::api::ApiState;
-use crate::api::convert::struct_to_json;
-use crate::api::status::{ApiError, Reason};
+use crate::contract::convert::struct_to_json;
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::event::NewEvent;
 use crate::domain::labels::validate_labels;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
@@ -82,7 +82,7 @@ impl ResourceWrite {
         if !violations.is_empty() {
             return Err(ApiError::violations(reason, violations));
         }
-        let spec = struct_to_json(spec);
+        let spec = struct_to_json("/spec", spec)?;
         let size = serde_json::to_vec(&spec).map(|b| b.len()).unwrap_or(usize::MAX);
         if size > MAX_SPEC_BYTES {
             return Err(ApiError::violations(

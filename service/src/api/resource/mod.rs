@@ -17,13 +17,14 @@ use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use super::convert::{
+use super::ApiState;
+use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
+use super::write::{self, WriteCall};
+use crate::contract::ResponseStream;
+use crate::contract::convert::{
     edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, phases_from_proto, resource_to_proto,
 };
-use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
-use super::status::{ApiError, Reason, not_implemented};
-use super::write::{self, WriteCall};
-use super::{ApiState, ResponseStream};
+use crate::contract::status::{ApiError, Reason, not_implemented};
 use crate::domain::event::EventType;
 use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_resource_name};

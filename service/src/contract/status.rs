@@ -13,7 +13,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
 
-use crate::domain::violation::Violation;
+use crate::domain::violation::{Violation, clip};
 
 /// The `ErrorInfo.domain` of every converge error.
 pub const ERROR_DOMAIN: &str = "converge.dev";
@@ -39,6 +39,10 @@ pub enum Reason {
     SpecSchemaViolation,
     /// A request id was reused with a different request.
     RequestIdReused,
+    /// A value nests objects and arrays deeper than the documented limit.
+    NestingTooDeep,
+    /// The request is not a well-formed protobuf message of its method.
+    MalformedRequest,
     /// No manifest for the kind version.
     KindNotFound,
     /// No such resource.
@@ -97,6 +101,8 @@ impl Reason {
             Reason::InvalidKindConfig => "INVALID_KIND_CONFIG",
             Reason::SpecSchemaViolation => "SPEC_SCHEMA_VIOLATION",
             Reason::RequestIdReused => "REQUEST_ID_REUSED",
+            Reason::NestingTooDeep => "NESTING_TOO_DEEP",
+            Reason::MalformedRequest => "MALFORMED_REQUEST",
             Reason::KindNotFound => "KIND_NOT_FOUND",
             Reason::ResourceNotFound => "RESOURCE_NOT_FOUND",
             Reason::ProviderConfigNotFound => "PROVIDER_CONFIG_NOT_FOUND",
@@ -132,7 +138,9 @@ impl Reason {
             | Reason::InvalidKindManifest
             | Reason::InvalidKindConfig
             | Reason::SpecSchemaViolation
-            | Reason::RequestIdReused => Code::InvalidArgument,
+            | Reason::RequestIdReused
+            | Reason::NestingTooDeep
+            | Reason::MalformedRequest => Code::InvalidArgument,
             Reason::KindNotFound | Reason::ResourceNotFound | Reason::ProviderConfigNotFound => Code::NotFound,
             Reason::NameTaken => Code::AlreadyExists,
             Reason::DeletionPending
@@ -315,6 +323,39 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// Longest status message sent, in bytes.
+const MAX_MESSAGE_BYTES: usize = 512;
+
+/// Most violations one status lists, and the bytes of text they may carry
+/// together; the rest are counted in a last entry. With the message bound,
+/// this keeps every status (message, ErrorInfo and details, base64-encoded
+/// in the trailers) well under 8 KiB, below the 16 KiB metadata limit that
+/// common clients enforce.
+const MAX_VIOLATIONS: usize = 20;
+const MAX_VIOLATION_BYTES: usize = 2048;
+
+/// Longest ErrorInfo metadata value sent, in bytes.
+const MAX_METADATA_BYTES: usize = 256;
+
+/// The violations a status lists: within [`MAX_VIOLATIONS`] and
+/// [`MAX_VIOLATION_BYTES`], the rest counted in a last field-less entry.
+fn bounded(violations: &[Violation]) -> Vec<Violation> {
+    let mut shown = Vec::new();
+    let mut bytes = 0;
+    for v in violations {
+        bytes += v.field.len() + v.description.len();
+        if shown.len() == MAX_VIOLATIONS || bytes > MAX_VIOLATION_BYTES {
+            break;
+        }
+        shown.push(v.clone());
+    }
+    if shown.len() < violations.len() {
+        let more = violations.len() - shown.len();
+        shown.push(Violation::new("", format!("and {more} more")));
+    }
+    shown
+}
+
 impl From<ApiError> for Status {
     fn from(error: ApiError) -> Self {
         if let ApiError::Internal(detail) = &error {
@@ -322,36 +363,69 @@ impl From<ApiError> for Status {
             tracing::error!(detail, "internal error answered to a caller");
         }
         let reason = error.reason();
-        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, error.metadata());
+        let metadata: HashMap<String, String> = error
+            .metadata()
+            .into_iter()
+            .map(|(k, v)| (k, clip(v, MAX_METADATA_BYTES)))
+            .collect();
+        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
         if let Some(delay) = error.retry_after() {
             details.set_retry_info(Some(delay));
         }
         if let ApiError::Refused { violations, .. } = &error
             && !violations.is_empty()
         {
+            let violations = bounded(violations);
             match reason.code() {
                 Code::FailedPrecondition => {
                     details.set_precondition_failure(
                         violations
-                            .iter()
-                            .map(|v| {
-                                PreconditionViolation::new(reason.as_str(), v.field.clone(), v.description.clone())
-                            })
+                            .into_iter()
+                            .map(|v| PreconditionViolation::new(reason.as_str(), v.field, v.description))
                             .collect::<Vec<_>>(),
                     );
                 }
                 _ => {
                     details.set_bad_request(
                         violations
-                            .iter()
-                            .map(|v| FieldViolation::new(v.field.clone(), v.description.clone()))
+                            .into_iter()
+                            .map(|v| FieldViolation::new(v.field, v.description))
                             .collect::<Vec<_>>(),
                     );
                 }
             }
         }
-        Status::with_error_details(reason.code(), error.to_string(), details)
+        Status::with_error_details(reason.code(), clip(error.to_string(), MAX_MESSAGE_BYTES), details)
     }
+}
+
+/// The prefix of tonic-prost's message for a message that does not decode.
+pub const TONIC_UNDECODABLE: &str = "failed to decode Protobuf message";
+
+/// What prost says when a message nests past its recursion limit.
+const PROST_TOO_DEEP: &str = "recursion limit reached";
+
+/// The refusal of a request that did not decode, from the decoder's message.
+pub fn undecodable(message: &str) -> ApiError {
+    if message.contains(PROST_TOO_DEEP) {
+        ApiError::refused(
+            Reason::NestingTooDeep,
+            format!(
+                "the request nests values deeper than the protobuf decoder allows; objects and arrays may nest at most {} levels",
+                converge_proto::json::MAX_DEPTH
+            ),
+        )
+    } else {
+        ApiError::refused(
+            Reason::MalformedRequest,
+            "the request is not a valid protobuf message of this method",
+        )
+    }
+}
+
+/// Whether a status a stream yielded is the decoder's refusal of a message.
+pub fn is_undecodable(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Internal && status.message().starts_with(TONIC_UNDECODABLE)
 }
 
 /// The answer of a contract method whose capability is not built yet.
@@ -412,6 +486,24 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(fields, ["/spec/port", "/spec/name"]);
         assert!(status.message().contains("/spec/port: must be an integer"));
+    }
+
+    #[test]
+    fn statuses_stay_small_whatever_they_echo() {
+        let key = "k".repeat(10_000);
+        let violations = (0..500)
+            .map(|i| Violation::new(format!("/labels/{key}{i}"), format!("label key {key} is invalid")))
+            .collect();
+        let status: Status = ApiError::violations(Reason::InvalidLabels, violations).into();
+        assert!(status.message().len() <= MAX_MESSAGE_BYTES);
+        assert!(
+            status.details().len() < 6 * 1024,
+            "{} bytes of details",
+            status.details().len()
+        );
+        let details = status.get_error_details();
+        let listed = details.bad_request().map(|b| b.field_violations.len()).unwrap_or(0);
+        assert!((2..=MAX_VIOLATIONS + 1).contains(&listed), "{listed}");
     }
 
     #[test]

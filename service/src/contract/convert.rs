@@ -1,73 +1,47 @@
 //! Conversions between protobuf messages and domain types.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
+use converge_proto::json::JsonError;
 use converge_proto::v1 as pb;
-use prost_types::value::Kind;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use super::status::{ApiError, Reason};
 use crate::domain::event::{EventRun, EventType};
 use crate::domain::graph::{DependencyEdge, GraphNode, ValueFlow};
-use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef, normalize_numbers};
+use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef};
 use crate::domain::violation::Violation;
 
-/// Converts a protobuf `Struct` to a JSON object (absent → `{}`), with
-/// integral numbers as integers.
-pub fn struct_to_json(value: Option<prost_types::Struct>) -> Value {
+pub use converge_proto::json::json_to_struct;
+
+/// A request's `Struct` at `field` as a JSON object (absent → `{}`), with
+/// integral numbers as integers. Values nested deeper than
+/// [`converge_proto::json::MAX_DEPTH`] or holding U+0000 are refused with a
+/// pointer under `field`.
+pub fn struct_to_json(field: &str, value: Option<prost_types::Struct>) -> Result<Value, ApiError> {
     match value {
-        Some(s) => normalize_numbers(Value::Object(fields_to_map(s.fields))),
-        None => Value::Object(Map::new()),
+        Some(s) => converge_proto::json::storable_struct_to_json(s).map_err(|e| json_refusal(field, &e)),
+        None => Ok(Value::Object(Map::new())),
     }
 }
 
-/// Converts an optional protobuf `Struct` to an optional JSON object.
-pub fn optional_struct_to_json(value: Option<prost_types::Struct>) -> Option<Value> {
-    value.map(|s| struct_to_json(Some(s)))
+/// An optional request `Struct` as an optional JSON object, as [`struct_to_json`].
+pub fn optional_struct_to_json(field: &str, value: Option<prost_types::Struct>) -> Result<Option<Value>, ApiError> {
+    value.map(|s| struct_to_json(field, Some(s))).transpose()
 }
 
-fn fields_to_map(fields: BTreeMap<String, prost_types::Value>) -> Map<String, Value> {
-    fields.into_iter().map(|(k, v)| (k, value_to_json(v))).collect()
-}
-
-fn value_to_json(value: prost_types::Value) -> Value {
-    match value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(b),
-        // NaN and infinities have no JSON form; protobuf JSON rejects them too.
-        Some(Kind::NumberValue(n)) => Number::from_f64(n).map(Value::Number).unwrap_or(Value::Null),
-        Some(Kind::StringValue(s)) => Value::String(s),
-        Some(Kind::ListValue(list)) => Value::Array(list.values.into_iter().map(value_to_json).collect()),
-        Some(Kind::StructValue(s)) => Value::Object(fields_to_map(s.fields)),
-    }
-}
-
-/// Converts a JSON value to a protobuf `Struct` (non-objects become `None`).
-pub fn json_to_struct(value: &Value) -> Option<prost_types::Struct> {
-    match value {
-        Value::Object(map) => Some(prost_types::Struct {
-            fields: map.iter().map(|(k, v)| (k.clone(), json_to_value(v))).collect(),
-        }),
-        _ => None,
-    }
-}
-
-fn json_to_value(value: &Value) -> prost_types::Value {
-    let kind = match value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Kind::StringValue(s.clone()),
-        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.iter().map(json_to_value).collect(),
-        }),
-        Value::Object(_) => match json_to_struct(value) {
-            Some(s) => Kind::StructValue(s),
-            None => Kind::NullValue(0),
-        },
+/// The refusal of a `Struct` at `field` that has no storable JSON form.
+pub fn json_refusal(field: &str, error: &JsonError) -> ApiError {
+    let reason = match error {
+        JsonError::TooDeep { .. } => Reason::NestingTooDeep,
+        JsonError::NulCharacter { .. } => Reason::InvalidField,
     };
-    prost_types::Value { kind: Some(kind) }
+    ApiError::violations(
+        reason,
+        vec![Violation::new(
+            format!("{field}{}", error.pointer()),
+            error.description(),
+        )],
+    )
 }
 
 /// A database time as a protobuf timestamp.
@@ -262,14 +236,27 @@ mod tests {
     #[test]
     fn structs_round_trip_through_json() {
         let doc = json!({"name": "a", "port": 80, "ratio": 0.5, "tags": ["x", null, true], "nested": {"k": {}}});
-        let back = struct_to_json(json_to_struct(&doc));
-        assert_eq!(back, doc);
-        assert!(back["port"].is_i64(), "integral numbers stay integers");
+        let back = struct_to_json("/spec", json_to_struct(&doc)).ok();
+        assert_eq!(back, Some(doc.clone()));
+        assert!(
+            back.is_some_and(|b| b["port"].is_i64()),
+            "integral numbers stay integers"
+        );
     }
 
     #[test]
     fn an_absent_struct_is_an_empty_object() {
-        assert_eq!(struct_to_json(None), json!({}));
+        assert_eq!(struct_to_json("/spec", None).ok(), Some(json!({})));
+    }
+
+    #[test]
+    fn unstorable_structs_are_refused_under_their_field() {
+        let err = struct_to_json("/spec", json_to_struct(&json!({"a": "\u{0}"}))).err();
+        let Some(ApiError::Refused { violations, reason, .. }) = err else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(reason, Reason::InvalidField);
+        assert_eq!(violations[0].field, "/spec/a");
     }
 
     #[test]
