@@ -83,6 +83,86 @@ async fn list_services_v1alpha(address: &str) -> anyhow::Result<BTreeSet<String>
     Ok(list.service.into_iter().map(|s| s.name).collect())
 }
 
+/// What a reflection client needs to describe `symbol`: the file holding it
+/// and every file that file imports, transitively (as grpcurl and grpcui
+/// fetch them). Errors name the version and the symbol or file refused.
+async fn describe(address: &str, symbol: &str, alpha: bool) -> anyhow::Result<usize> {
+    use prost::Message as _;
+    let mut queue = vec![None::<String>];
+    let mut seen = BTreeSet::new();
+    while let Some(file) = queue.pop() {
+        let files = if alpha {
+            use v1alpha::server_reflection_request::MessageRequest as Req;
+            use v1alpha::server_reflection_response::MessageResponse as Resp;
+            let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel(address).await?);
+            let message_request = Some(match &file {
+                None => Req::FileContainingSymbol(symbol.to_owned()),
+                Some(name) => Req::FileByFilename(name.clone()),
+            });
+            let request = v1alpha::ServerReflectionRequest {
+                host: String::new(),
+                message_request,
+            };
+            let mut responses = client
+                .server_reflection_info(tokio_stream::iter([request]))
+                .await?
+                .into_inner();
+            match responses.message().await?.and_then(|r| r.message_response) {
+                Some(Resp::FileDescriptorResponse(f)) => f.file_descriptor_proto,
+                other => anyhow::bail!("v1alpha cannot describe {symbol} ({file:?}): {other:?}"),
+            }
+        } else {
+            let mut client = ServerReflectionClient::new(channel(address).await?);
+            let message_request = Some(match &file {
+                None => MessageRequest::FileContainingSymbol(symbol.to_owned()),
+                Some(name) => MessageRequest::FileByFilename(name.clone()),
+            });
+            let request = ServerReflectionRequest {
+                host: String::new(),
+                message_request,
+            };
+            let mut responses = client
+                .server_reflection_info(tokio_stream::iter([request]))
+                .await?
+                .into_inner();
+            match responses.message().await?.and_then(|r| r.message_response) {
+                Some(MessageResponse::FileDescriptorResponse(f)) => f.file_descriptor_proto,
+                other => anyhow::bail!("v1 cannot describe {symbol} ({file:?}): {other:?}"),
+            }
+        };
+        for bytes in files {
+            let descriptor = prost_types::FileDescriptorProto::decode(bytes.as_slice())?;
+            if seen.insert(descriptor.name().to_owned()) {
+                queue.extend(
+                    descriptor
+                        .dependency
+                        .iter()
+                        .filter(|d| !seen.contains(*d))
+                        .cloned()
+                        .map(Some),
+                );
+            }
+        }
+    }
+    Ok(seen.len())
+}
+
+#[tokio::test]
+async fn every_listed_service_can_be_described_through_both_reflection_versions() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let address = server.address();
+    for (alpha, listed) in [
+        (false, list_services_v1(&address).await?),
+        (true, list_services_v1alpha(&address).await?),
+    ] {
+        for service in &listed {
+            let files = describe(&address, service, alpha).await?;
+            assert!(files >= 1, "{service}");
+        }
+    }
+    server.shutdown().await
+}
+
 fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }

@@ -235,6 +235,16 @@ fn config_to_proto(config: KindConfigRow) -> pb::KindConfig {
     }
 }
 
+/// Refuses a malformed kind name or a kind version out of its range (≥ 1),
+/// naming the fields under `prefix` (e.g. `""` or `"/config"`).
+fn check_kind_key(prefix: &str, kind: &str, kind_version: i32) -> Result<(), ApiError> {
+    if let Err(v) = validate_kind_name(&format!("{prefix}/kind"), kind) {
+        return Err(ApiError::violations(Reason::InvalidName, vec![v]));
+    }
+    validate_kind_version(&format!("{prefix}/kind_version"), kind_version)?;
+    Ok(())
+}
+
 fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
     ApiError::refused(
         Reason::KindNotFound,
@@ -450,6 +460,7 @@ impl KindService for KindApi {
         request: Request<GetKindManifestRequest>,
     ) -> Result<Response<GetKindManifestResponse>, Status> {
         let req = request.into_inner();
+        check_kind_key("", &req.kind, req.kind_version)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let stored = kinds::get_manifest(&mut conn, &req.kind, req.kind_version)
             .await
@@ -501,6 +512,7 @@ impl KindService for KindApi {
         request: Request<DeleteKindManifestRequest>,
     ) -> Result<Response<DeleteKindManifestResponse>, Status> {
         let req = request.into_inner();
+        check_kind_key("", &req.kind, req.kind_version)?;
         let call = WriteCall::new("DeleteKindManifest", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -519,6 +531,7 @@ impl KindService for KindApi {
         request: Request<GetKindConfigRequest>,
     ) -> Result<Response<GetKindConfigResponse>, Status> {
         let req = request.into_inner();
+        check_kind_key("", &req.kind, req.kind_version)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let config = kinds::get_config(&mut conn, &req.kind, req.kind_version, false)
             .await
@@ -544,6 +557,7 @@ impl KindService for KindApi {
             )
             .into());
         };
+        check_kind_key("/config", &update.kind, update.kind_version)?;
         let paths = req.update_mask.clone().map(|m| m.paths).unwrap_or_default();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (update, paths) = (update.clone(), paths.clone());

@@ -179,11 +179,15 @@ fn service_name<T, S: NamedService>(_inner: &T, _wrap: fn(T) -> S) -> &'static s
 }
 
 /// A reflection builder (v1 for `buf curl`, v1alpha for grpcurl) advertising
-/// exactly the services this process serves.
+/// exactly the services this process serves. Each version's builder adds
+/// only its own descriptors, so both are registered here: a client of
+/// either version can then describe every service either one lists.
 fn reflection(names: &[&'static str]) -> tonic_reflection::server::Builder<'static> {
     let mut builder = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(converge_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .with_service_name("grpc.health.v1.Health")
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .with_service_name("grpc.reflection.v1alpha.ServerReflection");

@@ -103,6 +103,7 @@ pub async fn watch_resources(
     req: WatchResourcesRequest,
 ) -> Result<ResponseStream<WatchResourcesResponse>, ApiError> {
     let hub = hub(state)?;
+    super::resource::check_kind_filter(req.kind.as_deref(), req.kind_version)?;
     let selector = LabelSelector::parse(&req.label_selector).map_err(|e| {
         ApiError::violations(
             Reason::InvalidLabelSelector,

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::violation::Violation;
+use crate::domain::violation::{Violation, check_storable_text};
 use crate::store::requests::{self, Reservation};
 
 /// Longest accepted request id, in bytes.
@@ -42,6 +42,7 @@ impl<'a> WriteCall<'a> {
         if request_id.len() > MAX_REQUEST_ID_BYTES {
             return Err(Violation::new("/request_id", format!("must be at most {MAX_REQUEST_ID_BYTES} bytes")).into());
         }
+        check_storable_text("/request_id", request_id)?;
         let mut stripped = request.clone();
         strip(&mut stripped);
         let request_hash = Sha256::digest(stripped.encode_to_vec()).to_vec();

@@ -318,6 +318,13 @@ impl From<sqlx::Error> for ApiError {
                 Reason::ConcurrentModification,
                 "the write conflicted with a concurrent one; retry it",
             ),
+            // 22021 / 22P05: text the database cannot represent (U+0000).
+            // Every request field is checked before it gets here; this keeps
+            // a field that was missed a caller error, not an INTERNAL one.
+            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("22021" | "22P05")) => ApiError::refused(
+                Reason::InvalidField,
+                "the request holds a character the database cannot store (U+0000)",
+            ),
             _ => ApiError::Internal(error.to_string()),
         }
     }

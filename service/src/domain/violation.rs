@@ -49,6 +49,19 @@ pub fn clip(text: String, max: usize) -> String {
     clipped
 }
 
+/// Refuses text that PostgreSQL cannot store: its `text` and `jsonb` types
+/// have no representation for U+0000.
+pub fn check_storable_text(field: &str, text: &str) -> Result<(), Violation> {
+    if text.contains('\0') {
+        Err(Violation::new(
+            field,
+            "contains the character U+0000, which cannot be stored",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Escapes one JSON-pointer reference token ("~" -> "~0", "/" -> "~1").
 pub fn pointer_token(token: &str) -> String {
     // '~' must go first, or the "~1" written for '/' would itself be escaped to "~01".

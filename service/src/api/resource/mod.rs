@@ -226,17 +226,43 @@ fn check_quarantine_request(kind: &str, name: &str, note: &str) -> Result<(), Ap
     if note.len() > MAX_NOTE_BYTES {
         return Err(Violation::new("/message", format!("must be at most {MAX_NOTE_BYTES} bytes")).into());
     }
+    crate::domain::violation::check_storable_text("/message", note)?;
     Ok(())
 }
 
-/// Resolves a kind + name reference to an id (`None` when missing).
-async fn resolve(state: &ApiState, reference: Option<&PbResourceRef>) -> Result<Option<Option<Uuid>>, ApiError> {
+/// Resolves a kind + name reference to an id (`None` when missing); a
+/// malformed reference is refused, naming `field`.
+async fn resolve(
+    state: &ApiState,
+    field: &str,
+    reference: Option<&PbResourceRef>,
+) -> Result<Option<Option<Uuid>>, ApiError> {
     match reference {
         Some(r) if !(r.kind.is_empty() && r.name.is_empty()) => {
+            let mut violations = Vec::new();
+            violations.extend(validate_kind_name(&format!("{field}/kind"), &r.kind).err());
+            violations.extend(validate_resource_name(&format!("{field}/name"), &r.name).err());
+            if !violations.is_empty() {
+                return Err(ApiError::violations(Reason::InvalidName, violations));
+            }
             Ok(Some(resources::id_of(&state.pool, &r.kind, &r.name).await?))
         }
         _ => Ok(None),
     }
+}
+
+/// Refuses a list or watch filter whose kind name is malformed or whose kind
+/// version is out of its range (≥ 1).
+pub(super) fn check_kind_filter(kind: Option<&str>, kind_version: Option<i32>) -> Result<(), ApiError> {
+    if let Some(kind) = kind
+        && let Err(v) = validate_kind_name("/kind", kind)
+    {
+        return Err(ApiError::violations(Reason::InvalidName, vec![v]));
+    }
+    if let Some(version) = kind_version {
+        crate::domain::names::validate_kind_version("/kind_version", version)?;
+    }
+    Ok(())
 }
 
 fn optional_ref_key(reference: Option<&PbResourceRef>) -> String {
@@ -347,6 +373,7 @@ impl ResourceService for ResourceApi {
     ) -> Result<Response<ListResourcesResponse>, Status> {
         let req = request.into_inner();
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        check_kind_filter(req.kind.as_deref(), req.kind_version)?;
         let selector = LabelSelector::parse(&req.label_selector).map_err(|e| {
             ApiError::violations(
                 Reason::InvalidLabelSelector,
@@ -369,8 +396,8 @@ impl ResourceService for ResourceApi {
             .map(|position| time_and_id(&position))
             .transpose()?
             .map(|(created_at, id)| ListCursor { created_at, id });
-        let owner = resolve(&self.state, req.owner.as_ref()).await?;
-        let root = resolve(&self.state, req.root.as_ref()).await?;
+        let owner = resolve(&self.state, "/owner", req.owner.as_ref()).await?;
+        let root = resolve(&self.state, "/root", req.root.as_ref()).await?;
         // A filter on a resource that does not exist matches nothing.
         if matches!(owner, Some(None)) || matches!(root, Some(None)) {
             return Ok(Response::new(ListResourcesResponse::default()));
