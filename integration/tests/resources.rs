@@ -100,7 +100,7 @@ async fn apply_creates_then_updates_only_on_real_change() -> anyhow::Result<()> 
     let respecced = resource_of(apply_ok(&client, respec).await?)?;
     assert_eq!(respecced.generation, 2);
     let spec = respecced.spec.as_ref().map(json).unwrap_or_default();
-    assert_eq!(spec["ports"][0]["number"], json!(443.0));
+    assert_eq!(spec["ports"][0]["number"], json!(443));
     assert_eq!(get(&client, "vpc", "main").await?.generation, 2);
 
     // A kind-version flip is a new generation under the other manifest.

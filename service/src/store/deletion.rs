@@ -70,13 +70,22 @@ pub async fn quarantine(conn: &mut PgConnection, id: Uuid, actor: &str, message:
     Ok(SetAside::parse(&answer))
 }
 
-/// Releases a quarantined `id` and schedules it.
+/// Releases a quarantined `id` and schedules it for reconciliation.
+///
+/// A release is an operator's decision to try again, so it also lifts a
+/// terminal failure and resets the retry backoff, as `ReconcileResource`
+/// with `reset_backoff` does: a resource quarantined while FAILED would
+/// otherwise stay FAILED with no task.
 pub async fn unquarantine(conn: &mut PgConnection, id: Uuid, actor: &str, message: &str) -> StoreResult<SetAside> {
     let answer: String = sqlx::query_scalar("SELECT unquarantine_resource($1, $2, $3)")
         .bind(id)
         .bind(actor)
         .bind(message)
-        .fetch_one(conn)
+        .fetch_one(&mut *conn)
         .await?;
-    Ok(SetAside::parse(&answer))
+    let outcome = SetAside::parse(&answer);
+    if outcome == SetAside::Changed {
+        super::work::request_reconcile(conn, id, true).await?;
+    }
+    Ok(outcome)
 }
