@@ -1,3 +1,5 @@
+-- The cascade: readiness changes of resources wake their dependents and owners.
+
 -- The drain's cascade trigger joins its transition tables. PL/pgSQL
 -- analyses that statement once, and the row counts of the transition
 -- tables it records then stay the planner's estimate for every later call:
@@ -6,9 +8,10 @@
 -- (262,144 comparisons, 50-74 ms of a drain; ADR 16). The join is planned with
 -- nested loops off (for that statement only), so it is a hash join
 -- whatever the first call saw.
-CREATE OR REPLACE FUNCTION cascade_on_ready_change() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
+CREATE OR REPLACE FUNCTION cascade_on_ready_change()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
 DECLARE
     v_synced uuid[];
     v_owners uuid[];
@@ -37,4 +40,7 @@ BEGIN
     END IF;
     RETURN NULL;
 END
-$$;
+$function$;
+
+CREATE OR REPLACE TRIGGER resources_cascade AFTER UPDATE ON resources REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION cascade_on_ready_change();

@@ -1,45 +1,15 @@
--- Reaction legality rules of kind manifests, enforced by the database itself.
---
--- kind_reactions_violation() is the SQL twin of the service's validate_reactions()
--- (domain/manifest.rs). The kind_manifest table checks it in a constraint,
---     CHECK (kind_reactions_violation(reactions, finalizer_name) IS NULL),
--- so an illegal reaction set can never be stored, even by a writer that skipped
--- the Rust validation. The two implementations must accept and refuse exactly
--- the same reaction sets: change them together (an agreement test runs both over
--- the same table of cases).
---
--- p_reactions is the serde JSON of Vec<Reaction>:
---     [{"name": "work", "trigger": "specChange", "emits": ["status"]}, ...]
--- with optional "verb" and "finalizer" members (absent, null or a string; the
--- empty string means absent, as does an empty p_finalizer_name). Anything else
--- is refused: a non-array, a non-object element, unknown members, missing or
--- mistyped name/trigger/emits, unknown trigger or emit strings.
---
--- Returns NULL when the reactions are legal, otherwise a short message naming
--- the first broken rule (structure first, then R1 to R10 in order):
---   R1  at least one reaction.
---   R2  name: 1-63 ASCII letters, digits, '_', '-', ':', '.'; unique.
---   R3  emits: at least one, no duplicates.
---   R4  verb: required (same syntax as name) and unique for trigger operation;
---       absent or empty for every other trigger.
---   R5  a reaction's finalizer only with trigger deleteRequested.
---   R6  a specChange reaction emitting children must also emit status or
---       conditions and must not emit sideEffect; at most one such reaction.
---   R7  at most one childrenSettled reaction emitting status.
---   R8  at most one reactor reaction; it emits exactly ["sideEffect"]; a kind
---       with a reactor reaction has only reactor reactions.
---   R9  deleteRequested needs a finalizer: its own or p_finalizer_name.
---   R10 finalizer names: 1-253 of lower-case letters, digits, '-', '.', '/',
---       starting and ending with a letter or digit.
---
--- The body uses only immutable built-ins (not format() or array_to_string(),
--- which are merely stable) and no other object of this schema, so it behaves the
--- same under any search_path (pg_dump restores run with an empty one).
+-- Kind manifests (what a kind declares) and kind configuration (the
+-- operator's policy per kind version, seeded from the manifest).
 
-CREATE FUNCTION kind_reactions_violation(p_reactions jsonb, p_finalizer_name text)
-    RETURNS text
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-    AS $$
+-- The manifest rules, behind kind_manifest's CHECK constraint; the service
+-- checks the same rules first with precise messages (validate_reactions).
+-- The constraint needs it at CREATE TABLE time, so it lives here, not in
+-- functions/: changing it needs a new migration.
+CREATE OR REPLACE FUNCTION kind_reactions_violation(p_reactions jsonb, p_finalizer_name text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
 DECLARE
     c_triggers   CONSTANT text[] := ARRAY['specChange', 'childrenSettled', 'deleteRequested',
                                           'operation', 'reactor', 'resync'];
@@ -191,4 +161,52 @@ BEGIN
      LIMIT 1;
     RETURN v_bad;
 END
-$$;
+$function$;
+
+CREATE TABLE kind_manifest (
+    kind                   text        NOT NULL,
+    kind_version           smallint    NOT NULL CHECK (kind_version >= 1),
+    description            text        NOT NULL DEFAULT '',
+    spec_schema            jsonb,
+    status_schema          jsonb,
+    config_schema          jsonb,
+    reactions              jsonb       NOT NULL,
+    finalizer_name         text,
+    -- Policy seeds: copied into kind_config the first time only.
+    max_inflight           integer     NOT NULL DEFAULT 0 CHECK (max_inflight >= 0),
+    task_deadline_secs     integer     NOT NULL DEFAULT 0 CHECK (task_deadline_secs >= 0),
+    resync_interval_secs   integer     NOT NULL DEFAULT 0 CHECK (resync_interval_secs >= 0),
+    resync_recomposes      boolean     NOT NULL DEFAULT false,
+    orphan_grace_secs      integer     NOT NULL DEFAULT 0 CHECK (orphan_grace_secs >= 0),
+    max_transient_attempts integer     NOT NULL DEFAULT 0 CHECK (max_transient_attempts >= 0),
+    -- Content hash of schemas, reactions and finalizer (computed by the service).
+    manifest_version       bigint      NOT NULL CHECK (manifest_version > 0),
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    updated_at             timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (kind, kind_version),
+    -- The service validates first with precise messages; this keeps the
+    -- database honest if anything ever bypasses it.
+    CONSTRAINT kind_manifest_reactions_legal CHECK (kind_reactions_violation(reactions, finalizer_name) IS NULL)
+);
+
+CREATE TABLE kind_config (
+    kind                   text        NOT NULL,
+    kind_version           smallint    NOT NULL,
+    max_inflight           integer     NOT NULL DEFAULT 0 CHECK (max_inflight >= 0),
+    task_deadline_secs     integer     NOT NULL DEFAULT 0 CHECK (task_deadline_secs >= 0),
+    resync_interval_secs   integer     NOT NULL DEFAULT 0 CHECK (resync_interval_secs >= 0),
+    resync_recomposes      boolean     NOT NULL DEFAULT false,
+    orphan_grace_secs      integer     NOT NULL DEFAULT 0 CHECK (orphan_grace_secs >= 0),
+    max_transient_attempts integer     NOT NULL DEFAULT 0 CHECK (max_transient_attempts >= 0),
+    -- Retired versions accept no new resources and no flips; existing ones keep reconciling.
+    retired                boolean     NOT NULL DEFAULT false,
+    -- Mirrors of the manifest, so in-database sweeps need not read manifests.
+    finalizer_name         text,
+    manifest_version       bigint      NOT NULL,
+    updated_at             timestamptz NOT NULL DEFAULT now(),
+    -- Pipeline mirrors of the manifest's reactions.
+    composes               boolean     NOT NULL DEFAULT false,
+    rolls_up               boolean     NOT NULL DEFAULT false,
+    PRIMARY KEY (kind, kind_version),
+    FOREIGN KEY (kind, kind_version) REFERENCES kind_manifest (kind, kind_version) ON DELETE CASCADE
+);
