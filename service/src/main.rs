@@ -80,6 +80,7 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             tracing::info!(
                 applied = report.applied,
                 total = report.total,
+                functions_applied = report.functions_applied,
                 "migrations are up to date"
             );
             Ok(())

@@ -71,7 +71,7 @@ pub enum ServeError {
     Database(#[from] DatabaseError),
     /// Migrations failed.
     #[error("applying migrations failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[from] migrate::MigrationError),
     /// A setup statement failed.
     #[error("database error during startup: {0}")]
     Sql(#[from] sqlx::Error),
@@ -208,6 +208,7 @@ async fn prepare_and_spawn(
     tracing::info!(
         applied = report.applied,
         total = report.total,
+        functions_applied = report.functions_applied,
         "database schema is current"
     );
     let shards = cluster_store::shard_count(&pool).await?;
