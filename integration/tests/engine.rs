@@ -514,6 +514,55 @@ async fn requeue_after_comes_back_without_failing() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn requeued_work_is_delivered_when_it_falls_due_not_on_the_next_poll() -> anyhow::Result<()> {
+    // Past the session's fast polling after a result (120 ms) and between
+    // two idle polls (500 ms apart), where the old behaviour was latest.
+    const DELAY: Duration = Duration::from_millis(700);
+    const ROUNDS: usize = 7;
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("job", 1, None)).await?;
+    // When each attempt started, and when the one before it answered.
+    let starts: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let seen = starts.clone();
+    let provider = Scripted::new(
+        Duration::ZERO,
+        Arc::new(move |_, attempt| {
+            if let Ok(mut starts) = seen.lock() {
+                starts.push(std::time::Instant::now());
+            }
+            if attempt <= ROUNDS {
+                Ok(Outcome::new().with_requeue_after(DELAY))
+            } else {
+                Ok(Outcome::new().with_status(json!({"state": "done"})))
+            }
+        }),
+    );
+    let _worker = run_worker(server.address(), provider, 4);
+    apply_ok(&client, apply("job", "poller", json!({}))).await?;
+    wait_phase(&client, "poller", Phase::Ready, Duration::from_secs(30)).await?;
+    let starts = starts.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(starts.len(), ROUNDS + 1);
+    // Lateness beyond the asked-for delay, per round. The idle poll is
+    // 500 ms, so before due work had a timer it was late by 0-500 ms
+    // (about 250 ms typically); the median says which it is.
+    let mut late: Vec<Duration> = starts
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).saturating_sub(DELAY))
+        .collect();
+    late.sort();
+    let median = late[late.len() / 2];
+    assert!(
+        (starts[1] - starts[0]) >= DELAY,
+        "never early: {:?}",
+        starts[1] - starts[0]
+    );
+    eprintln!("requeued work was late by {late:?}");
+    assert!(median < Duration::from_millis(100), "late by {late:?}");
+    server.shutdown().await
+}
+
+#[tokio::test]
 async fn max_inflight_holds_across_two_brokers_and_can_be_raised_live() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let a = TestServer::start_on(database.clone(), Role::All).await?;

@@ -123,11 +123,12 @@ BEGIN
       AND o.error_message IS NULL AND o.requeue_after_ms IS NULL
       AND w.generation = o.generation AND w.outcome_pending;
 
-    -- "Not settled yet": run again after the requested delay.
+    -- "Not settled yet": run again after the requested delay, counted from
+    -- the result's fence time (created_at), so a lagging drain adds nothing.
     UPDATE work_queue w
     SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
         outcome_pending = false, claim_epoch = w.claim_epoch + 1,
-        not_before = now() + make_interval(secs => o.requeue_after_ms / 1000.0)
+        not_before = o.created_at + make_interval(secs => o.requeue_after_ms / 1000.0)
     FROM unnest(v_rows) o
     WHERE w.id = o.work_id AND w.shard_id = o.shard_id AND w.shard_id BETWEEN p_lo AND p_hi
       AND o.error_message IS NULL AND o.requeue_after_ms IS NOT NULL
@@ -184,7 +185,7 @@ BEGIN
     UPDATE work_queue w
     SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
         outcome_pending = false, claim_epoch = w.claim_epoch + 1,
-        not_before = now() + make_interval(secs => o.requeue_after_ms / 1000.0)
+        not_before = o.created_at + make_interval(secs => o.requeue_after_ms / 1000.0)
     FROM unnest(p_rows) o
     WHERE w.id = o.work_id AND w.shard_id = o.shard_id AND w.shard_id BETWEEN p_lo AND p_hi
       AND o.error_message IS NULL AND o.requeue_after_ms IS NOT NULL

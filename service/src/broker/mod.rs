@@ -11,15 +11,18 @@
 mod session;
 mod wire;
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::worker_service_server::WorkerService;
 use sqlx::PgPool;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
@@ -86,7 +89,55 @@ pub struct Broker {
     /// Bumped on every `work_ready` notification; a session that was busy
     /// when it changed still sees the change (no lost wake-ups).
     wake: watch::Sender<u64>,
+    /// When work this broker requeued falls due: the due timer bumps `wake`
+    /// then, so the work is claimed when it becomes due, not on the next
+    /// idle poll.
+    due: Arc<DueTimes>,
     stats: Arc<BrokerStats>,
+}
+
+/// The instants at which requeued work falls due, earliest first, and the
+/// signal that re-arms the timer when an earlier one arrives. Nothing is
+/// kept or woken when nothing is requeued.
+#[derive(Debug, Default)]
+struct DueTimes {
+    times: std::sync::Mutex<BinaryHeap<Reverse<Instant>>>,
+    changed: Notify,
+}
+
+impl DueTimes {
+    /// Most instants kept; past it, the nearest are kept (later work is
+    /// still found by the idle poll).
+    const CAPACITY: usize = 4096;
+
+    fn add(&self, at: Instant) {
+        let Ok(mut times) = self.times.lock() else {
+            return;
+        };
+        let earliest = times.peek().is_none_or(|Reverse(first)| at < *first);
+        if times.len() >= Self::CAPACITY {
+            return;
+        }
+        times.push(Reverse(at));
+        drop(times);
+        if earliest {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Removes the instants that have passed; returns whether any had, and
+    /// the next one.
+    fn take_passed(&self, now: Instant) -> (bool, Option<Instant>) {
+        let Ok(mut times) = self.times.lock() else {
+            return (false, None);
+        };
+        let mut passed = false;
+        while times.peek().is_some_and(|Reverse(at)| *at <= now) {
+            times.pop();
+            passed = true;
+        }
+        (passed, times.peek().map(|Reverse(at)| *at))
+    }
 }
 
 impl Broker {
@@ -106,13 +157,20 @@ impl Broker {
             catalog,
             shards,
             wake: watch::channel(0).0,
+            due: Arc::default(),
             stats: Arc::default(),
         });
         tokio::spawn(forward_wakes(
             Arc::downgrade(&broker),
             notifications.subscribe(&[Channel::WorkReady]),
         ));
+        tokio::spawn(wake_when_due(Arc::downgrade(&broker), broker.due.clone()));
         broker
+    }
+
+    /// Notes that work falls due at `at`: every session is woken then.
+    fn due_at(&self, at: Instant) {
+        self.due.add(at);
     }
 
     /// The broker's counters.
@@ -134,6 +192,29 @@ async fn forward_wakes(broker: std::sync::Weak<Broker>, mut work_ready: Subscrip
             return;
         };
         broker.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Wakes the sessions whenever requeued work falls due, until the broker is
+/// dropped (checked at least every few seconds while nothing is due).
+async fn wake_when_due(broker: std::sync::Weak<Broker>, due: Arc<DueTimes>) {
+    const IDLE_CHECK: Duration = Duration::from_secs(5);
+    loop {
+        let (passed, next) = due.take_passed(Instant::now());
+        if passed {
+            let Some(broker) = broker.upgrade() else {
+                return;
+            };
+            broker.wake.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        if broker.strong_count() == 0 {
+            return;
+        }
+        let until = next.unwrap_or_else(|| Instant::now() + IDLE_CHECK);
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            _ = due.changed.notified() => {}
+        }
     }
 }
 

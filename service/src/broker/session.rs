@@ -223,8 +223,12 @@ impl Session {
         }
         let results = std::mem::take(&mut self.results);
         let stats = &self.broker.stats;
+        // Requeued work falls due its delay after the fence (the database
+        // counts from the result's fence time): wake up for it then.
+        let flushed_at = tokio::time::Instant::now();
         match self.write(&results).await {
             Ok(accepted) => {
+                self.note_due_work(&results, &accepted, flushed_at).await;
                 let accepted_count = accepted.len() as u64;
                 let failed = results
                     .iter()
@@ -241,6 +245,33 @@ impl Session {
             // The leases stay held without heartbeats: the reaper frees
             // them and the work runs again (at least once).
             Err(e) => tracing::warn!(error = %e, results = results.len(), "could not write results"),
+        }
+    }
+
+    /// Tells the broker when the work these accepted results put back falls
+    /// due: a requeue after its delay, a retried failure after its backoff
+    /// (read back by key; failures are rare and only applied results have
+    /// a backoff yet).
+    async fn note_due_work(&self, results: &[TaskResult], accepted: &[Uuid], flushed_at: tokio::time::Instant) {
+        let mut retried = Vec::new();
+        for result in results.iter().filter(|r| accepted.contains(&r.lease)) {
+            if let Some(ms) = result.requeue_after_ms.and_then(|ms| u64::try_from(ms).ok()) {
+                self.broker.due_at(flushed_at + Duration::from_millis(ms));
+            } else if result.error.is_some() && !result.terminal {
+                retried.push(result.work_id);
+            }
+        }
+        if retried.is_empty() {
+            return;
+        }
+        match work::due_in(&self.broker.pool, &retried).await {
+            Ok(delays) => {
+                let now = tokio::time::Instant::now();
+                for delay in delays {
+                    self.broker.due_at(now + delay);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "could not read when retried work falls due"),
         }
     }
 

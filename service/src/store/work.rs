@@ -487,3 +487,20 @@ async fn requeue_lagging(pool: &PgPool, sweep: &mut LaggingSweep) -> StoreResult
     sweep.recovering &= next.is_some();
     Ok(requeued)
 }
+
+/// How long until each of the unclaimed tasks `ids` falls due (retry
+/// backoff), for those not due yet. By primary key: a handful of rows.
+pub async fn due_in(pool: &PgPool, ids: &[Uuid]) -> StoreResult<Vec<std::time::Duration>> {
+    let millis: Vec<i64> = sqlx::query_scalar(
+        "SELECT ceil(extract(epoch FROM not_before - clock_timestamp()) * 1000)::bigint
+         FROM work_queue WHERE id = ANY($1) AND broker_id IS NULL AND not_before > clock_timestamp()",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(millis
+        .into_iter()
+        .filter_map(|ms| u64::try_from(ms).ok())
+        .map(std::time::Duration::from_millis)
+        .collect())
+}
