@@ -51,6 +51,7 @@ impl TestServer {
             listen_addr: ([127, 0, 0, 1], 0).into(),
             role,
             shutdown_timeout_secs: 5,
+            member_identity: None,
         };
         let mut config = ServerConfig::new(DatabaseTarget::Url(database.url()?), 8, serve);
         config.membership = fast_membership();

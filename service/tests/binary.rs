@@ -243,6 +243,97 @@ async fn a_killed_converge_takes_its_postgres_down_and_restarts_cleanly() -> any
     Ok(())
 }
 
+/// The registered members as `ListClusterMembers` shows them: pid and shard
+/// range (lo, hi) of each, ordered by pid.
+async fn members(addr: &str) -> anyhow::Result<Vec<(i32, Option<(i32, i32)>)>> {
+    use converge_proto::v1::ListClusterMembersRequest;
+    use converge_proto::v1::cluster_service_client::ClusterServiceClient;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let listed = ClusterServiceClient::new(channel)
+        .list_cluster_members(ListClusterMembersRequest::default())
+        .await?
+        .into_inner();
+    let mut members: Vec<_> = listed
+        .members
+        .into_iter()
+        .map(|m| (m.pid, m.shard_range.map(|r| (r.lo, r.hi))))
+        .collect();
+    members.sort();
+    Ok(members)
+}
+
+#[tokio::test]
+async fn a_restarted_converge_takes_its_predecessors_shards_at_once() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let data_dir = scratch.path().join("data");
+    let mut first = Converge::embedded(&data_dir, scratch.path().join("first.log"))?;
+    first.wait_serving().await?;
+    let server = server_processes(&data_dir)?;
+    kill(first.pid()?, Signal::SIGKILL)?;
+    first.wait_exit(Duration::from_secs(5)).await?;
+    wait_gone(&server, Duration::from_secs(15)).await?;
+
+    // The predecessor's heartbeat is seconds old, well inside the liveness
+    // window, but it owned this data directory: the successor knows it is
+    // gone and holds every shard from the start.
+    let mut second = Converge::embedded(&data_dir, scratch.path().join("second.log"))?;
+    second.wait_serving().await?;
+    let pid = i32::try_from(second.child.id().unwrap_or_default())?;
+    assert_eq!(
+        members(&second.addr).await?,
+        [(pid, Some((0, 255)))],
+        "{}",
+        second.log()
+    );
+    kill(second.pid()?, Signal::SIGTERM)?;
+    second.wait_exit(Duration::from_secs(15)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_a_member_with_the_same_identity_is_taken_over() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let url = empty_database_url().await?;
+    let start = |identity: Option<&str>, log: &str| {
+        let mut envs = vec![("DATABASE_URL", url.as_str())];
+        if let Some(identity) = identity {
+            envs.push(("MEMBER_IDENTITY", identity));
+        }
+        Converge::spawn(&["serve"], &envs, scratch.path().join(log))
+    };
+    let mut a = start(Some("pod-a"), "a.log")?;
+    a.wait_serving().await?;
+    let mut b = start(Some("pod-b"), "b.log")?;
+    b.wait_serving().await?;
+    let mut anonymous = start(None, "anonymous.log")?;
+    anonymous.wait_serving().await?;
+    let pid_of = |c: &Converge| i32::try_from(c.child.id().unwrap_or_default());
+    let (pid_b, pid_anonymous) = (pid_of(&b)?, pid_of(&anonymous)?);
+    kill(a.pid()?, Signal::SIGKILL)?;
+    a.wait_exit(Duration::from_secs(5)).await?;
+
+    let mut successor = start(Some("pod-a"), "a2.log")?;
+    successor.wait_serving().await?;
+    let pid_successor = pid_of(&successor)?;
+    let listed: Vec<i32> = members(&successor.addr)
+        .await?
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    let mut expected = vec![pid_b, pid_anonymous, pid_successor];
+    expected.sort();
+    // pod-a's predecessor is gone at once; pod-b and the member without an
+    // identity stay (they are alive, and nothing proves otherwise).
+    assert_eq!(listed, expected);
+    for mut process in [b, anonymous, successor] {
+        kill(process.pid()?, Signal::SIGTERM)?;
+        process.wait_exit(Duration::from_secs(15)).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn database_url_replaces_the_embedded_cluster() -> anyhow::Result<()> {
     let scratch = scratch_dir()?;

@@ -64,6 +64,12 @@ impl Membership {
         registration: MemberRegistration,
         timing: MembershipTiming,
     ) -> Result<Self, sqlx::Error> {
+        if let Some(identity) = &registration.identity {
+            let gone = store::take_over(&pool, identity, &registration.member_id).await?;
+            if !gone.is_empty() {
+                tracing::info!(?gone, identity, "took over from this process's predecessor");
+            }
+        }
         store::heartbeat(&pool, &registration, &MemberLoad::default()).await?;
         let range = store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await?;
         let (shards_tx, shards) = watch::channel(range);

@@ -92,6 +92,27 @@ pub struct ServeArgs {
     #[arg(long, env = "SHUTDOWN_TIMEOUT_SECS", default_value_t = 10, global = true,
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_timeout_secs: u64,
+
+    /// Stable identity of this process across restarts (a pod name, say).
+    /// A process joining under the identity of a registered member is its
+    /// successor and takes its shards over at once; it must be unique among
+    /// running processes. Default: the embedded data directory, when the
+    /// database is embedded; none otherwise.
+    #[arg(long, env = "MEMBER_IDENTITY", global = true, value_parser = parse_member_identity)]
+    pub member_identity: Option<String>,
+}
+
+/// Longest member identity accepted, in bytes.
+pub const MAX_MEMBER_IDENTITY_BYTES: usize = 253;
+
+fn parse_member_identity(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.len() > MAX_MEMBER_IDENTITY_BYTES {
+        return Err(format!("must be 1 to {MAX_MEMBER_IDENTITY_BYTES} bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(value.to_owned())
 }
 
 impl Default for ServeArgs {
@@ -100,6 +121,7 @@ impl Default for ServeArgs {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
             role: Role::All,
             shutdown_timeout_secs: 10,
+            member_identity: None,
         }
     }
 }

@@ -199,6 +199,19 @@ impl Background {
     }
 }
 
+/// This process's stable identity: the configured one, else the embedded
+/// data directory it owns (only one process at a time can run an embedded
+/// cluster, so a member registered under it earlier is gone).
+fn member_identity(db: &Database, config: &ServerConfig) -> Option<String> {
+    config.serve.member_identity.clone().or_else(|| {
+        db.embedded().map(|server| {
+            let dir = server.data_dir();
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            format!("embedded:{}:{}", cluster::hostname(), dir.display())
+        })
+    })
+}
+
 async fn prepare_and_spawn(
     db: &Database,
     config: &ServerConfig,
@@ -231,6 +244,7 @@ async fn prepare_and_spawn(
         hostname: cluster::hostname(),
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         listen_addr: local_addr.to_string(),
+        identity: member_identity(db, config),
     };
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (notifications, listening) = Notifications::spawn(&pool, stop_rx.clone());

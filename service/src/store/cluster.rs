@@ -24,6 +24,8 @@ pub struct MemberRegistration {
     pub pid: i32,
     /// Address the gRPC server listens on.
     pub listen_addr: String,
+    /// Stable identity across restarts, if any (see [`take_over`]).
+    pub identity: Option<String>,
 }
 
 /// One row of `cluster_members`.
@@ -65,8 +67,8 @@ pub struct MemberRow {
 pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &MemberLoad) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr,
-                                      in_flight, connected_workers, counters)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                      in_flight, connected_workers, counters, identity)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (member_id) DO UPDATE
              SET last_heartbeat = now(), in_flight = EXCLUDED.in_flight,
                  connected_workers = EXCLUDED.connected_workers, counters = EXCLUDED.counters",
@@ -80,9 +82,22 @@ pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &Member
     .bind(load.in_flight)
     .bind(load.connected_workers)
     .bind(Json(&load.counters))
+    .bind(&member.identity)
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// Removes the registered members holding `identity` other than
+/// `member_id`: their successor is joining, so they are gone. Their leases
+/// stay, for workers that reconnect to resume them (the reaper frees the
+/// rest). Returns the removed member ids.
+pub async fn take_over(pool: &PgPool, identity: &str, member_id: &str) -> StoreResult<Vec<String>> {
+    sqlx::query_scalar("DELETE FROM cluster_members WHERE identity = $1 AND member_id <> $2 RETURNING member_id")
+        .bind(identity)
+        .bind(member_id)
+        .fetch_all(pool)
+        .await
 }
 
 /// Computes this member's shard range from live membership and records it.
