@@ -4,7 +4,7 @@
 //	if err != nil { ... }
 //	defer c.Close()
 //	v, err := c.Cluster.GetVersion(ctx, &convergev1.GetVersionRequest{})
-//	if info := converge.ErrorInfo(err); info != nil && info.GetReason() == "NOT_FOUND" { ... }
+//	if info := converge.ErrorInfo(err); info != nil && info.GetReason() == "RESOURCE_NOT_FOUND" { ... }
 //
 // Generated messages and stubs live in converge.dev/sdk/go/gen/converge/v1
 // (package convergev1) and converge.dev/sdk/go/gen/converge/worker/v1 (package

@@ -87,13 +87,13 @@ func TestUnimplementedCarriesErrorInfo(t *testing.T) {
 	}
 }
 
-// UNIMPLEMENTED until ResourceService lands, NOT_FOUND (KIND_NOT_FOUND) after.
+// A resource that does not exist: NotFound with reason RESOURCE_NOT_FOUND.
 func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
 	c, ctx := client(t)
 	_, err := c.Resource.GetResource(ctx, &convergev1.GetResourceRequest{Kind: "x", Name: "y"})
 	code := status.Code(err)
-	if code != codes.Unimplemented && code != codes.NotFound {
-		t.Fatalf("GetResource: got %v (%v), want Unimplemented or NotFound", code, err)
+	if code != codes.NotFound {
+		t.Fatalf("GetResource: got %v (%v), want NotFound", code, err)
 	}
 	info := converge.ErrorInfo(err)
 	if info == nil {
@@ -102,9 +102,8 @@ func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
 	if info.GetDomain() != converge.ErrorDomain {
 		t.Errorf("ErrorInfo domain = %q, want %q", info.GetDomain(), converge.ErrorDomain)
 	}
-	if code == codes.Unimplemented && info.GetReason() != "NOT_IMPLEMENTED" ||
-		code == codes.NotFound && !strings.HasSuffix(info.GetReason(), "_NOT_FOUND") {
-		t.Errorf("%v with ErrorInfo reason %q", code, info.GetReason())
+	if info.GetReason() != "RESOURCE_NOT_FOUND" {
+		t.Errorf("ErrorInfo reason %q, want RESOURCE_NOT_FOUND", info.GetReason())
 	}
 }
 

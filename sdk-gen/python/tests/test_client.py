@@ -58,18 +58,15 @@ def test_unimplemented_carries_error_info(client):
 
 
 def test_get_missing_resource_carries_error_info(client):
-    # UNIMPLEMENTED until ResourceService lands, NOT_FOUND (KIND_NOT_FOUND) after.
+    # A resource that does not exist: NOT_FOUND with reason RESOURCE_NOT_FOUND.
     with pytest.raises(grpc.RpcError) as excinfo:
         client.resource.GetResource(resource_service_pb2.GetResourceRequest(kind="x", name="y"), timeout=TIMEOUT)
     err = excinfo.value
-    assert err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND), err
+    assert err.code() == grpc.StatusCode.NOT_FOUND, err
     info = error_info(err)
     assert info is not None, f"no google.rpc.ErrorInfo in {err!r}"
     assert info.domain == ERROR_DOMAIN
-    if err.code() == grpc.StatusCode.UNIMPLEMENTED:
-        assert info.reason == "NOT_IMPLEMENTED"
-    else:
-        assert info.reason.endswith("_NOT_FOUND"), info.reason
+    assert info.reason == "RESOURCE_NOT_FOUND", info.reason
 
 
 def test_error_info_absent_on_plain_errors():

@@ -44,22 +44,18 @@ describe("converge client", { skip }, () => {
     assert.equal(info.metadata.method, unimplementedMethod);
   });
 
-  // UNIMPLEMENTED until ResourceService lands, NOT_FOUND (KIND_NOT_FOUND) after.
+  // A resource that does not exist: NOT_FOUND with reason RESOURCE_NOT_FOUND.
   it("GetResource of a missing resource carries google.rpc.ErrorInfo", async () => {
     const err = await converge.resource.getResource({ kind: "x", name: "y" }, { timeoutMs }).then(
       (resp) => assert.fail(`expected an error, got ${JSON.stringify(resp)}`),
       (e: unknown) => e,
     );
     assert.ok(err instanceof ConnectError, `not a ConnectError: ${String(err)}`);
-    assert.ok(err.code === Code.Unimplemented || err.code === Code.NotFound, `${Code[err.code]}: ${err.message}`);
+    assert.equal(err.code, Code.NotFound, `${Code[err.code]}: ${err.message}`);
     const info = errorInfo(err);
     assert.ok(info, `no google.rpc.ErrorInfo in ${err.message}`);
     assert.equal(info.domain, ERROR_DOMAIN);
-    if (err.code === Code.Unimplemented) {
-      assert.equal(info.reason, "NOT_IMPLEMENTED");
-    } else {
-      assert.match(info.reason, /_NOT_FOUND$/);
-    }
+    assert.equal(info.reason, "RESOURCE_NOT_FOUND");
   });
 
   it("exposes every service", () => {

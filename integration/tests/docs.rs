@@ -1,0 +1,230 @@
+//! The documents and packages say what is true: the licence the packages
+//! declare is in the repository, the error reasons the docs and clients name
+//! exist, request bodies shown in the docs are valid, and a method the docs
+//! say answers UNIMPLEMENTED really does (asked of a real server).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use converge_integration::TestServer;
+use tonic::Code;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Hand-written files with one of `extensions`: no generated code, no
+/// dependencies, no build output, no experiment history.
+fn sources(extensions: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                // Generated code lives in `gen/` in every language.
+                let skipped = ["node_modules", "target", "gen", "dist", "perf-log", "venv"];
+                if !(name.starts_with('.') || skipped.contains(&name.as_str())) {
+                    walk(&path, extensions, out);
+                }
+            } else if extensions.iter().any(|e| name.ends_with(e)) && !name.contains("_pb") && !name.contains(".pb.") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo(), extensions, &mut out);
+    out
+}
+
+/// The reasons catalogued in docs/errors.md (rows that start with a
+/// backquoted UPPER_SNAKE reason).
+fn catalogued_reasons() -> BTreeSet<String> {
+    read(&repo().join("docs/errors.md"))
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(reason, _)| reason.to_owned()))
+        .filter(|reason| reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect()
+}
+
+#[test]
+fn the_declared_licence_is_in_the_repository() {
+    let licence = read(&repo().join("LICENSE"));
+    assert!(
+        licence.contains("Apache License") && licence.contains("Version 2.0"),
+        "LICENSE must hold the Apache License 2.0 text"
+    );
+    let workspace = read(&repo().join("Cargo.toml"));
+    assert!(
+        workspace.contains("license = \"Apache-2.0\""),
+        "the crates declare Apache-2.0"
+    );
+    let ts = read(&repo().join("sdk-gen/ts/package.json"));
+    assert!(
+        ts.contains("\"license\": \"Apache-2.0\""),
+        "sdk-gen/ts/package.json declares Apache-2.0"
+    );
+    let python = read(&repo().join("sdk-gen/python/pyproject.toml"));
+    assert!(
+        python.contains("license = \"Apache-2.0\""),
+        "sdk-gen/python/pyproject.toml declares Apache-2.0"
+    );
+}
+
+#[test]
+fn every_reason_the_docs_and_clients_compare_with_exists() {
+    let known = catalogued_reasons();
+    assert!(known.contains("RESOURCE_NOT_FOUND"), "docs/errors.md lists the reasons");
+    let mut unknown = Vec::new();
+    for path in sources(&[".md", ".go", ".py", ".ts", ".rs"]) {
+        for (n, line) in read(&path).lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            // The UPPER_SNAKE literals quoted just after each "reason" on the
+            // line: `GetReason() == "X"`, `info.reason, "X"`, `"reason": "X"`.
+            for (at, _) in lower.match_indices("reason") {
+                let window: String = line[at..].chars().take(40).collect();
+                for (i, token) in window.split('"').enumerate() {
+                    let closed = window.split('"').count() > i + 1;
+                    let reason_like = token.len() > 3
+                        && token.contains('_')
+                        && token
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit());
+                    if i > 0 && closed && reason_like && !known.contains(token) {
+                        unknown.push(format!("{}:{}: {token}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "reasons not in docs/errors.md:\n{}",
+        unknown.join("\n")
+    );
+}
+
+#[test]
+fn request_bodies_in_the_docs_are_valid_json_with_object_update_masks() {
+    let mut problems = Vec::new();
+    for path in sources(&[".md"]) {
+        let text = read(&path);
+        for (i, body) in text.split(" -d '").enumerate().skip(1) {
+            let Some((json, _)) = body.split_once('\'') else {
+                continue;
+            };
+            let json = json.replace("\\\n", "");
+            let at = format!("{} (body {i})", path.display());
+            match serde_json::from_str::<serde_json::Value>(&json) {
+                Ok(value) => {
+                    if let Some(mask) = value.get("update_mask").or_else(|| value.get("updateMask")) {
+                        let paths = mask.get("paths").and_then(serde_json::Value::as_array);
+                        if !paths.is_some_and(|p| p.iter().all(serde_json::Value::is_string)) {
+                            problems.push(format!("{at}: update_mask must be {{\"paths\": [...]}}, got {mask}"));
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("{at}: not JSON ({e}): {json:.80}")),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The contract's methods by service, read from the proto files.
+fn contract_methods() -> BTreeMap<String, Vec<String>> {
+    let mut methods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (dir, package) in [
+        ("proto/converge/v1", "converge.v1"),
+        ("proto/converge/worker/v1", "converge.worker.v1"),
+    ] {
+        let Ok(entries) = std::fs::read_dir(repo().join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let mut service = None;
+            for line in read(&entry.path()).lines() {
+                let line = line.trim();
+                if let Some(rest) = line.strip_prefix("service ") {
+                    service = rest.split_whitespace().next().map(|s| format!("{package}.{s}"));
+                } else if let (Some(rest), Some(service)) = (line.strip_prefix("rpc "), &service)
+                    && let Some((name, _)) = rest.split_once('(')
+                {
+                    methods.entry(service.clone()).or_default().push(name.trim().to_owned());
+                }
+            }
+        }
+    }
+    methods
+}
+
+/// The code a method answers to an empty request.
+async fn answer(channel: tonic::transport::Channel, service: &str, method: &str) -> Code {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    if grpc.ready().await.is_err() {
+        return Code::Unavailable;
+    }
+    let Ok(path) = format!("/{service}/{method}").parse::<tonic::codegen::http::uri::PathAndQuery>() else {
+        return Code::InvalidArgument;
+    };
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    let call = grpc.unary(tonic::Request::new(()), path, codec);
+    match tokio::time::timeout(std::time::Duration::from_secs(5), call).await {
+        Ok(Ok(_)) => Code::Ok,
+        Ok(Err(status)) => status.code(),
+        // A streaming method keeps the call open: it is served.
+        Err(_) => Code::Ok,
+    }
+}
+
+#[tokio::test]
+async fn methods_the_docs_call_unimplemented_are() -> anyhow::Result<()> {
+    let methods = contract_methods();
+    assert!(methods.len() >= 7, "{methods:?}");
+    let server = TestServer::start().await?;
+    let channel = server.client().await?.channel();
+    let mut wrong = Vec::new();
+    for path in sources(&[".md"]) {
+        let text = read(&path).replace('\n', " ");
+        for sentence in text.split(". ").filter(|s| s.contains("UNIMPLEMENTED")) {
+            // A sentence about what happens in a role that does not serve a
+            // service is about the transport, not the capability.
+            if sentence.contains("role") {
+                continue;
+            }
+            for (service, names) in &methods {
+                let short = service.rsplit('.').next().unwrap_or(service);
+                let named: Vec<&String> = names
+                    .iter()
+                    .filter(|m| {
+                        sentence.contains(&format!("{short}.{m}")) || sentence.contains(&format!("{short}/{m}"))
+                    })
+                    .collect();
+                // A service named alone stands for all its methods.
+                let whole = named.is_empty()
+                    && sentence
+                        .split(|c: char| !c.is_ascii_alphanumeric())
+                        .any(|word| word == short);
+                let checked: Vec<&String> = if whole { names.iter().collect() } else { named };
+                for method in checked {
+                    let code = answer(channel.clone(), service, method).await;
+                    if code != Code::Unimplemented {
+                        wrong.push(format!(
+                            "{}: says {short}.{method} answers UNIMPLEMENTED, but it answers {code:?}: {sentence:.160}",
+                            path.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    server.shutdown().await
+}
