@@ -9,7 +9,7 @@ Give the database `log_min_duration_statement = 0` and the cluster
 For each statement of the path it prints the median and p90 of bind
 (planning) plus execute time. Drainer polls that found nothing are mixed
 with real drains in the log; REAL_DRAINS (the number of applies) keeps
-only that many of the longest drain calls. See docs/benchmarks.md.
+only that many of the longest drain calls. See docs/performance.md (history in docs/perf-log/).
 """
 
 from __future__ import annotations

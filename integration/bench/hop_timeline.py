@@ -16,7 +16,7 @@ change-log read, then prints the median and p90 of each statement and of
 each gap between them. Both clocks are this machine's; the log's timestamps
 have millisecond resolution, so single gaps are +-1 ms and only their
 medians over many applies mean anything. Run the applies one at a time on an
-otherwise idle server. See docs/benchmarks.md.
+otherwise idle server. See docs/performance.md (history in docs/perf-log/).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ worker) are taken in turn, one apply each, so every build is measured in
 the same minutes of a noisy machine. The noop kind must exist (converge-load
 applies it). --timestamps FILE writes, for the first target, each apply's
 wall-clock send, answer and Ready times (JSON) for hop_timeline.py. See
-docs/benchmarks.md.
+docs/performance.md (history in docs/perf-log/).
 """
 
 from __future__ import annotations

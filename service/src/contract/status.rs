@@ -1,4 +1,4 @@
-//! The one place where errors become gRPC statuses (ARCHITECTURE §5.2).
+//! The one place where errors become gRPC statuses (catalogue: `docs/errors.md`).
 //!
 //! Every status carries exactly one `google.rpc.ErrorInfo` with domain
 //! [`ERROR_DOMAIN`] and a stable UPPER_SNAKE reason (catalogued in
