@@ -83,52 +83,50 @@ async fn list_services_v1alpha(address: &str) -> anyhow::Result<BTreeSet<String>
     Ok(list.service.into_iter().map(|s| s.name).collect())
 }
 
+/// Sends one reflection request through either version's client and returns
+/// the file descriptors of the answer (an error names what was refused).
+macro_rules! reflect {
+    ($module:path, $address:expr, $symbol:expr, $file:expr) => {{
+        use reflection::server_reflection_request::MessageRequest as Req;
+        use reflection::server_reflection_response::MessageResponse as Resp;
+        use $module as reflection;
+        let mut client = reflection::server_reflection_client::ServerReflectionClient::new(channel($address).await?);
+        let message_request = Some(match $file {
+            None => Req::FileContainingSymbol($symbol.to_owned()),
+            Some(name) => Req::FileByFilename(name.clone()),
+        });
+        let request = reflection::ServerReflectionRequest {
+            host: String::new(),
+            message_request,
+        };
+        let mut responses = client
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await?
+            .into_inner();
+        match responses.message().await?.and_then(|r| r.message_response) {
+            Some(Resp::FileDescriptorResponse(f)) => f.file_descriptor_proto,
+            other => anyhow::bail!(
+                "{} cannot describe {} ({:?}): {other:?}",
+                stringify!($module),
+                $symbol,
+                $file
+            ),
+        }
+    }};
+}
+
 /// What a reflection client needs to describe `symbol`: the file holding it
 /// and every file that file imports, transitively (as grpcurl and grpcui
-/// fetch them). Errors name the version and the symbol or file refused.
+/// fetch them).
 async fn describe(address: &str, symbol: &str, alpha: bool) -> anyhow::Result<usize> {
     use prost::Message as _;
     let mut queue = vec![None::<String>];
     let mut seen = BTreeSet::new();
     while let Some(file) = queue.pop() {
         let files = if alpha {
-            use v1alpha::server_reflection_request::MessageRequest as Req;
-            use v1alpha::server_reflection_response::MessageResponse as Resp;
-            let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(channel(address).await?);
-            let message_request = Some(match &file {
-                None => Req::FileContainingSymbol(symbol.to_owned()),
-                Some(name) => Req::FileByFilename(name.clone()),
-            });
-            let request = v1alpha::ServerReflectionRequest {
-                host: String::new(),
-                message_request,
-            };
-            let mut responses = client
-                .server_reflection_info(tokio_stream::iter([request]))
-                .await?
-                .into_inner();
-            match responses.message().await?.and_then(|r| r.message_response) {
-                Some(Resp::FileDescriptorResponse(f)) => f.file_descriptor_proto,
-                other => anyhow::bail!("v1alpha cannot describe {symbol} ({file:?}): {other:?}"),
-            }
+            reflect!(tonic_reflection::pb::v1alpha, address, symbol, &file)
         } else {
-            let mut client = ServerReflectionClient::new(channel(address).await?);
-            let message_request = Some(match &file {
-                None => MessageRequest::FileContainingSymbol(symbol.to_owned()),
-                Some(name) => MessageRequest::FileByFilename(name.clone()),
-            });
-            let request = ServerReflectionRequest {
-                host: String::new(),
-                message_request,
-            };
-            let mut responses = client
-                .server_reflection_info(tokio_stream::iter([request]))
-                .await?
-                .into_inner();
-            match responses.message().await?.and_then(|r| r.message_response) {
-                Some(MessageResponse::FileDescriptorResponse(f)) => f.file_descriptor_proto,
-                other => anyhow::bail!("v1 cannot describe {symbol} ({file:?}): {other:?}"),
-            }
+            reflect!(tonic_reflection::pb::v1, address, symbol, &file)
         };
         for bytes in files {
             let descriptor = prost_types::FileDescriptorProto::decode(bytes.as_slice())?;

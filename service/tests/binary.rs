@@ -223,17 +223,23 @@ async fn embedded_default_serves_stops_on_sigterm_and_keeps_its_data() -> anyhow
     wait_gone(&server, Duration::from_secs(5)).await
 }
 
-#[tokio::test]
-async fn a_killed_converge_takes_its_postgres_down_and_restarts_cleanly() -> anyhow::Result<()> {
-    let scratch = scratch_dir()?;
-    let data_dir = scratch.path().join("data");
-    let mut first = Converge::embedded(&data_dir, scratch.path().join("first.log"))?;
+/// Starts converge on the embedded cluster in `scratch/data` and SIGKILLs
+/// it once it serves; returns when its PostgreSQL has gone too.
+async fn killed_while_serving(scratch: &Path) -> anyhow::Result<PathBuf> {
+    let data_dir = scratch.join("data");
+    let mut first = Converge::embedded(&data_dir, scratch.join("first.log"))?;
     first.wait_serving().await?;
     let server = server_processes(&data_dir)?;
-
     kill(first.pid()?, Signal::SIGKILL)?;
     first.wait_exit(Duration::from_secs(5)).await?;
     wait_gone(&server, Duration::from_secs(15)).await?;
+    Ok(data_dir)
+}
+
+#[tokio::test]
+async fn a_killed_converge_takes_its_postgres_down_and_restarts_cleanly() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let data_dir = killed_while_serving(scratch.path()).await?;
 
     let mut second = Converge::embedded(&data_dir, scratch.path().join("second.log"))?;
     second.wait_serving().await?;
@@ -267,13 +273,7 @@ async fn members(addr: &str) -> anyhow::Result<Vec<(i32, Option<(i32, i32)>)>> {
 #[tokio::test]
 async fn a_restarted_converge_takes_its_predecessors_shards_at_once() -> anyhow::Result<()> {
     let scratch = scratch_dir()?;
-    let data_dir = scratch.path().join("data");
-    let mut first = Converge::embedded(&data_dir, scratch.path().join("first.log"))?;
-    first.wait_serving().await?;
-    let server = server_processes(&data_dir)?;
-    kill(first.pid()?, Signal::SIGKILL)?;
-    first.wait_exit(Duration::from_secs(5)).await?;
-    wait_gone(&server, Duration::from_secs(15)).await?;
+    let data_dir = killed_while_serving(scratch.path()).await?;
 
     // The predecessor's heartbeat is seconds old, well inside the liveness
     // window, but it owned this data directory: the successor knows it is
