@@ -14,6 +14,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
 
 use crate::domain::violation::{Violation, clip};
+use crate::store::StoreError;
+use crate::store::retry::Retryable;
 
 /// The `ErrorInfo.domain` of every converge error.
 pub const ERROR_DOMAIN: &str = "converge.dev";
@@ -302,31 +304,42 @@ impl From<Violation> for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
-        match &error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
-                ApiError::DatabaseUnavailable(error)
-            }
-            // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now;
-            // 08xxx: connection exceptions.
-            sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) => {
-                ApiError::DatabaseUnavailable(error)
-            }
-            // 40P01 deadlock, 40001 serialization failure: safe to retry.
-            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001")) => ApiError::refused(
+/// The API's view of a store failure: the one mapping of [`StoreError`]
+/// onto the catalogue. SQLSTATEs are read by the store, never here.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(e) => ApiError::DatabaseUnavailable(e),
+            StoreError::Conflict(_) => ApiError::refused(
                 Reason::ConcurrentModification,
                 "the write conflicted with a concurrent one; retry it",
             ),
-            // 22021 / 22P05: text the database cannot represent (U+0000).
             // Every request field is checked before it gets here; this keeps
             // a field that was missed a caller error, not an INTERNAL one.
-            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("22021" | "22P05")) => ApiError::refused(
+            StoreError::Unstorable(_) => ApiError::refused(
                 Reason::InvalidField,
                 "the request holds a character the database cannot store (U+0000)",
             ),
-            _ => ApiError::Internal(error.to_string()),
+            // The API runs no SQL function that refuses; one that did would be a bug.
+            refused @ StoreError::Refused { .. } => ApiError::Internal(refused.to_string()),
+            StoreError::Other(e) => ApiError::Internal(e.to_string()),
         }
+    }
+}
+
+/// A statement the API ran itself (begin, commit): classified by the store.
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::from(error).into()
+    }
+}
+
+/// A write transaction runs again when the database aborted it to resolve a
+/// conflict (the store's [`StoreError::Conflict`], or a conflict the API
+/// itself detected), never for any other refusal.
+impl Retryable for ApiError {
+    fn is_retryable(&self) -> bool {
+        self.reason() == Reason::ConcurrentModification
     }
 }
 
