@@ -1,6 +1,8 @@
 //! The transaction of every mutating call: idempotency keys, validate-only
 //! dry runs, and retries of transactions the database aborted to break a
-//! deadlock.
+//! deadlock (with the store's one retry policy, [`RetryPolicy::CONFLICTS`]).
+
+use std::sync::{Mutex, PoisonError};
 
 use futures::future::BoxFuture;
 use prost::Message;
@@ -9,13 +11,11 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::violation::{Violation, check_storable_text};
+use crate::store::RetryPolicy;
 use crate::store::requests::{self, Reservation};
 
 /// Longest accepted request id, in bytes.
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
-
-/// Attempts of a transaction the database aborted (deadlock, serialization).
-const ATTEMPTS: usize = 3;
 
 /// How one mutating call runs.
 #[derive(Debug, Clone)]
@@ -61,57 +61,51 @@ impl<'a> WriteCall<'a> {
 /// rolled back. `work` may run more than once (when the database aborts the
 /// transaction to break a deadlock), so it should own what it needs: the
 /// future it returns borrows only the connection.
-pub async fn run<R, F>(pool: &PgPool, call: &WriteCall<'_>, mut work: F) -> Result<R, ApiError>
+pub async fn run<R, F>(pool: &PgPool, call: &WriteCall<'_>, work: F) -> Result<R, ApiError>
 where
     R: Message + Default,
-    F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<R, ApiError>>,
+    F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<R, ApiError>> + Send,
 {
     let remember = !call.request_id.is_empty() && !call.validate_only;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let mut tx = pool.begin().await?;
-        if remember {
-            match requests::reserve(&mut tx, call.request_id, call.method, &call.request_hash).await? {
-                Reservation::Reserved => {}
-                Reservation::Existing {
-                    method,
-                    request_hash,
-                    response,
-                } => {
-                    if method != call.method || request_hash != call.request_hash {
-                        return Err(ApiError::refused(
-                            Reason::RequestIdReused,
-                            format!(
-                                "request_id {:?} was already used for a different request; use a new id",
-                                call.request_id
-                            ),
-                        ));
+    // Each attempt's future calls `work`; the attempts run one after another,
+    // so the lock is never contended (it only lets every attempt reach `work`).
+    let work = Mutex::new(work);
+    RetryPolicy::CONFLICTS
+        .run(call.method, || async {
+            let mut tx = pool.begin().await?;
+            if remember {
+                match requests::reserve(&mut tx, call.request_id, call.method, &call.request_hash).await? {
+                    Reservation::Reserved => {}
+                    Reservation::Existing {
+                        method,
+                        request_hash,
+                        response,
+                    } => {
+                        if method != call.method || request_hash != call.request_hash {
+                            return Err(ApiError::refused(
+                                Reason::RequestIdReused,
+                                format!(
+                                    "request_id {:?} was already used for a different request; use a new id",
+                                    call.request_id
+                                ),
+                            ));
+                        }
+                        return R::decode(response.as_slice())
+                            .map_err(|e| ApiError::Internal(format!("stored answer does not decode: {e}")));
                     }
-                    return R::decode(response.as_slice())
-                        .map_err(|e| ApiError::Internal(format!("stored answer does not decode: {e}")));
                 }
             }
-        }
-        let outcome = match work(&mut tx).await {
-            Ok(answer) if call.validate_only => {
-                tx.rollback().await?;
-                return Ok(answer);
+            let attempt = (work.lock().unwrap_or_else(PoisonError::into_inner))(&mut tx);
+            match attempt.await {
+                Ok(answer) if call.validate_only => {
+                    tx.rollback().await?;
+                    Ok(answer)
+                }
+                Ok(answer) => finish(tx, call, remember, answer).await,
+                Err(e) => Err(e),
             }
-            Ok(answer) => finish(tx, call, remember, answer).await,
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Err(e) if e.reason() == Reason::ConcurrentModification && attempt < ATTEMPTS => {
-                tracing::debug!(
-                    method = call.method,
-                    attempt,
-                    "transaction aborted by the database; retrying"
-                );
-            }
-            other => return other,
-        }
-    }
+        })
+        .await
 }
 
 async fn finish<R: Message>(

@@ -23,9 +23,9 @@ use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
-use crate::store::StoreResult;
 use crate::store::pipeline::{self, Composed};
 use crate::store::work::{self, ClaimedTask, TaskResult};
+use crate::store::{StoreError, StoreResult};
 
 /// Failsafe interval between claim attempts when idle.
 const CLAIM_POLL: Duration = Duration::from_millis(500);
@@ -55,7 +55,7 @@ enum SessionError {
     Protocol(Status),
     /// The database failed; the stream stays open.
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(#[from] StoreError),
 }
 
 /// A task this stream holds, keyed by its current lease.
@@ -181,7 +181,7 @@ impl Session {
     }
 
     /// Takes over the leases a reconnecting worker still holds.
-    async fn adopt(&mut self, resumed: &[(Uuid, i64)]) -> Result<(), sqlx::Error> {
+    async fn adopt(&mut self, resumed: &[(Uuid, i64)]) -> Result<(), StoreError> {
         let adopted = work::adopt(&self.broker.pool, &self.broker.member_id, resumed).await?;
         for task in work::leased(&self.broker.pool, &adopted).await? {
             let plan = self.plan(&task.kind, task.kind_version).await;
@@ -303,7 +303,7 @@ impl Session {
 
     /// Claims and sends tasks while the worker has free slots; returns how
     /// many were sent.
-    async fn dispatch(&mut self) -> Result<usize, sqlx::Error> {
+    async fn dispatch(&mut self) -> Result<usize, StoreError> {
         let ready: Vec<(String, i32)> = self.ready.iter().cloned().collect();
         let shards = *self.broker.shards.borrow();
         let mut sent = 0;
@@ -367,7 +367,7 @@ impl Session {
     /// the resource's finalizer). A finalizer no reaction of the kind clears
     /// has nothing to run: the task succeeds at once and the finalizer goes.
     /// False if the stream is gone.
-    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &StagePlan) -> Result<bool, sqlx::Error> {
+    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &StagePlan) -> Result<bool, StoreError> {
         let finalizer = task.teardown_finalizer().unwrap_or_default().to_owned();
         let flight = InFlight {
             task,
@@ -402,7 +402,7 @@ impl Session {
     }
 
     /// Sends the task for `stage` (loading its input); false if the stream is gone.
-    async fn send_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<bool, sqlx::Error> {
+    async fn send_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<bool, StoreError> {
         let pool = &self.broker.pool;
         let id = flight.task.resource_id;
         let so_far = flight
@@ -531,7 +531,7 @@ impl Session {
     }
 
     /// Applies a composition, then moves the task on.
-    async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), sqlx::Error> {
+    async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), StoreError> {
         let result = complete.compose_result.clone().unwrap_or_default();
         // Owned provider configs need the provider-config store, which does
         // not exist yet: refuse them rather than drop them silently.
@@ -601,7 +601,7 @@ impl Session {
         mut flight: InFlight,
         stage: Stage,
         healthy: Option<bool>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<(), StoreError> {
         if flight.plan.after(stage).is_none() {
             return self.continue_after(flight, stage, healthy).await;
         }
@@ -626,7 +626,7 @@ impl Session {
         flight: InFlight,
         stage: Stage,
         healthy: Option<bool>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<(), StoreError> {
         match flight.plan.after(stage) {
             Some(Stage::Rollup) => {
                 if pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? {

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::db::notify::{Channel, Notice, Notifications};
 use crate::domain::manifest::{CompiledKind, compile_manifest};
-use crate::store::kinds;
+use crate::store::{StoreError, kinds};
 
 /// How often the whole cache is re-checked against the database even without
 /// notifications.
@@ -45,7 +45,7 @@ pub enum CatalogError {
     },
     /// The database failed.
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(#[from] StoreError),
 }
 
 type Key = (String, i32);
@@ -151,7 +151,7 @@ impl KindCatalog {
         self.evict(kind, version);
         let loaded = match pool.acquire().await {
             Ok(mut conn) => load(&mut conn, kind, version).await,
-            Err(e) => Err(CatalogError::Database(e)),
+            Err(e) => Err(CatalogError::Database(e.into())),
         };
         match loaded {
             Ok(compiled) => self.insert(compiled),

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::shard::{MemberLoad, ShardRange};
+use crate::store::StoreError;
 use crate::store::cluster::{self as store, MemberRegistration};
 
 /// Membership timing.
@@ -63,7 +64,7 @@ impl Membership {
         notifications: &Notifications,
         registration: MemberRegistration,
         timing: MembershipTiming,
-    ) -> Result<Self, sqlx::Error> {
+    ) -> Result<Self, StoreError> {
         if let Some(identity) = &registration.identity {
             let gone = store::take_over(&pool, identity, &registration.member_id).await?;
             if !gone.is_empty() {

@@ -14,119 +14,105 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
 
 use crate::domain::violation::{Violation, clip};
+use crate::store::StoreError;
+use crate::store::retry::Retryable;
 
 /// The `ErrorInfo.domain` of every converge error.
 pub const ERROR_DOMAIN: &str = "converge.dev";
 
-/// Why a request was refused. Each reason has exactly one status code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+/// Declares [`Reason`] with its stable string, and [`Reason::ALL`], from one
+/// list: a reason cannot be added without its string or left out of `ALL`.
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $name:ident => $text:literal,)*) => {
+        /// Why a request was refused. Each reason has exactly one status code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Reason {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Reason {
+            /// Every reason the server can send, in catalogue order.
+            pub const ALL: &[Reason] = &[$(Reason::$name,)*];
+
+            /// The stable machine-readable reason.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$name => $text,)*
+                }
+            }
+        }
+    };
+}
+
+reasons! {
     /// A required field is missing or a field has a malformed value.
-    InvalidField,
+    InvalidField => "INVALID_FIELD",
     /// A resource or kind name is malformed.
-    InvalidName,
+    InvalidName => "INVALID_NAME",
     /// Labels are malformed or too many.
-    InvalidLabels,
+    InvalidLabels => "INVALID_LABELS",
     /// A label selector does not parse.
-    InvalidLabelSelector,
+    InvalidLabelSelector => "INVALID_LABEL_SELECTOR",
     /// A page token is malformed or was issued for other filters.
-    InvalidPageToken,
+    InvalidPageToken => "INVALID_PAGE_TOKEN",
     /// A kind manifest breaks a rule (names, reactions, policy, schemas).
-    InvalidKindManifest,
+    InvalidKindManifest => "INVALID_KIND_MANIFEST",
     /// A kind config value or update mask is invalid.
-    InvalidKindConfig,
+    InvalidKindConfig => "INVALID_KIND_CONFIG",
     /// A spec does not satisfy its kind's spec schema.
-    SpecSchemaViolation,
+    SpecSchemaViolation => "SPEC_SCHEMA_VIOLATION",
     /// A request id was reused with a different request.
-    RequestIdReused,
+    RequestIdReused => "REQUEST_ID_REUSED",
     /// A value nests objects and arrays deeper than the documented limit.
-    NestingTooDeep,
+    NestingTooDeep => "NESTING_TOO_DEEP",
     /// The request is not a well-formed protobuf message of its method.
-    MalformedRequest,
+    MalformedRequest => "MALFORMED_REQUEST",
     /// No manifest for the kind version.
-    KindNotFound,
+    KindNotFound => "KIND_NOT_FOUND",
     /// No such resource.
-    ResourceNotFound,
+    ResourceNotFound => "RESOURCE_NOT_FOUND",
     /// No such provider config.
-    ProviderConfigNotFound,
+    ProviderConfigNotFound => "PROVIDER_CONFIG_NOT_FOUND",
     /// The name is held by another resource (possibly one being deleted).
-    NameTaken,
+    NameTaken => "NAME_TAKEN",
     /// The resource is being deleted and accepts no writes.
-    DeletionPending,
+    DeletionPending => "DELETION_PENDING",
     /// The resource was composed by another; its spec belongs to the composer.
-    ResourceOwned,
+    ResourceOwned => "RESOURCE_OWNED",
     /// The kind version is retired: no new resources or flips.
-    KindVersionRetired,
+    KindVersionRetired => "KIND_VERSION_RETIRED",
     /// The kind version still has resources.
-    KindInUse,
+    KindInUse => "KIND_IN_USE",
     /// A new spec schema would reject specs already stored.
-    SchemaRejectsExistingResources,
+    SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
     /// The etag does not match the stored one.
-    EtagMismatch,
+    EtagMismatch => "ETAG_MISMATCH",
     /// A watch position is older than the retained change log.
-    ResourceVersionTooOld,
+    ResourceVersionTooOld => "RESOURCE_VERSION_TOO_OLD",
     /// A watch position is ahead of the change log.
-    ResourceVersionTooNew,
+    ResourceVersionTooNew => "RESOURCE_VERSION_TOO_NEW",
     /// A watcher read too slowly and was cut off.
-    WatchTooSlow,
+    WatchTooSlow => "WATCH_TOO_SLOW",
     /// A watch could not read the change log.
-    WatchUnavailable,
+    WatchUnavailable => "WATCH_UNAVAILABLE",
     /// The spec is larger than allowed.
-    SpecTooLarge,
+    SpecTooLarge => "SPEC_TOO_LARGE",
     /// The request message is larger than the transport limit.
-    RequestTooLarge,
+    RequestTooLarge => "REQUEST_TOO_LARGE",
     /// The database aborted the transaction to resolve a conflict with a
     /// concurrent one; retrying is safe.
-    ConcurrentModification,
+    ConcurrentModification => "CONCURRENT_MODIFICATION",
     /// The method's capability is not built yet.
-    NotImplemented,
+    NotImplemented => "NOT_IMPLEMENTED",
     /// PostgreSQL is unreachable.
-    DatabaseUnavailable,
+    DatabaseUnavailable => "DATABASE_UNAVAILABLE",
     /// The server is draining.
-    ShuttingDown,
+    ShuttingDown => "SHUTTING_DOWN",
     /// A fault no caller can cause.
-    Internal,
+    Internal => "INTERNAL",
 }
 
 impl Reason {
-    /// The stable machine-readable reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidField => "INVALID_FIELD",
-            Reason::InvalidName => "INVALID_NAME",
-            Reason::InvalidLabels => "INVALID_LABELS",
-            Reason::InvalidLabelSelector => "INVALID_LABEL_SELECTOR",
-            Reason::InvalidPageToken => "INVALID_PAGE_TOKEN",
-            Reason::InvalidKindManifest => "INVALID_KIND_MANIFEST",
-            Reason::InvalidKindConfig => "INVALID_KIND_CONFIG",
-            Reason::SpecSchemaViolation => "SPEC_SCHEMA_VIOLATION",
-            Reason::RequestIdReused => "REQUEST_ID_REUSED",
-            Reason::NestingTooDeep => "NESTING_TOO_DEEP",
-            Reason::MalformedRequest => "MALFORMED_REQUEST",
-            Reason::KindNotFound => "KIND_NOT_FOUND",
-            Reason::ResourceNotFound => "RESOURCE_NOT_FOUND",
-            Reason::ProviderConfigNotFound => "PROVIDER_CONFIG_NOT_FOUND",
-            Reason::NameTaken => "NAME_TAKEN",
-            Reason::DeletionPending => "DELETION_PENDING",
-            Reason::ResourceOwned => "RESOURCE_OWNED",
-            Reason::KindVersionRetired => "KIND_VERSION_RETIRED",
-            Reason::KindInUse => "KIND_IN_USE",
-            Reason::SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
-            Reason::EtagMismatch => "ETAG_MISMATCH",
-            Reason::ResourceVersionTooOld => "RESOURCE_VERSION_TOO_OLD",
-            Reason::ResourceVersionTooNew => "RESOURCE_VERSION_TOO_NEW",
-            Reason::WatchTooSlow => "WATCH_TOO_SLOW",
-            Reason::WatchUnavailable => "WATCH_UNAVAILABLE",
-            Reason::SpecTooLarge => "SPEC_TOO_LARGE",
-            Reason::RequestTooLarge => "REQUEST_TOO_LARGE",
-            Reason::ConcurrentModification => "CONCURRENT_MODIFICATION",
-            Reason::NotImplemented => "NOT_IMPLEMENTED",
-            Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
-            Reason::ShuttingDown => "SHUTTING_DOWN",
-            Reason::Internal => "INTERNAL",
-        }
-    }
-
     /// The canonical status code.
     pub fn code(self) -> Code {
         match self {
@@ -302,31 +288,42 @@ impl From<Violation> for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
-        match &error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
-                ApiError::DatabaseUnavailable(error)
-            }
-            // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now;
-            // 08xxx: connection exceptions.
-            sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) => {
-                ApiError::DatabaseUnavailable(error)
-            }
-            // 40P01 deadlock, 40001 serialization failure: safe to retry.
-            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001")) => ApiError::refused(
+/// The API's view of a store failure: the one mapping of [`StoreError`]
+/// onto the catalogue. SQLSTATEs are read by the store, never here.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(e) => ApiError::DatabaseUnavailable(e),
+            StoreError::Conflict(_) => ApiError::refused(
                 Reason::ConcurrentModification,
                 "the write conflicted with a concurrent one; retry it",
             ),
-            // 22021 / 22P05: text the database cannot represent (U+0000).
             // Every request field is checked before it gets here; this keeps
             // a field that was missed a caller error, not an INTERNAL one.
-            sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("22021" | "22P05")) => ApiError::refused(
+            StoreError::Unstorable(_) => ApiError::refused(
                 Reason::InvalidField,
                 "the request holds a character the database cannot store (U+0000)",
             ),
-            _ => ApiError::Internal(error.to_string()),
+            // The API runs no SQL function that refuses; one that did would be a bug.
+            refused @ StoreError::Refused { .. } => ApiError::Internal(refused.to_string()),
+            StoreError::Other(e) => ApiError::Internal(e.to_string()),
         }
+    }
+}
+
+/// A statement the API ran itself (begin, commit): classified by the store.
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::from(error).into()
+    }
+}
+
+/// A write transaction runs again when the database aborted it to resolve a
+/// conflict (the store's [`StoreError::Conflict`], or a conflict the API
+/// itself detected), never for any other refusal.
+impl Retryable for ApiError {
+    fn is_retryable(&self) -> bool {
+        self.reason() == Reason::ConcurrentModification
     }
 }
 
@@ -443,6 +440,121 @@ pub fn not_implemented(method: &'static str, capability: &'static str) -> Status
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The canonical name of a status code, as `docs/errors.md` writes it.
+    fn code_name(code: Code) -> &'static str {
+        match code {
+            Code::Ok => "OK",
+            Code::Cancelled => "CANCELLED",
+            Code::Unknown => "UNKNOWN",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Aborted => "ABORTED",
+            Code::OutOfRange => "OUT_OF_RANGE",
+            Code::Unimplemented => "UNIMPLEMENTED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+
+    /// The reason rows of the catalogue: (reason, code, line). A table row's
+    /// code is its `code` column, or else the code its section names in
+    /// parentheses ("## Not found (NOT_FOUND)").
+    fn catalogue_rows(text: &str) -> Vec<(String, String, usize)> {
+        let mut rows = Vec::new();
+        let mut section_code = None;
+        let mut code_column = None;
+        for (i, line) in text.lines().enumerate() {
+            let line_no = i + 1;
+            if let Some(heading) = line.strip_prefix("## ") {
+                section_code = heading
+                    .split_once('(')
+                    .and_then(|(_, rest)| rest.split_once(')'))
+                    .map(|(code, _)| code.trim().to_owned());
+                code_column = None;
+                continue;
+            }
+            let Some(row) = line.trim().strip_prefix('|') else {
+                continue;
+            };
+            let cells: Vec<&str> = row.trim_end_matches('|').split('|').map(str::trim).collect();
+            if cells.first() == Some(&"reason") {
+                code_column = cells.iter().position(|c| *c == "code");
+                continue;
+            }
+            if cells.iter().all(|c| c.chars().all(|ch| ch == '-' || ch == ':')) {
+                continue;
+            }
+            let reason = cells[0].trim_matches('`').to_owned();
+            let code = match code_column {
+                Some(column) => cells.get(column).map(|c| c.to_string()).unwrap_or_default(),
+                None => section_code.clone().unwrap_or_default(),
+            };
+            rows.push((reason, code, line_no));
+        }
+        rows
+    }
+
+    /// docs/errors.md has one row per reason the server can send, with its
+    /// code, and no row for a reason that does not exist.
+    #[test]
+    fn the_catalogue_documents_every_reason_and_only_those() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/errors.md");
+        let text = std::fs::read_to_string(&path).expect("docs/errors.md");
+        let rows = catalogue_rows(&text);
+        let mut problems = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, code, line) in &rows {
+            match Reason::ALL.iter().find(|r| r.as_str() == name) {
+                None => problems.push(format!("errors.md:{line}: `{name}` is not a reason the server sends")),
+                Some(reason) => {
+                    if !seen.insert(*reason) {
+                        problems.push(format!("errors.md:{line}: `{name}` has a second row"));
+                    }
+                    let want = code_name(reason.code());
+                    if code != want {
+                        problems.push(format!(
+                            "errors.md:{line}: `{name}` is documented as {code:?}, but is {want}"
+                        ));
+                    }
+                }
+            }
+        }
+        for reason in Reason::ALL {
+            if !seen.contains(reason) {
+                problems.push(format!("`{}` has no row in docs/errors.md", reason.as_str()));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn catalogue_rows_take_codes_from_columns_or_headings() {
+        let rows = catalogue_rows(
+            "## Not found (NOT_FOUND)\n\n| reason | when |\n|---|---|\n| `KIND_NOT_FOUND` | x |\n\n\
+             ## Conflicts\n\n| reason | code | when |\n|---|---|---|\n| `NO_SUCH_REASON` | ABORTED | y |\n",
+        );
+        assert_eq!(
+            rows,
+            [
+                ("KIND_NOT_FOUND".to_owned(), "NOT_FOUND".to_owned(), 5),
+                ("NO_SUCH_REASON".to_owned(), "ABORTED".to_owned(), 11),
+            ]
+        );
+    }
+
+    #[test]
+    fn reasons_are_listed_once_with_distinct_names() {
+        let names: std::collections::HashSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+    }
 
     #[test]
     fn every_status_carries_one_error_info() {

@@ -162,7 +162,7 @@ pub async fn ensure_database(admin: &PgConnectOptions, database: &str) -> Result
         match sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
             Ok(_) => {}
             // A concurrent creator won the race: the database exists, which is all we need.
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) if crate::store::error::is_duplicate_database(&e) => {}
             Err(e) => return Err(DatabaseError::Connect(e)),
         }
     }

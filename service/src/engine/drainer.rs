@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::db::notify::{Channel, Notifications};
 use crate::domain::shard::ShardRange;
-use crate::store::work;
+use crate::store::{StoreError, work};
 
 /// Drainer tuning.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +101,7 @@ struct Pass {
     armed: bool,
 }
 
-async fn pass(pool: &PgPool, config: &DrainerConfig, range: ShardRange) -> Result<Pass, sqlx::Error> {
+async fn pass(pool: &PgPool, config: &DrainerConfig, range: ShardRange) -> Result<Pass, StoreError> {
     let drained = work::drain_outbox(pool, config.batch, range).await?;
     let armed = work::rollup_rechecks_armed(pool, range).await?;
     if armed {

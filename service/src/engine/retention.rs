@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::RetentionArgs;
-use crate::store::{changes, events, requests};
+use crate::store::{StoreError, changes, events, requests};
 
 /// Rows deleted per statement.
 const BATCH: i64 = 5_000;
@@ -33,7 +33,7 @@ pub struct SweepReport {
 /// every event run (seconds at a million resources), and is only needed once
 /// per process, because the limit is a startup flag and every new run trims
 /// its own timeline.
-pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) -> Result<SweepReport, sqlx::Error> {
+pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) -> Result<SweepReport, StoreError> {
     let mut report = SweepReport::default();
     if retention.event_max_age_secs > 0 {
         report.old_events = drain(|| events::trim_by_age(pool, retention.event_max_age_secs, BATCH)).await?;
@@ -47,10 +47,10 @@ pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) ->
     Ok(report)
 }
 
-async fn drain<F, Fut>(mut step: F) -> Result<u64, sqlx::Error>
+async fn drain<F, Fut>(mut step: F) -> Result<u64, StoreError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, sqlx::Error>>,
+    Fut: std::future::Future<Output = Result<u64, StoreError>>,
 {
     let mut total = 0;
     for _ in 0..MAX_BATCHES {

@@ -19,6 +19,7 @@ use crate::db::notify::Notifications;
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
 use crate::domain::shard::SHARD_COUNT;
 use crate::engine::retention;
+use crate::store::StoreError;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;
 use crate::watch::{HubConfig, WatchHub};
@@ -74,7 +75,7 @@ pub enum ServeError {
     Migrate(#[from] migrate::MigrationError),
     /// A setup statement failed.
     #[error("database error during startup: {0}")]
-    Sql(#[from] sqlx::Error),
+    Sql(#[from] StoreError),
     /// Service and schema disagree on the shard count.
     #[error(
         "the database has {database} shards but this build expects {SHARD_COUNT}; refusing to run mismatched versions"

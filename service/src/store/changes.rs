@@ -124,7 +124,10 @@ pub async fn begin_snapshot(conn: &mut PgConnection) -> StoreResult<i64> {
 
 /// Every transaction below this id has finished (as `conn` sees it now).
 pub async fn frontier(conn: &mut PgConnection) -> StoreResult<i64> {
-    sqlx::query_scalar("SELECT change_frontier()").fetch_one(conn).await
+    sqlx::query_scalar("SELECT change_frontier()")
+        .fetch_one(conn)
+        .await
+        .map_err(Into::into)
 }
 
 /// Whether entries exist after `after` that the frontier still holds back.

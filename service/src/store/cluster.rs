@@ -98,6 +98,7 @@ pub async fn take_over(pool: &PgPool, identity: &str, member_id: &str) -> StoreR
         .bind(member_id)
         .fetch_all(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Computes this member's shard range from live membership and records it.
@@ -154,11 +155,15 @@ pub async fn list(pool: &PgPool, liveness_secs: i32) -> StoreResult<Vec<MemberRo
     .bind(liveness_secs)
     .fetch_all(pool)
     .await
+    .map_err(Into::into)
 }
 
 /// The database's shard modulus (checked against the service's constant at boot).
 pub async fn shard_count(pool: &PgPool) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT shard_count()").fetch_one(pool).await
+    sqlx::query_scalar("SELECT shard_count()")
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
 }
 
 /// The server version string and the newest applied migration.
@@ -169,4 +174,5 @@ pub async fn database_identity(pool: &PgPool) -> StoreResult<(String, i64)> {
     )
     .fetch_one(pool)
     .await
+    .map_err(Into::into)
 }

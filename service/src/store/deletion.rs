@@ -19,6 +19,7 @@ pub async fn mark(conn: &mut PgConnection, id: Uuid, actor: &str) -> StoreResult
         .bind(actor)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// Advances the teardown of the marked nodes among `ids` (and whatever
@@ -33,6 +34,7 @@ pub async fn sweep(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32> {
         .bind(INLINE_SWEEP_MAX)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// What a quarantine or release did.

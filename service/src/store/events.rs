@@ -34,6 +34,7 @@ pub async fn record(
         .bind(keep_runs)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// Filters of an event list.

@@ -205,6 +205,7 @@ pub async fn kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) 
     .bind(small(kind_version))
     .fetch_optional(conn)
     .await
+    .map_err(Into::into)
 }
 
 /// Takes the kind version's advisory lock shared until the transaction ends,
@@ -217,6 +218,7 @@ pub async fn lock_kind_state(conn: &mut PgConnection, kind: &str, kind_version: 
         .bind(small(kind_version))
         .fetch_optional(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// The live operational settings of one kind version.
@@ -261,6 +263,7 @@ pub async fn get_config(
         .bind(small(kind_version))
         .fetch_optional(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// Writes the editable settings of a kind config; unchanged values write nothing.
@@ -291,4 +294,5 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
         .bind(config.retired)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }

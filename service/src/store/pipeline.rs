@@ -9,15 +9,9 @@ use sqlx::types::Json;
 use sqlx::{Connection, PgPool};
 use uuid::Uuid;
 
-use super::StoreResult;
+use super::error::{ConvergeCode, StoreError};
+use super::{RetryPolicy, StoreResult};
 use crate::domain::composition::{ChildSpec, Edge};
-
-/// SQLSTATE raised by `apply_composition` for an impossible composition.
-const COMPOSITION_REFUSED: &str = "CV001";
-/// Transient lock conflicts worth retrying (deadlock, serialization failure).
-const RETRYABLE: [&str; 2] = ["40P01", "40001"];
-/// Attempts of a composition that keeps hitting lock conflicts.
-const COMPOSE_ATTEMPTS: usize = 4;
 
 /// The fence of one dispatch of a task.
 #[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
@@ -50,6 +44,7 @@ pub async fn advance_stage(pool: &PgPool, lease: Uuid, epoch: i64, generation: i
         .bind(generation)
         .fetch_optional(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// What became of a composition.
@@ -85,20 +80,17 @@ pub async fn apply_composition(
     edges: &[Edge],
 ) -> StoreResult<Composed> {
     let stored_edges: Vec<_> = edges.iter().map(Edge::stored).collect();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match compose_once(pool, lease, epoch, generation, owner, children, &stored_edges).await {
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(COMPOSITION_REFUSED) => {
-                return Ok(Composed::Refused(e.message().to_owned()));
-            }
-            Err(sqlx::Error::Database(e))
-                if attempt < COMPOSE_ATTEMPTS && e.code().is_some_and(|c| RETRYABLE.contains(&c.as_ref())) =>
-            {
-                tracing::debug!(error = %e, attempt, "composition hit a lock conflict; retrying");
-            }
-            other => return other,
-        }
+    let outcome = RetryPolicy::CONFLICTS
+        .run("composition", || {
+            compose_once(pool, lease, epoch, generation, owner, children, &stored_edges)
+        })
+        .await;
+    match outcome {
+        Err(StoreError::Refused {
+            code: ConvergeCode::CompositionRefused,
+            message,
+        }) => Ok(Composed::Refused(message)),
+        other => other,
     }
 }
 
@@ -161,6 +153,7 @@ pub async fn children_settled(pool: &PgPool, id: Uuid) -> StoreResult<bool> {
         .bind(id)
         .fetch_one(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// A resource of a composition as a stage input shows it.
@@ -224,6 +217,7 @@ pub async fn children(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<Vec
         .bind(limit)
         .fetch_all(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// The live subtree under `owner` (children, their children, ...; members
@@ -247,6 +241,7 @@ pub async fn descendants(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<
         .bind(limit)
         .fetch_all(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// An edge a composer declared, by kind and name.
@@ -287,4 +282,5 @@ pub async fn edges(pool: &PgPool, owner: Uuid) -> StoreResult<Vec<EdgeRow>> {
     .bind(owner)
     .fetch_all(pool)
     .await
+    .map_err(Into::into)
 }

@@ -385,6 +385,7 @@ pub async fn exists(conn: &mut PgConnection, id: Uuid) -> StoreResult<bool> {
         .bind(id)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// The id of a resource by kind and name.
@@ -394,6 +395,7 @@ pub async fn id_of(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<
         .bind(name)
         .fetch_optional(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Writes conditions of one resource; returns how many changed.
@@ -409,6 +411,7 @@ pub async fn set_conditions(
         .bind(Json(conditions))
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// Filters of a resource list.
@@ -658,6 +661,7 @@ pub async fn any_of_kind(conn: &mut PgConnection, kind: &str, kind_version: i32)
         .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// A page of (id, name, spec) of the resources of (kind, kind_version) after
@@ -680,6 +684,7 @@ pub async fn specs_of_kind(
     .bind(limit)
     .fetch_all(conn)
     .await
+    .map_err(Into::into)
 }
 
 #[cfg(test)]

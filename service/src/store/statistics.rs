@@ -15,4 +15,5 @@ pub async fn refresh(pool: &PgPool) -> StoreResult<i64> {
     )
     .fetch_one(pool)
     .await
+    .map_err(Into::into)
 }

@@ -22,6 +22,7 @@ pub async fn schedule(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32>
         .bind(ids)
         .fetch_one(conn)
         .await
+        .map_err(Into::into)
 }
 
 /// Asks for a resource to be reconciled now: skips a pending retry delay,
@@ -146,6 +147,7 @@ pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTa
         .bind(leases)
         .fetch_all(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Claims up to `limit` runnable tasks of (kind, kind_version) for `broker`,
@@ -172,6 +174,7 @@ pub async fn claim(
         .bind(own.hi)
         .fetch_all(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// The final result of one task's pipeline, bound for the outbox. Sent to
@@ -241,7 +244,11 @@ async fn write_results(pool: &PgPool, call: &'static str, results: &[TaskResult]
     if results.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar(call).bind(Json(results)).fetch_all(pool).await
+    sqlx::query_scalar(call)
+        .bind(Json(results))
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
 }
 
 /// Applies up to `max` outbox rows of `range` in one transaction; returns how many.
@@ -252,6 +259,7 @@ pub async fn drain_outbox(pool: &PgPool, max: i32, range: ShardRange) -> StoreRe
         .bind(range.hi)
         .fetch_one(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Whether any owner of `range` is armed for a rollup recheck.
@@ -261,6 +269,7 @@ pub async fn rollup_rechecks_armed(pool: &PgPool, range: ShardRange) -> StoreRes
         .bind(range.hi)
         .fetch_one(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Re-pends owners armed for a rollup recheck in `range`; returns tasks queued.
@@ -272,6 +281,7 @@ pub async fn drain_rollup_rechecks(pool: &PgPool, max: i32, range: ShardRange, w
         .bind(window_secs)
         .fetch_one(pool)
         .await
+        .map_err(Into::into)
 }
 
 /// Refreshes the leases a worker attested are still progressing.
@@ -310,6 +320,7 @@ pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> Store
     .bind(&epochs)
     .fetch_all(pool)
     .await
+    .map_err(Into::into)
 }
 
 /// Frees leases of a lost worker stream at once (new epoch), so others can claim.

@@ -15,6 +15,7 @@ use super::{Change, ChangeType, Delivery, WatchFilter};
 use crate::catalog::KindCatalog;
 use crate::db::notify::{self, Channel, Notice, Notifications};
 use crate::domain::position::Position;
+use crate::store::StoreError;
 use crate::store::changes::{self, ChangeRow};
 use crate::store::resources;
 
@@ -145,7 +146,7 @@ impl WatchHub {
         catalog: Arc<KindCatalog>,
         config: HubConfig,
         stop: watch::Receiver<bool>,
-    ) -> Result<(Arc<Self>, JoinHandle<()>), sqlx::Error> {
+    ) -> Result<(Arc<Self>, JoinHandle<()>), StoreError> {
         let start = changes::head(&pool).await?;
         let hub = Arc::new(Self {
             pool,
@@ -362,7 +363,7 @@ impl WatchHub {
     }
 
     /// Reads and offers everything readable; reports what it found.
-    async fn poll(&self) -> Result<Progress, sqlx::Error> {
+    async fn poll(&self) -> Result<Progress, StoreError> {
         if self.unwatched() {
             // Nobody to offer changes to: move up to the frontier without
             // reading the log (under a bulk load, reading it was the hub's
@@ -459,7 +460,7 @@ impl WatchHub {
     /// typed by its last entry (a deletion wins). A creation followed by a
     /// change collapses to MODIFIED, never ADDED: the collapse may span a
     /// subscriber's start, and the subscriber may already hold the resource.
-    async fn build(&self, rows: &[ChangeRow]) -> Result<Vec<Arc<Change>>, sqlx::Error> {
+    async fn build(&self, rows: &[ChangeRow]) -> Result<Vec<Arc<Change>>, StoreError> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
