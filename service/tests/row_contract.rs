@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use converge_service::domain::composition::{ChildSpec, Edge, Ref, ValueFlow};
-use converge_service::store::work::{ClaimedTask, TaskResult};
+use converge_service::store::work::{self, ClaimedTask, TaskResult};
 use converge_service::testing::TestDatabase;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
@@ -114,6 +114,44 @@ async fn the_task_row_is_the_claimed_task_type() -> anyhow::Result<()> {
     assert_eq!(row.len(), ClaimedTask::COLUMNS.len());
     let problems = ClaimedTask::mismatched_columns(&row);
     assert!(problems.is_empty(), "claimed_task against ClaimedTask: {problems:?}");
+
+    // And a real one, claimed and then looked up by its lease, through the
+    // store.
+    sqlx::query(
+        "INSERT INTO kind_manifest (kind, kind_version, reactions, manifest_version, task_deadline_secs)
+         VALUES ('Thing', 1, '[{\"name\":\"work\",\"trigger\":\"specChange\",\"emits\":[\"status\"]}]', 1, 60)",
+    )
+    .execute(pool)
+    .await?;
+    let id: Uuid = sqlx::query_scalar(
+        "INSERT INTO resources (kind, kind_version, name, labels, spec, status, finalizers)
+         VALUES ('Thing', 1, 'one', '{\"tier\":\"gold\"}', '{\"n\":1}', '{\"up\":true}', '{example.com/keep}')
+         RETURNING id",
+    )
+    .fetch_one(pool)
+    .await?;
+    let mut conn = pool.acquire().await?;
+    assert_eq!(work::schedule(&mut conn, &[id]).await?, 1);
+    drop(conn);
+    let claimed = work::claim(pool, "broker", "Thing", 1, 10, None).await?;
+    assert_eq!(claimed.len(), 1);
+    let task = &claimed[0];
+    assert_eq!((task.resource_id, task.name.as_str(), task.attempts), (id, "one", 1));
+    assert_eq!(task.labels.0.get("tier").map(String::as_str), Some("gold"));
+    assert_eq!(task.status.as_ref().map(|s| s.0.clone()), Some(json!({"up": true})));
+    assert_eq!(task.finalizers, ["example.com/keep"]);
+    assert!(task.deadline_secs.is_some_and(|secs| secs > 0.0 && secs <= 60.0));
+    let leased = work::leased(pool, &[task.lease_token]).await?;
+    assert_eq!(leased.len(), 1);
+    assert_eq!(
+        (
+            leased[0].work_id,
+            leased[0].lease_token,
+            leased[0].claim_epoch,
+            leased[0].resource_id
+        ),
+        (task.work_id, task.lease_token, task.claim_epoch, task.resource_id)
+    );
 
     // The store reads task rows from these functions only, and each returns
     // the type (so none can declare the row again).
