@@ -11,6 +11,9 @@ AS $function$
     SELECT EXISTS (SELECT 1 FROM restored);
 $function$;
 
+-- The functions returning task rows return SETOF claimed_task (0010), the
+-- one declaration of the row's columns on this side.
+
 -- A claim's pick names the order it wants: the oldest tasks first (ADR 17,
 -- addendum).
 --
@@ -23,7 +26,7 @@ $function$;
 -- after the two equality conditions only the claim index returns the rows
 -- in order, and its entries of claimed tasks are killed once and skipped.
 CREATE OR REPLACE FUNCTION claim_range(p_broker text, p_kind text, p_kind_version smallint, p_budget integer, p_lo smallint, p_hi smallint)
- RETURNS TABLE(work_id uuid, shard_id smallint, task_type text, lease_token uuid, claim_epoch bigint, generation bigint, manifest_version bigint, attempts integer, deadline_secs double precision, resource_id uuid, kind text, kind_version integer, name text, labels jsonb, spec jsonb, status jsonb, synced_gen bigint, health_ok boolean, finalizers text[], composed_gen bigint, deletion_requested_at timestamp with time zone)
+ RETURNS SETOF claimed_task
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
@@ -31,7 +34,6 @@ CREATE OR REPLACE FUNCTION claim_range(p_broker text, p_kind text, p_kind_versio
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-#variable_conflict use_column
 BEGIN
     RETURN QUERY
     WITH claimed AS (
@@ -50,6 +52,7 @@ BEGIN
             FOR UPDATE SKIP LOCKED))
         RETURNING w.*
     )
+    -- The attributes of claimed_task, in order (as in leased_tasks below).
     SELECT cl.id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version,
            cl.attempts, extract(epoch FROM cl.deadline_at - now())::float8, r.id, r.kind, r.kind_version::int4,
            r.name, r.labels, r.spec, r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen,
@@ -63,7 +66,7 @@ $function$;
 -- shards below and above it, so a kind whose workers all reached other
 -- members is never starved.
 CREATE OR REPLACE FUNCTION claim_work(p_broker text, p_kind text, p_kind_version smallint, p_limit integer, p_lo smallint, p_hi smallint)
- RETURNS TABLE(work_id uuid, shard_id smallint, task_type text, lease_token uuid, claim_epoch bigint, generation bigint, manifest_version bigint, attempts integer, deadline_secs double precision, resource_id uuid, kind text, kind_version integer, name text, labels jsonb, spec jsonb, status jsonb, synced_gen bigint, health_ok boolean, finalizers text[], composed_gen bigint, deletion_requested_at timestamp with time zone)
+ RETURNS SETOF claimed_task
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -93,4 +96,20 @@ BEGIN
         v_claimed := v_claimed + v_step;
     END LOOP;
 END
+$function$;
+
+-- The leased tasks behind p_leases whose results are not in yet (for leases
+-- adopted after a reconnect).
+CREATE OR REPLACE FUNCTION leased_tasks(p_leases uuid[])
+ RETURNS SETOF claimed_task
+ LANGUAGE sql
+ STABLE
+AS $function$
+    -- The attributes of claimed_task, in order (as in claim_range above).
+    SELECT cl.id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version,
+           cl.attempts, extract(epoch FROM cl.deadline_at - now())::float8, r.id, r.kind, r.kind_version::int4,
+           r.name, r.labels, r.spec, r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen,
+           r.deletion_requested_at
+    FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
+    WHERE cl.lease_token = ANY (p_leases) AND NOT cl.outcome_pending;
 $function$;

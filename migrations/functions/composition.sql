@@ -1,7 +1,8 @@
 -- Composition: a composer's desired children and edges.
 
 -- Applies a composer's complete desired composition: the children (created,
--- updated or dropped) and the dependency edges between them. In particular:
+-- updated or dropped) and the dependency edges between them, JSON arrays of
+-- the shapes composition_child and composition_edge (0010). In particular:
 -- - a child being deleted is left alone (its teardown is under way), and
 --   the edges of dropped children are kept until they are gone, so what is
 --   pruned together is torn down in dependency order;
@@ -39,9 +40,9 @@ BEGIN
     END IF;
     v_root := COALESCE(v_owner.root_id, v_owner.id);
 
-    SELECT (c->>'kind') || '/' || (c->>'name') INTO v_problem
-    FROM jsonb_array_elements(p_children) c
-    JOIN resources r ON r.kind = c->>'kind' AND r.name = c->>'name'
+    SELECT c.kind || '/' || c.name INTO v_problem
+    FROM jsonb_populate_recordset(NULL::composition_child, p_children) c
+    JOIN resources r ON r.kind = c.kind AND r.name = c.name
     WHERE r.owner_id IS DISTINCT FROM p_owner
     LIMIT 1;
     IF v_problem IS NOT NULL THEN
@@ -51,19 +52,19 @@ BEGIN
 
     WITH created AS (
         INSERT INTO resources (kind, kind_version, name, labels, spec, owner_id, root_id)
-        SELECT c->>'kind', (c->>'kindVersion')::smallint, c->>'name',
-               COALESCE(c->'labels', '{}'::jsonb), COALESCE(c->'spec', '{}'::jsonb), p_owner, v_root
-        FROM jsonb_array_elements(p_children) c
-        WHERE NOT EXISTS (SELECT 1 FROM resources r WHERE r.kind = c->>'kind' AND r.name = c->>'name')
-        ORDER BY c->>'kind', c->>'name'
+        SELECT c.kind, c."kindVersion", c.name,
+               COALESCE(c.labels, '{}'::jsonb), COALESCE(c.spec, '{}'::jsonb), p_owner, v_root
+        FROM jsonb_populate_recordset(NULL::composition_child, p_children) c
+        WHERE NOT EXISTS (SELECT 1 FROM resources r WHERE r.kind = c.kind AND r.name = c.name)
+        ORDER BY c.kind, c.name
         ON CONFLICT (kind, name) DO NOTHING
         RETURNING id
     )
     SELECT COALESCE(array_agg(id), '{}') INTO v_created FROM created;
 
     SELECT COALESCE(array_agg(r.id ORDER BY r.id), '{}') INTO v_desired
-    FROM jsonb_array_elements(p_children) c
-    JOIN resources r ON r.kind = c->>'kind' AND r.name = c->>'name' AND r.owner_id = p_owner;
+    FROM jsonb_populate_recordset(NULL::composition_child, p_children) c
+    JOIN resources r ON r.kind = c.kind AND r.name = c.name AND r.owner_id = p_owner;
     IF cardinality(v_desired) <> jsonb_array_length(p_children) THEN
         RAISE EXCEPTION 'a child name was taken concurrently' USING ERRCODE = '40001';
     END IF;
@@ -74,13 +75,13 @@ BEGIN
     ) ON COMMIT DELETE ROWS;
     TRUNCATE composition_edges;
     INSERT INTO composition_edges
-    SELECT dep.id, up.id, COALESCE(e->'flows', '[]'::jsonb),
-           (e->>'dependentKind') || '/' || (e->>'dependentName') || ' -> '
-               || (e->>'dependencyKind') || '/' || (e->>'dependencyName')
-    FROM jsonb_array_elements(p_edges) e
-    LEFT JOIN resources dep ON dep.kind = e->>'dependentKind' AND dep.name = e->>'dependentName'
+    SELECT dep.id, up.id, COALESCE(e.flows, '[]'::jsonb),
+           e."dependentKind" || '/' || e."dependentName" || ' -> '
+               || e."dependencyKind" || '/' || e."dependencyName"
+    FROM jsonb_populate_recordset(NULL::composition_edge, p_edges) e
+    LEFT JOIN resources dep ON dep.kind = e."dependentKind" AND dep.name = e."dependentName"
                            AND dep.owner_id = p_owner
-    LEFT JOIN resources up ON up.kind = e->>'dependencyKind' AND up.name = e->>'dependencyName';
+    LEFT JOIN resources up ON up.kind = e."dependencyKind" AND up.name = e."dependencyName";
     SELECT label INTO v_problem FROM composition_edges WHERE dependent_id IS NULL OR dependency_id IS NULL LIMIT 1;
     IF v_problem IS NOT NULL THEN
         -- Undo the children created above: the composition is refused whole.
@@ -102,10 +103,10 @@ BEGIN
     -- Desired specs with the values flowing in from upstreams (or, where an
     -- upstream has not produced its value yet, the value already stored).
     WITH desired AS (
-        SELECT r.id, r.spec AS stored, COALESCE(c->'spec', '{}'::jsonb) AS spec,
-               COALESCE(c->'labels', '{}'::jsonb) AS labels, (c->>'kindVersion')::smallint AS kind_version
-        FROM jsonb_array_elements(p_children) c
-        JOIN resources r ON r.kind = c->>'kind' AND r.name = c->>'name' AND r.owner_id = p_owner
+        SELECT r.id, r.spec AS stored, COALESCE(c.spec, '{}'::jsonb) AS spec,
+               COALESCE(c.labels, '{}'::jsonb) AS labels, c."kindVersion" AS kind_version
+        FROM jsonb_populate_recordset(NULL::composition_child, p_children) c
+        JOIN resources r ON r.kind = c.kind AND r.name = c.name AND r.owner_id = p_owner
     ),
     flows AS (
         SELECT e.dependent_id, f->>'dependent' AS pointer,

@@ -1,6 +1,12 @@
 -- Results: the fence that drops stale results, the outbox append, direct
 -- completion, and failure records.
 
+-- The results arrive as a JSON array of objects of the shape task_result
+-- (0010), read with jsonb_populate_recordset: its attribute names are the
+-- keys, and a key left out or null reads as NULL. That parses a batch in
+-- about half the time of one `->>` per key (200 batches of 130 results in
+-- psql: 120-130 ms against 220-245 ms); the fence's plan is the same.
+
 -- The fence (fence_results) knows the task id, so it reaches its task by
 -- primary key, whose keys are time-ordered and close together. The planner
 -- found the lease index (random tokens) as good for the fence's join, so
@@ -18,19 +24,11 @@ AS $function$
 BEGIN
     RETURN QUERY
     WITH incoming AS (
-        SELECT (x->>'workId')::uuid AS work_id, (x->>'shardId')::smallint AS work_shard,
-               (x->>'lease')::uuid AS lease, (x->>'epoch')::bigint AS epoch,
-               (x->>'generation')::bigint AS generation,
-               COALESCE((x->>'manifestVersion')::bigint, 0) AS manifest_version,
-               NULLIF(x->'status', 'null'::jsonb) AS status,
-               NULLIF(x->'conditions', 'null'::jsonb) AS conditions,
-               (x->>'healthy')::boolean AS healthy,
-               COALESCE((x->>'advance')::boolean, true) AS advance,
-               (x->>'requeueAfterMs')::bigint AS requeue_after_ms,
-               x->>'error' AS error, x->>'reason' AS reason,
-               COALESCE((x->>'terminal')::boolean, false) AS terminal,
-               x->>'finalizer' AS finalizer
-        FROM jsonb_array_elements(p_results) AS x
+        SELECT x."workId" AS work_id, x."shardId" AS work_shard, x.lease, x.epoch, x.generation,
+               COALESCE(x."manifestVersion", 0) AS manifest_version, x.status, x.conditions, x.healthy,
+               COALESCE(x.advance, true) AS advance, x."requeueAfterMs" AS requeue_after_ms,
+               x.error, x.reason, COALESCE(x.terminal, false) AS terminal, x.finalizer
+        FROM jsonb_populate_recordset(NULL::task_result, p_results) AS x
     ),
     fenced AS (
         UPDATE work_queue w SET outcome_pending = true
@@ -105,7 +103,7 @@ BEGIN
     -- (apply_work_results relies on these locks). The resource ids only
     -- choose what to lock; the fenced task rows decide what is applied.
     PERFORM 1 FROM resources r
-    WHERE r.id IN (SELECT (x->>'resourceId')::uuid FROM jsonb_array_elements(p_results) AS x)
+    WHERE r.id IN (SELECT x."resourceId" FROM jsonb_populate_recordset(NULL::task_result, p_results) AS x)
     ORDER BY r.id
     FOR NO KEY UPDATE;
     SELECT array_agg(f.outcome ORDER BY (f.outcome).resource_id), array_agg(f.lease),

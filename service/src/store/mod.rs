@@ -1,6 +1,51 @@
 //! Typed SQL access, one file per table family. All runtime SQL of the service
 //! lives here (and in `migrations/`).
 
+/// Declares a row struct (`sqlx::FromRow`) together with its column names
+/// and a check of a row's column types against its fields, so a test can
+/// compare the one declaration with the SQL type the row comes from.
+macro_rules! row_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            /// The column names, in the order of the fields.
+            pub const COLUMNS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// The fields `row` cannot decode: a column it lacks or one of a
+            /// type the field does not accept (described, one per field).
+            pub fn mismatched_columns(row: &sqlx::postgres::PgRow) -> Vec<String> {
+                use sqlx::{Column, Row, TypeInfo};
+                let mut problems = Vec::new();
+                $(
+                    match row.try_column(stringify!($field)) {
+                        Ok(column) => {
+                            if !<$ty as sqlx::Type<sqlx::Postgres>>::compatible(column.type_info()) {
+                                problems.push(format!(
+                                    "{}: column of type {} for a field of type {}",
+                                    stringify!($field),
+                                    column.type_info().name(),
+                                    stringify!($ty),
+                                ));
+                            }
+                        }
+                        Err(_) => problems.push(format!("{}: no such column", stringify!($field))),
+                    }
+                )*
+                problems
+            }
+        }
+    };
+}
+
 pub mod changes;
 pub mod cluster;
 pub mod deletion;

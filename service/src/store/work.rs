@@ -67,51 +67,55 @@ pub async fn request_reconcile(conn: &mut PgConnection, id: Uuid, reset: bool) -
 /// The `task_type` of a teardown task.
 pub const DELETE_TASK: &str = "delete";
 
-/// A claimed task with the state of its resource.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ClaimedTask {
-    /// The task row's id.
-    pub work_id: Uuid,
-    /// The task row's shard (its partition key).
-    pub shard_id: i16,
-    /// `reconcile` or `delete` ([`DELETE_TASK`]).
-    pub task_type: String,
-    /// The unguessable lease handle.
-    pub lease_token: Uuid,
-    /// The fence.
-    pub claim_epoch: i64,
-    /// Generation to reconcile.
-    pub generation: i64,
-    /// Manifest version the task was scheduled under.
-    pub manifest_version: i64,
-    /// Attempt number of this task (1 = first).
-    pub attempts: i32,
-    /// Seconds left before the deadline (None = no deadline).
-    pub deadline_secs: Option<f64>,
-    /// Resource id.
-    pub resource_id: Uuid,
-    /// Kind.
-    pub kind: String,
-    /// Kind version.
-    pub kind_version: i32,
-    /// Name.
-    pub name: String,
-    /// Labels.
-    pub labels: Json<BTreeMap<String, String>>,
-    /// Spec.
-    pub spec: Json<Value>,
-    /// Status.
-    pub status: Option<Json<Value>>,
-    /// Newest reconciled generation.
-    pub synced_gen: i64,
-    /// Health.
-    pub health_ok: bool,
-    /// Finalizers.
-    pub finalizers: Vec<String>,
-    /// Generation of the last composition.
-    pub composed_gen: i64,
-    /// When deletion was requested (`None` unless the resource is being deleted).
-    pub deletion_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+row_struct! {
+    /// A claimed task with the state of its resource: a row of the SQL type
+    /// `claimed_task` (migrations/0010_row_contracts.sql), which every function
+    /// returning task rows returns.
+    #[derive(Debug, Clone, sqlx::FromRow)]
+    pub struct ClaimedTask {
+        /// The task row's id.
+        pub work_id: Uuid,
+        /// The task row's shard (its partition key).
+        pub shard_id: i16,
+        /// `reconcile` or `delete` ([`DELETE_TASK`]).
+        pub task_type: String,
+        /// The unguessable lease handle.
+        pub lease_token: Uuid,
+        /// The fence.
+        pub claim_epoch: i64,
+        /// Generation to reconcile.
+        pub generation: i64,
+        /// Manifest version the task was scheduled under.
+        pub manifest_version: i64,
+        /// Attempt number of this task (1 = first).
+        pub attempts: i32,
+        /// Seconds left before the deadline (None = no deadline).
+        pub deadline_secs: Option<f64>,
+        /// Resource id.
+        pub resource_id: Uuid,
+        /// Kind.
+        pub kind: String,
+        /// Kind version.
+        pub kind_version: i32,
+        /// Name.
+        pub name: String,
+        /// Labels.
+        pub labels: Json<BTreeMap<String, String>>,
+        /// Spec.
+        pub spec: Json<Value>,
+        /// Status.
+        pub status: Option<Json<Value>>,
+        /// Newest reconciled generation.
+        pub synced_gen: i64,
+        /// Health.
+        pub health_ok: bool,
+        /// Finalizers.
+        pub finalizers: Vec<String>,
+        /// Generation of the last composition.
+        pub composed_gen: i64,
+        /// When deletion was requested (`None` unless the resource is being deleted).
+        pub deletion_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+    }
 }
 
 impl ClaimedTask {
@@ -128,22 +132,13 @@ impl ClaimedTask {
     }
 }
 
-/// The columns of a [`ClaimedTask`] over a task row `cl` and its resource `r`.
-const TASK_COLUMNS: &str = "cl.id AS work_id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version, cl.attempts, \
-     extract(epoch FROM cl.deadline_at - now())::float8 AS deadline_secs, \
-     r.id AS resource_id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, \
-     r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen, r.deletion_requested_at";
-
-/// The leased tasks behind `leases` (for leases adopted after a reconnect).
+/// The leased tasks behind `leases` whose results are not in yet (for
+/// leases adopted after a reconnect).
 pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTask>> {
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
-         WHERE cl.lease_token = ANY ($1) AND NOT cl.outcome_pending"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    sqlx::query_as("SELECT * FROM leased_tasks($1)")
         .bind(leases)
         .fetch_all(pool)
         .await
@@ -178,8 +173,10 @@ pub async fn claim(
 }
 
 /// The final result of one task's pipeline, bound for the outbox. Sent to
-/// the fence as JSON; absent fields read as null or their default there, so
-/// they are left out (parsing a 130-result batch: 0.71 -> 0.54 ms).
+/// the fence as JSON, an object of the SQL type `task_result`
+/// (migrations/0010_row_contracts.sql: its attributes are these keys); absent
+/// fields read as null or their default there, so they are left out (parsing
+/// a 130-result batch: 0.71 -> 0.54 ms).
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskResult {
