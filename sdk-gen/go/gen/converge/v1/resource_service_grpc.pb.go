@@ -111,7 +111,9 @@ type ResourceServiceClient interface {
 	// rollup, and it is never reaped. Spec edits are still stored and are
 	// reconciled after UnquarantineResource. Idempotent.
 	QuarantineResource(ctx context.Context, in *QuarantineResourceRequest, opts ...grpc.CallOption) (*QuarantineResourceResponse, error)
-	// Releases a quarantined resource and schedules it for reconciliation.
+	// Releases a quarantined resource and schedules it for reconciliation,
+	// whatever phase it was set aside in: a terminal failure is lifted and the
+	// retry backoff starts over (as ReconcileResource with reset_backoff).
 	// Idempotent: a resource that is not quarantined is returned unchanged.
 	UnquarantineResource(ctx context.Context, in *UnquarantineResourceRequest, opts ...grpc.CallOption) (*UnquarantineResourceResponse, error)
 	// Lists a resource's event runs, newest (by last_time) first.
@@ -384,7 +386,9 @@ type ResourceServiceServer interface {
 	// rollup, and it is never reaped. Spec edits are still stored and are
 	// reconciled after UnquarantineResource. Idempotent.
 	QuarantineResource(context.Context, *QuarantineResourceRequest) (*QuarantineResourceResponse, error)
-	// Releases a quarantined resource and schedules it for reconciliation.
+	// Releases a quarantined resource and schedules it for reconciliation,
+	// whatever phase it was set aside in: a terminal failure is lifted and the
+	// retry backoff starts over (as ReconcileResource with reset_backoff).
 	// Idempotent: a resource that is not quarantined is returned unchanged.
 	UnquarantineResource(context.Context, *UnquarantineResourceRequest) (*UnquarantineResourceResponse, error)
 	// Lists a resource's event runs, newest (by last_time) first.

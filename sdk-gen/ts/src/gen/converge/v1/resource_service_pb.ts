@@ -1483,7 +1483,9 @@ export const ResourceService: GenService<{
     output: typeof QuarantineResourceResponseSchema;
   },
   /**
-   * Releases a quarantined resource and schedules it for reconciliation.
+   * Releases a quarantined resource and schedules it for reconciliation,
+   * whatever phase it was set aside in: a terminal failure is lifted and the
+   * retry backoff starts over (as ReconcileResource with reset_backoff).
    * Idempotent: a resource that is not quarantined is returned unchanged.
    *
    * @generated from rpc converge.v1.ResourceService.UnquarantineResource

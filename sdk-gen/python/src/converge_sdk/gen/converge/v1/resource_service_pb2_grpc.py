@@ -255,7 +255,9 @@ class ResourceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UnquarantineResource(self, request, context):
-        """Releases a quarantined resource and schedules it for reconciliation.
+        """Releases a quarantined resource and schedules it for reconciliation,
+        whatever phase it was set aside in: a terminal failure is lifted and the
+        retry backoff starts over (as ReconcileResource with reset_backoff).
         Idempotent: a resource that is not quarantined is returned unchanged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
