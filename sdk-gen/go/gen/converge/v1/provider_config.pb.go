@@ -47,7 +47,7 @@ type ProviderConfig struct {
 	// schema. Absent means an empty object.
 	Spec *structpb.Struct `protobuf:"bytes,5,opt,name=spec,proto3" json:"spec,omitempty"`
 	// Optional opaque bundle handed to workers verbatim (for example an
-	// archive of scripts). Empty = none.
+	// archive of scripts), at most 1 MiB. Empty = none.
 	Data []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
 	// Output only. The resource whose composer emitted this config; absent
 	// for configs applied through the API. Such a config is removed with its

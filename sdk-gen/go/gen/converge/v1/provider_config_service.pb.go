@@ -243,6 +243,8 @@ type ListProviderConfigsRequest struct {
 	KindVersion *int32 `protobuf:"varint,2,opt,name=kind_version,json=kindVersion,proto3,oneof" json:"kind_version,omitempty"`
 	// Optional. Only default (true) or only non-default (false) configs.
 	IsDefault *bool `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3,oneof" json:"is_default,omitempty"`
+	// Optional. Only configs emitted by the composer of this resource.
+	Owner *ResourceRef `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Optional. Maximum number of configs to return: default 100, maximum
 	// 1000. Fewer may be returned when the data bundles are large.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -301,6 +303,13 @@ func (x *ListProviderConfigsRequest) GetIsDefault() bool {
 		return *x.IsDefault
 	}
 	return false
+}
+
+func (x *ListProviderConfigsRequest) GetOwner() *ResourceRef {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
 }
 
 func (x *ListProviderConfigsRequest) GetPageSize() int32 {
@@ -489,7 +498,7 @@ var File_converge_v1_provider_config_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_provider_config_service_proto_rawDesc = "" +
 	"\n" +
-	")converge/v1/provider_config_service.proto\x12\vconverge.v1\x1a!converge/v1/provider_config.proto\"\xa6\x01\n" +
+	")converge/v1/provider_config_service.proto\x12\vconverge.v1\x1a!converge/v1/provider_config.proto\x1a\x1aconverge/v1/resource.proto\"\xa6\x01\n" +
 	"\x1aApplyProviderConfigRequest\x12D\n" +
 	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12#\n" +
 	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x1d\n" +
@@ -501,12 +510,13 @@ const file_converge_v1_provider_config_service_proto_rawDesc = "" +
 	"\x18GetProviderConfigRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"a\n" +
 	"\x19GetProviderConfigResponse\x12D\n" +
-	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\xe6\x01\n" +
+	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\x96\x02\n" +
 	"\x1aListProviderConfigsRequest\x12\x17\n" +
 	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n" +
 	"\fkind_version\x18\x02 \x01(\x05H\x01R\vkindVersion\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bH\x02R\tisDefault\x88\x01\x01\x12\x1b\n" +
+	"is_default\x18\x03 \x01(\bH\x02R\tisDefault\x88\x01\x01\x12.\n" +
+	"\x05owner\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageTokenB\a\n" +
@@ -554,25 +564,27 @@ var file_converge_v1_provider_config_service_proto_goTypes = []any{
 	(*DeleteProviderConfigRequest)(nil),  // 6: converge.v1.DeleteProviderConfigRequest
 	(*DeleteProviderConfigResponse)(nil), // 7: converge.v1.DeleteProviderConfigResponse
 	(*ProviderConfig)(nil),               // 8: converge.v1.ProviderConfig
+	(*ResourceRef)(nil),                  // 9: converge.v1.ResourceRef
 }
 var file_converge_v1_provider_config_service_proto_depIdxs = []int32{
 	8, // 0: converge.v1.ApplyProviderConfigRequest.provider_config:type_name -> converge.v1.ProviderConfig
 	8, // 1: converge.v1.ApplyProviderConfigResponse.provider_config:type_name -> converge.v1.ProviderConfig
 	8, // 2: converge.v1.GetProviderConfigResponse.provider_config:type_name -> converge.v1.ProviderConfig
-	8, // 3: converge.v1.ListProviderConfigsResponse.provider_configs:type_name -> converge.v1.ProviderConfig
-	0, // 4: converge.v1.ProviderConfigService.ApplyProviderConfig:input_type -> converge.v1.ApplyProviderConfigRequest
-	2, // 5: converge.v1.ProviderConfigService.GetProviderConfig:input_type -> converge.v1.GetProviderConfigRequest
-	4, // 6: converge.v1.ProviderConfigService.ListProviderConfigs:input_type -> converge.v1.ListProviderConfigsRequest
-	6, // 7: converge.v1.ProviderConfigService.DeleteProviderConfig:input_type -> converge.v1.DeleteProviderConfigRequest
-	1, // 8: converge.v1.ProviderConfigService.ApplyProviderConfig:output_type -> converge.v1.ApplyProviderConfigResponse
-	3, // 9: converge.v1.ProviderConfigService.GetProviderConfig:output_type -> converge.v1.GetProviderConfigResponse
-	5, // 10: converge.v1.ProviderConfigService.ListProviderConfigs:output_type -> converge.v1.ListProviderConfigsResponse
-	7, // 11: converge.v1.ProviderConfigService.DeleteProviderConfig:output_type -> converge.v1.DeleteProviderConfigResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 3: converge.v1.ListProviderConfigsRequest.owner:type_name -> converge.v1.ResourceRef
+	8, // 4: converge.v1.ListProviderConfigsResponse.provider_configs:type_name -> converge.v1.ProviderConfig
+	0, // 5: converge.v1.ProviderConfigService.ApplyProviderConfig:input_type -> converge.v1.ApplyProviderConfigRequest
+	2, // 6: converge.v1.ProviderConfigService.GetProviderConfig:input_type -> converge.v1.GetProviderConfigRequest
+	4, // 7: converge.v1.ProviderConfigService.ListProviderConfigs:input_type -> converge.v1.ListProviderConfigsRequest
+	6, // 8: converge.v1.ProviderConfigService.DeleteProviderConfig:input_type -> converge.v1.DeleteProviderConfigRequest
+	1, // 9: converge.v1.ProviderConfigService.ApplyProviderConfig:output_type -> converge.v1.ApplyProviderConfigResponse
+	3, // 10: converge.v1.ProviderConfigService.GetProviderConfig:output_type -> converge.v1.GetProviderConfigResponse
+	5, // 11: converge.v1.ProviderConfigService.ListProviderConfigs:output_type -> converge.v1.ListProviderConfigsResponse
+	7, // 12: converge.v1.ProviderConfigService.DeleteProviderConfig:output_type -> converge.v1.DeleteProviderConfigResponse
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_provider_config_service_proto_init() }
@@ -581,6 +593,7 @@ func file_converge_v1_provider_config_service_proto_init() {
 		return
 	}
 	file_converge_v1_provider_config_proto_init()
+	file_converge_v1_resource_proto_init()
 	file_converge_v1_provider_config_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_converge_v1_provider_config_service_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}

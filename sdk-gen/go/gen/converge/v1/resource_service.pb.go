@@ -613,9 +613,12 @@ type ListResourcesRequest struct {
 	PageSize int32 `protobuf:"varint,8,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Optional. next_page_token from a previous call with the same filters;
 	// empty for the first page.
-	PageToken     string `protobuf:"bytes,9,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,9,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Optional. Only resources that reference this provider config as their
+	// override.
+	ProviderConfig *string `protobuf:"bytes,10,opt,name=provider_config,json=providerConfig,proto3,oneof" json:"provider_config,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListResourcesRequest) Reset() {
@@ -707,6 +710,13 @@ func (x *ListResourcesRequest) GetPageSize() int32 {
 func (x *ListResourcesRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListResourcesRequest) GetProviderConfig() string {
+	if x != nil && x.ProviderConfig != nil {
+		return *x.ProviderConfig
 	}
 	return ""
 }
@@ -2308,7 +2318,7 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"H\n" +
 	"\x13GetResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xfd\x02\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xbf\x03\n" +
 	"\x14ListResourcesRequest\x12\x17\n" +
 	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n" +
 	"\fkind_version\x18\x02 \x01(\x05H\x01R\vkindVersion\x88\x01\x01\x12*\n" +
@@ -2320,9 +2330,12 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"roots_only\x18\a \x01(\bR\trootsOnly\x12\x1b\n" +
 	"\tpage_size\x18\b \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\t \x01(\tR\tpageTokenB\a\n" +
+	"page_token\x18\t \x01(\tR\tpageToken\x12,\n" +
+	"\x0fprovider_config\x18\n" +
+	" \x01(\tH\x02R\x0eproviderConfig\x88\x01\x01B\a\n" +
 	"\x05_kindB\x0f\n" +
-	"\r_kind_version\"t\n" +
+	"\r_kind_versionB\x12\n" +
+	"\x10_provider_config\"t\n" +
 	"\x15ListResourcesResponse\x123\n" +
 	"\tresources\x18\x01 \x03(\v2\x15.converge.v1.ResourceR\tresources\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xca\x01\n" +

@@ -113,6 +113,10 @@ const (
 	Trigger_TRIGGER_REACTOR Trigger = 5
 	// A periodic resync re-pended the resource without a spec change.
 	Trigger_TRIGGER_RESYNC Trigger = 6
+	// The resource's provider config override changed (its content, or which
+	// config the resource references) without a spec change: the spec-change
+	// reactions run again at the same generation.
+	Trigger_TRIGGER_CONFIG_CHANGE Trigger = 7
 )
 
 // Enum value maps for Trigger.
@@ -125,6 +129,7 @@ var (
 		4: "TRIGGER_OPERATION",
 		5: "TRIGGER_REACTOR",
 		6: "TRIGGER_RESYNC",
+		7: "TRIGGER_CONFIG_CHANGE",
 	}
 	Trigger_value = map[string]int32{
 		"TRIGGER_UNSPECIFIED":      0,
@@ -134,6 +139,7 @@ var (
 		"TRIGGER_OPERATION":        4,
 		"TRIGGER_REACTOR":          5,
 		"TRIGGER_RESYNC":           6,
+		"TRIGGER_CONFIG_CHANGE":    7,
 	}
 )
 
@@ -679,9 +685,13 @@ type ChildSpec struct {
 	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Desired spec of the child (validated against its kind's spec schema).
 	// Fields targeted by value flows are filled in by the server.
-	Spec          *structpb.Struct `protobuf:"bytes,5,opt,name=spec,proto3" json:"spec,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Spec *structpb.Struct `protobuf:"bytes,5,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Optional. Name of a provider config to attach as the child's override:
+	// one of this composition's configs, or any existing config of the
+	// child's (kind, kind_version). Empty = none.
+	ProviderConfig string `protobuf:"bytes,6,opt,name=provider_config,json=providerConfig,proto3" json:"provider_config,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChildSpec) Reset() {
@@ -747,6 +757,13 @@ func (x *ChildSpec) GetSpec() *structpb.Struct {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *ChildSpec) GetProviderConfig() string {
+	if x != nil {
+		return x.ProviderConfig
+	}
+	return ""
 }
 
 // Copies one value from a dependency's status into a dependent's spec.
@@ -2766,13 +2783,14 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\x06status\x18\x02 \x01(\x0e2#.converge.worker.v1.ConditionStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x81\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xaa\x02\n" +
 	"\tChildSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
 	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12A\n" +
 	"\x06labels\x18\x04 \x03(\v2).converge.worker.v1.ChildSpec.LabelsEntryR\x06labels\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x1a9\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12'\n" +
+	"\x0fprovider_config\x18\x06 \x01(\tR\x0eproviderConfig\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
@@ -2935,7 +2953,7 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\fSTAGE_ROLLUP\x10\x03\x12\x10\n" +
 	"\fSTAGE_DELETE\x10\x04\x12\x11\n" +
 	"\rSTAGE_OPERATE\x10\x05\x12\x0f\n" +
-	"\vSTAGE_REACT\x10\x06*\xb7\x01\n" +
+	"\vSTAGE_REACT\x10\x06*\xd2\x01\n" +
 	"\aTrigger\x12\x17\n" +
 	"\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n" +
@@ -2943,7 +2961,8 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\x18TRIGGER_DELETE_REQUESTED\x10\x03\x12\x15\n" +
 	"\x11TRIGGER_OPERATION\x10\x04\x12\x13\n" +
 	"\x0fTRIGGER_REACTOR\x10\x05\x12\x12\n" +
-	"\x0eTRIGGER_RESYNC\x10\x06*\x9f\x01\n" +
+	"\x0eTRIGGER_RESYNC\x10\x06\x12\x19\n" +
+	"\x15TRIGGER_CONFIG_CHANGE\x10\a*\x9f\x01\n" +
 	"\n" +
 	"Transition\x12\x1a\n" +
 	"\x16TRANSITION_UNSPECIFIED\x10\x00\x12\x16\n" +

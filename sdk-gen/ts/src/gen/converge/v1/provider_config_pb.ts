@@ -69,7 +69,7 @@ export type ProviderConfig = Message<"converge.v1.ProviderConfig"> & {
 
   /**
    * Optional opaque bundle handed to workers verbatim (for example an
-   * archive of scripts). Empty = none.
+   * archive of scripts), at most 1 MiB. Empty = none.
    *
    * @generated from field: bytes data = 6;
    */

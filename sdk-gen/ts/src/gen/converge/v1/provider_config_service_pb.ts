@@ -6,13 +6,15 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ProviderConfig } from "./provider_config_pb.js";
 import { file_converge_v1_provider_config } from "./provider_config_pb.js";
+import type { ResourceRef } from "./resource_pb.js";
+import { file_converge_v1_resource } from "./resource_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file converge/v1/provider_config_service.proto.
  */
 export const file_converge_v1_provider_config_service: GenFile = /*@__PURE__*/
-  fileDesc("Ciljb252ZXJnZS92MS9wcm92aWRlcl9jb25maWdfc2VydmljZS5wcm90bxILY29udmVyZ2UudjEifQoaQXBwbHlQcm92aWRlckNvbmZpZ1JlcXVlc3QSNAoPcHJvdmlkZXJfY29uZmlnGAEgASgLMhsuY29udmVyZ2UudjEuUHJvdmlkZXJDb25maWcSFQoNdmFsaWRhdGVfb25seRgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJImQKG0FwcGx5UHJvdmlkZXJDb25maWdSZXNwb25zZRI0Cg9wcm92aWRlcl9jb25maWcYASABKAsyGy5jb252ZXJnZS52MS5Qcm92aWRlckNvbmZpZxIPCgdjcmVhdGVkGAIgASgIIigKGEdldFByb3ZpZGVyQ29uZmlnUmVxdWVzdBIMCgRuYW1lGAEgASgJIlEKGUdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2USNAoPcHJvdmlkZXJfY29uZmlnGAEgASgLMhsuY29udmVyZ2UudjEuUHJvdmlkZXJDb25maWciswEKGkxpc3RQcm92aWRlckNvbmZpZ3NSZXF1ZXN0EhEKBGtpbmQYASABKAlIAIgBARIZCgxraW5kX3ZlcnNpb24YAiABKAVIAYgBARIXCgppc19kZWZhdWx0GAMgASgISAKIAQESEQoJcGFnZV9zaXplGAQgASgFEhIKCnBhZ2VfdG9rZW4YBSABKAlCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkINCgtfaXNfZGVmYXVsdCJtChtMaXN0UHJvdmlkZXJDb25maWdzUmVzcG9uc2USNQoQcHJvdmlkZXJfY29uZmlncxgBIAMoCzIbLmNvbnZlcmdlLnYxLlByb3ZpZGVyQ29uZmlnEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJyChtEZWxldGVQcm92aWRlckNvbmZpZ1JlcXVlc3QSDAoEbmFtZRgBIAEoCRIVCg1hbGxvd19taXNzaW5nGAIgASgIEhIKCnJlcXVlc3RfaWQYAyABKAkSEQoEZXRhZxgEIAEoCUgAiAEBQgcKBV9ldGFnIh4KHERlbGV0ZVByb3ZpZGVyQ29uZmlnUmVzcG9uc2UyvAMKFVByb3ZpZGVyQ29uZmlnU2VydmljZRJoChNBcHBseVByb3ZpZGVyQ29uZmlnEicuY29udmVyZ2UudjEuQXBwbHlQcm92aWRlckNvbmZpZ1JlcXVlc3QaKC5jb252ZXJnZS52MS5BcHBseVByb3ZpZGVyQ29uZmlnUmVzcG9uc2USYgoRR2V0UHJvdmlkZXJDb25maWcSJS5jb252ZXJnZS52MS5HZXRQcm92aWRlckNvbmZpZ1JlcXVlc3QaJi5jb252ZXJnZS52MS5HZXRQcm92aWRlckNvbmZpZ1Jlc3BvbnNlEmgKE0xpc3RQcm92aWRlckNvbmZpZ3MSJy5jb252ZXJnZS52MS5MaXN0UHJvdmlkZXJDb25maWdzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkxpc3RQcm92aWRlckNvbmZpZ3NSZXNwb25zZRJrChREZWxldGVQcm92aWRlckNvbmZpZxIoLmNvbnZlcmdlLnYxLkRlbGV0ZVByb3ZpZGVyQ29uZmlnUmVxdWVzdBopLmNvbnZlcmdlLnYxLkRlbGV0ZVByb3ZpZGVyQ29uZmlnUmVzcG9uc2VCqgEKD2NvbS5jb252ZXJnZS52MUIaUHJvdmlkZXJDb25maWdTZXJ2aWNlUHJvdG9QAVouY29udmVyZ2UuZGV2L3Nkay9nby9nZW4vY29udmVyZ2UvdjE7Y29udmVyZ2V2MaICA0NYWKoCC0NvbnZlcmdlLlYxygILQ29udmVyZ2VcVjHiAhdDb252ZXJnZVxWMVxHUEJNZXRhZGF0YeoCDENvbnZlcmdlOjpWMWIGcHJvdG8z", [file_converge_v1_provider_config]);
+  fileDesc("Ciljb252ZXJnZS92MS9wcm92aWRlcl9jb25maWdfc2VydmljZS5wcm90bxILY29udmVyZ2UudjEifQoaQXBwbHlQcm92aWRlckNvbmZpZ1JlcXVlc3QSNAoPcHJvdmlkZXJfY29uZmlnGAEgASgLMhsuY29udmVyZ2UudjEuUHJvdmlkZXJDb25maWcSFQoNdmFsaWRhdGVfb25seRgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJImQKG0FwcGx5UHJvdmlkZXJDb25maWdSZXNwb25zZRI0Cg9wcm92aWRlcl9jb25maWcYASABKAsyGy5jb252ZXJnZS52MS5Qcm92aWRlckNvbmZpZxIPCgdjcmVhdGVkGAIgASgIIigKGEdldFByb3ZpZGVyQ29uZmlnUmVxdWVzdBIMCgRuYW1lGAEgASgJIlEKGUdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2USNAoPcHJvdmlkZXJfY29uZmlnGAEgASgLMhsuY29udmVyZ2UudjEuUHJvdmlkZXJDb25maWci3AEKGkxpc3RQcm92aWRlckNvbmZpZ3NSZXF1ZXN0EhEKBGtpbmQYASABKAlIAIgBARIZCgxraW5kX3ZlcnNpb24YAiABKAVIAYgBARIXCgppc19kZWZhdWx0GAMgASgISAKIAQESJwoFb3duZXIYBiABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZhIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCUIHCgVfa2luZEIPCg1fa2luZF92ZXJzaW9uQg0KC19pc19kZWZhdWx0Im0KG0xpc3RQcm92aWRlckNvbmZpZ3NSZXNwb25zZRI1ChBwcm92aWRlcl9jb25maWdzGAEgAygLMhsuY29udmVyZ2UudjEuUHJvdmlkZXJDb25maWcSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInIKG0RlbGV0ZVByb3ZpZGVyQ29uZmlnUmVxdWVzdBIMCgRuYW1lGAEgASgJEhUKDWFsbG93X21pc3NpbmcYAiABKAgSEgoKcmVxdWVzdF9pZBgDIAEoCRIRCgRldGFnGAQgASgJSACIAQFCBwoFX2V0YWciHgocRGVsZXRlUHJvdmlkZXJDb25maWdSZXNwb25zZTK8AwoVUHJvdmlkZXJDb25maWdTZXJ2aWNlEmgKE0FwcGx5UHJvdmlkZXJDb25maWcSJy5jb252ZXJnZS52MS5BcHBseVByb3ZpZGVyQ29uZmlnUmVxdWVzdBooLmNvbnZlcmdlLnYxLkFwcGx5UHJvdmlkZXJDb25maWdSZXNwb25zZRJiChFHZXRQcm92aWRlckNvbmZpZxIlLmNvbnZlcmdlLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVxdWVzdBomLmNvbnZlcmdlLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2USaAoTTGlzdFByb3ZpZGVyQ29uZmlncxInLmNvbnZlcmdlLnYxLkxpc3RQcm92aWRlckNvbmZpZ3NSZXF1ZXN0GiguY29udmVyZ2UudjEuTGlzdFByb3ZpZGVyQ29uZmlnc1Jlc3BvbnNlEmsKFERlbGV0ZVByb3ZpZGVyQ29uZmlnEiguY29udmVyZ2UudjEuRGVsZXRlUHJvdmlkZXJDb25maWdSZXF1ZXN0GikuY29udmVyZ2UudjEuRGVsZXRlUHJvdmlkZXJDb25maWdSZXNwb25zZUKqAQoPY29tLmNvbnZlcmdlLnYxQhpQcm92aWRlckNvbmZpZ1NlcnZpY2VQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_provider_config, file_converge_v1_resource]);
 
 /**
  * Request message for ProviderConfigService.ApplyProviderConfig.
@@ -149,6 +151,13 @@ export type ListProviderConfigsRequest = Message<"converge.v1.ListProviderConfig
   isDefault?: boolean | undefined;
 
   /**
+   * Optional. Only configs emitted by the composer of this resource.
+   *
+   * @generated from field: converge.v1.ResourceRef owner = 6;
+   */
+  owner?: ResourceRef | undefined;
+
+  /**
    * Optional. Maximum number of configs to return: default 100, maximum
    * 1000. Fewer may be returned when the data bundles are large.
    *
@@ -270,7 +279,14 @@ export const ProviderConfigService: GenService<{
   /**
    * Creates the config if the name is free, otherwise replaces its
    * is_default, spec and data. The spec is validated against the kind's
-   * config schema. Re-applying identical content changes nothing.
+   * config schema (SPEC_SCHEMA_VIOLATION, one field violation per JSON
+   * pointer); data is at most 1 MiB. Making a second config the default of
+   * its (kind, kind_version) fails with ALREADY_EXISTS (DEFAULT_CONFIG_EXISTS).
+   * Re-applying identical content changes nothing. Changing the spec or data
+   * of a config re-reconciles every resource that references it (at the same
+   * generation: the worker sees TRIGGER_CONFIG_CHANGE, and each resource
+   * records a ProviderConfigChanged event); changing a default pushes it to
+   * the connected workers of its pair.
    *
    * @generated from rpc converge.v1.ProviderConfigService.ApplyProviderConfig
    */
@@ -290,7 +306,7 @@ export const ProviderConfigService: GenService<{
     output: typeof GetProviderConfigResponseSchema;
   },
   /**
-   * Lists configs ordered by name.
+   * Lists configs ordered by name (keyset pages).
    *
    * @generated from rpc converge.v1.ProviderConfigService.ListProviderConfigs
    */
@@ -300,8 +316,13 @@ export const ProviderConfigService: GenService<{
     output: typeof ListProviderConfigsResponseSchema;
   },
   /**
-   * Deletes a config. Resources that used it as an override fall back to
-   * the kind's default.
+   * Deletes a config. A config that resources still reference is not
+   * deleted: the call fails with FAILED_PRECONDITION
+   * (PROVIDER_CONFIG_IN_USE) naming a few of them, because silently
+   * falling back to the default could point them at another account or
+   * region. Detach it from them first (ApplyResource with an empty
+   * provider_config). Configs owned by a composer are removed by it, not
+   * through this call.
    *
    * @generated from rpc converge.v1.ProviderConfigService.DeleteProviderConfig
    */

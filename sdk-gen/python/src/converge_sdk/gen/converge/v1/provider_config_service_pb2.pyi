@@ -1,4 +1,5 @@
 from converge_sdk.gen.converge.v1 import provider_config_pb2 as _provider_config_pb2
+from converge_sdk.gen.converge.v1 import resource_pb2 as _resource_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -38,18 +39,20 @@ class GetProviderConfigResponse(_message.Message):
     def __init__(self, provider_config: _Optional[_Union[_provider_config_pb2.ProviderConfig, _Mapping]] = ...) -> None: ...
 
 class ListProviderConfigsRequest(_message.Message):
-    __slots__ = ("kind", "kind_version", "is_default", "page_size", "page_token")
+    __slots__ = ("kind", "kind_version", "is_default", "owner", "page_size", "page_token")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     is_default: bool
+    owner: _resource_pb2.ResourceRef
     page_size: int
     page_token: str
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., is_default: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., is_default: _Optional[bool] = ..., owner: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListProviderConfigsResponse(_message.Message):
     __slots__ = ("provider_configs", "next_page_token")

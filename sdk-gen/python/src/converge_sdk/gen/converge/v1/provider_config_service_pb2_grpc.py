@@ -68,7 +68,14 @@ class ProviderConfigServiceServicer:
     def ApplyProviderConfig(self, request, context):
         """Creates the config if the name is free, otherwise replaces its
         is_default, spec and data. The spec is validated against the kind's
-        config schema. Re-applying identical content changes nothing.
+        config schema (SPEC_SCHEMA_VIOLATION, one field violation per JSON
+        pointer); data is at most 1 MiB. Making a second config the default of
+        its (kind, kind_version) fails with ALREADY_EXISTS (DEFAULT_CONFIG_EXISTS).
+        Re-applying identical content changes nothing. Changing the spec or data
+        of a config re-reconciles every resource that references it (at the same
+        generation: the worker sees TRIGGER_CONFIG_CHANGE, and each resource
+        records a ProviderConfigChanged event); changing a default pushes it to
+        the connected workers of its pair.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -82,15 +89,20 @@ class ProviderConfigServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListProviderConfigs(self, request, context):
-        """Lists configs ordered by name.
+        """Lists configs ordered by name (keyset pages).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteProviderConfig(self, request, context):
-        """Deletes a config. Resources that used it as an override fall back to
-        the kind's default.
+        """Deletes a config. A config that resources still reference is not
+        deleted: the call fails with FAILED_PRECONDITION
+        (PROVIDER_CONFIG_IN_USE) naming a few of them, because silently
+        falling back to the default could point them at another account or
+        region. Detach it from them first (ApplyResource with an empty
+        provider_config). Configs owned by a composer are removed by it, not
+        through this call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -112,7 +112,7 @@ class GetResourceResponse(_message.Message):
     def __init__(self, resource: _Optional[_Union[_resource_pb2.Resource, _Mapping]] = ...) -> None: ...
 
 class ListResourcesRequest(_message.Message):
-    __slots__ = ("kind", "kind_version", "phases", "label_selector", "owner", "root", "roots_only", "page_size", "page_token")
+    __slots__ = ("kind", "kind_version", "phases", "label_selector", "owner", "root", "roots_only", "page_size", "page_token", "provider_config")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class ListResourcesRequest(_message.Message):
     ROOTS_ONLY_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     phases: _containers.RepeatedScalarFieldContainer[_resource_pb2.Phase]
@@ -131,7 +132,8 @@ class ListResourcesRequest(_message.Message):
     roots_only: bool
     page_size: int
     page_token: str
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[_resource_pb2.Phase, str]]] = ..., label_selector: _Optional[str] = ..., owner: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., root: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., roots_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    provider_config: str
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[_resource_pb2.Phase, str]]] = ..., label_selector: _Optional[str] = ..., owner: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., root: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., roots_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., provider_config: _Optional[str] = ...) -> None: ...
 
 class ListResourcesResponse(_message.Message):
     __slots__ = ("resources", "next_page_token")

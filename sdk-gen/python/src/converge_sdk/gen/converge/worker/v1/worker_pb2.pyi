@@ -31,6 +31,7 @@ class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_OPERATION: _ClassVar[Trigger]
     TRIGGER_REACTOR: _ClassVar[Trigger]
     TRIGGER_RESYNC: _ClassVar[Trigger]
+    TRIGGER_CONFIG_CHANGE: _ClassVar[Trigger]
 
 class Transition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -61,6 +62,7 @@ TRIGGER_DELETE_REQUESTED: Trigger
 TRIGGER_OPERATION: Trigger
 TRIGGER_REACTOR: Trigger
 TRIGGER_RESYNC: Trigger
+TRIGGER_CONFIG_CHANGE: Trigger
 TRANSITION_UNSPECIFIED: Transition
 TRANSITION_CREATED: Transition
 TRANSITION_SYNCED: Transition
@@ -146,7 +148,7 @@ class Condition(_message.Message):
     def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ChildSpec(_message.Message):
-    __slots__ = ("kind", "kind_version", "name", "labels", "spec")
+    __slots__ = ("kind", "kind_version", "name", "labels", "spec", "provider_config")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,12 +161,14 @@ class ChildSpec(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     name: str
     labels: _containers.ScalarMap[str, str]
     spec: _struct_pb2.Struct
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    provider_config: str
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., provider_config: _Optional[str] = ...) -> None: ...
 
 class ValueFlow(_message.Message):
     __slots__ = ("dependent_field", "source_field")
