@@ -123,6 +123,7 @@ impl Provider for Stacks {
                         name: cell.get("name").and_then(Value::as_str).unwrap_or_default().into(),
                         labels: BTreeMap::new(),
                         spec: cell.get("spec").cloned().unwrap_or(json!({})),
+                        provider_config: None,
                     });
                 }
                 for edge in spec.get("edges").and_then(Value::as_array).into_iter().flatten() {

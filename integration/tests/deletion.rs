@@ -173,6 +173,7 @@ impl Provider for Stacks {
                         name: cell.as_str().unwrap_or_default().into(),
                         labels: BTreeMap::new(),
                         spec: json!({}),
+                        provider_config: None,
                     });
                 }
                 for edge in spec.get("edges").and_then(Value::as_array).into_iter().flatten() {

@@ -91,7 +91,7 @@ BEGIN
                 manifest_version = EXCLUDED.manifest_version,
                 claim_epoch = w.claim_epoch + 1,
                 broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
-                outcome_pending = false, not_before = now(), attempts = 0
+                outcome_pending = false, not_before = now(), attempts = 0, cause = NULL
             WHERE w.generation < EXCLUDED.generation OR w.kind_version <> EXCLUDED.kind_version
         RETURNING 1
     )

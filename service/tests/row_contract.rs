@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use converge_service::domain::composition::{ChildSpec, Edge, Ref, ValueFlow};
+use converge_service::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, ValueFlow};
 use converge_service::store::work::{self, ClaimedTask, TaskResult};
 use converge_service::testing::TestDatabase;
 use serde_json::{Value, json};
@@ -222,8 +222,25 @@ async fn a_composition_is_the_composition_types() -> anyhow::Result<()> {
         name: "data".into(),
         labels: BTreeMap::from([("tier".to_owned(), "gold".to_owned())]),
         spec: json!({"size": 10}),
+        provider_config: Some("disk-fast".into()),
     };
     check_shape(pool, "composition_child", "ChildSpec", &serde_json::to_value(&child)?).await?;
+
+    let config = ConfigSpec {
+        name: "disk-fast".into(),
+        kind: "Disk".into(),
+        kind_version: 2,
+        is_default: false,
+        spec: json!({"iops": 3000}),
+        data: vec![1, 2, 3],
+    };
+    check_shape(
+        pool,
+        "composition_config",
+        "ConfigSpec",
+        &serde_json::to_value(&config)?,
+    )
+    .await?;
 
     let flow = ValueFlow {
         dependent: "/disk".into(),
@@ -249,7 +266,11 @@ async fn a_composition_is_the_composition_types() -> anyhow::Result<()> {
     .await?;
 
     let body = definition(pool, "apply_composition").await?;
-    for (name, argument) in [("composition_child", "p_children"), ("composition_edge", "p_edges")] {
+    for (name, argument) in [
+        ("composition_child", "p_children"),
+        ("composition_edge", "p_edges"),
+        ("composition_config", "p_configs"),
+    ] {
         assert!(
             body.contains(&format!("jsonb_populate_recordset(NULL::{name}, {argument})")),
             "apply_composition does not read {argument} as {name}"

@@ -143,6 +143,7 @@ fn child(kind: &str, name: &str, team: Option<&str>, spec: Value) -> ChildSpec {
         name: name.to_owned(),
         labels,
         spec,
+        provider_config: None,
     }
 }
 

@@ -96,6 +96,7 @@ fn trigger_from_proto(trigger: i32) -> Trigger {
         Ok(pb::Trigger::Operation) => Trigger::Operation,
         Ok(pb::Trigger::Reactor) => Trigger::Reactor,
         Ok(pb::Trigger::Resync) => Trigger::Resync,
+        Ok(pb::Trigger::ConfigChange) => Trigger::ConfigChange,
         Ok(pb::Trigger::Unspecified) | Err(_) => Trigger::Unspecified,
     }
 }
@@ -171,6 +172,7 @@ fn child_from_proto(c: pb::ChildSpec) -> ChildSpec {
         name: c.name,
         labels: c.labels,
         spec: c.spec.map(struct_to_json).unwrap_or_else(empty_object),
+        provider_config: Some(c.provider_config).filter(|p| !p.is_empty()),
     }
 }
 
@@ -181,6 +183,7 @@ fn child_to_proto(c: ChildSpec, index: usize) -> Result<pb::ChildSpec, NotAnObje
         name: c.name,
         labels: c.labels,
         spec: optional_object(Some(c.spec), &format!("children[{index}].spec"))?,
+        provider_config: c.provider_config.unwrap_or_default(),
     })
 }
 

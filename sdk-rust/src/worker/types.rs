@@ -109,6 +109,8 @@ pub enum Trigger {
     Reactor,
     /// A periodic resync re-pended the resource.
     Resync,
+    /// The resource's provider config override changed (same generation).
+    ConfigChange,
 }
 
 /// A lifecycle edge that fired a reactor binding.
@@ -259,6 +261,10 @@ pub struct ChildSpec {
     /// Desired spec of the child (a JSON object).
     #[serde(default = "empty_object")]
     pub spec: Value,
+    /// Name of a provider config to attach as the child's override (one of
+    /// the composition's configs, or any config of the child's pair).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_config: Option<String>,
 }
 
 /// Copies one value from a dependency's status into a dependent's spec.

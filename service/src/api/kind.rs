@@ -26,7 +26,7 @@ use crate::domain::names::{validate_kind_name, validate_kind_version};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::violation::Violation;
 use crate::store::kinds::{self, KindConfigRow, StoredManifest};
-use crate::store::resources;
+use crate::store::{provider_configs, resources};
 
 /// Resources checked per batch when a new spec schema is checked against stored specs.
 const REVALIDATE_BATCH: i64 = 500;
@@ -298,6 +298,52 @@ async fn check_existing_specs(conn: &mut PgConnection, compiled: &CompiledKind) 
     })
 }
 
+/// Refuses a new config schema that rejects provider configs already
+/// stored, as [`check_existing_specs`] does for specs (same lock).
+async fn check_existing_configs(conn: &mut PgConnection, compiled: &CompiledKind) -> Result<(), ApiError> {
+    let Some(schema) = &compiled.config else { return Ok(()) };
+    let (kind, version) = (&compiled.manifest.kind, compiled.manifest.kind_version);
+    let mut offenders = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let batch = provider_configs::specs_of_pair(conn, kind, version, after.as_deref(), REVALIDATE_BATCH).await?;
+        let Some((last, _)) = batch.last() else { break };
+        after = Some(last.clone());
+        for (name, spec) in &batch {
+            if let Err(violations) = schema.validate("/spec", &spec.0) {
+                let first = violations
+                    .first()
+                    .map(|v| format!("{}: {}", v.field, v.description))
+                    .unwrap_or_default();
+                offenders.push(Violation::new(format!("provider_configs/{name}"), first));
+                if offenders.len() >= MAX_REPORTED_RESOURCES {
+                    break;
+                }
+            }
+        }
+        if offenders.len() >= MAX_REPORTED_RESOURCES || batch.len() < REVALIDATE_BATCH as usize {
+            break;
+        }
+    }
+    if offenders.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Refused {
+        reason: Reason::SchemaRejectsExistingConfigs,
+        message: format!(
+            "the new config schema rejects {}{} stored provider config(s) of {kind} version {version}; \
+             fix those configs first or publish the change as a new kind version",
+            offenders.len(),
+            if offenders.len() >= MAX_REPORTED_RESOURCES {
+                "+"
+            } else {
+                ""
+            },
+        ),
+        violations: offenders,
+    })
+}
+
 /// The fields `UpdateKindConfig` may change, by update-mask path.
 const CONFIG_PATHS: [&str; 7] = [
     "max_inflight",
@@ -373,6 +419,12 @@ async fn apply_manifest_in(
     if schema_changed {
         check_existing_specs(conn, compiled).await?;
     }
+    let config_schema_changed = existing
+        .as_ref()
+        .is_some_and(|stored| stored.manifest.config_schema != compiled.manifest.config_schema);
+    if config_schema_changed {
+        check_existing_configs(conn, compiled).await?;
+    }
     let stored = kinds::upsert_manifest(conn, &compiled.manifest, compiled.manifest_version).await?;
     Ok(ApplyKindManifestResponse {
         manifest: Some(manifest_to_proto(stored)),
@@ -398,6 +450,15 @@ async fn delete_manifest_in(
             Reason::KindInUse,
             format!(
                 "kind {:?} version {} still has resources; delete them (or move them to another version) first",
+                req.kind, req.kind_version
+            ),
+        ));
+    }
+    if provider_configs::any_of_kind(conn, &req.kind, req.kind_version).await? {
+        return Err(ApiError::refused(
+            Reason::KindInUse,
+            format!(
+                "kind {:?} version {} still has provider configs; delete them first",
                 req.kind, req.kind_version
             ),
         ));

@@ -145,7 +145,11 @@ where
     let resource = service!(api, ResourceServiceServer, resource::ResourceApi::new(state.clone()));
     let operation = service!(api, OperationServiceServer, operation::OperationApi);
     let kind = service!(api, KindServiceServer, kind::KindApi::new(state.clone()));
-    let provider_config = service!(api, ProviderConfigServiceServer, provider_config::ProviderConfigApi);
+    let provider_config = service!(
+        api,
+        ProviderConfigServiceServer,
+        provider_config::ProviderConfigApi::new(state.clone())
+    );
     let reactor_binding = service!(api, ReactorBindingServiceServer, reactor_binding::ReactorBindingApi);
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
     let worker = match state.broker.clone() {

@@ -245,6 +245,7 @@ async fn send_snapshot(
         owner_id,
         root_id,
         roots_only: false,
+        provider_config: None,
     };
     let mut conn = state.pool.acquire().await?;
     let mut tx = conn.begin().await?;

@@ -8,6 +8,7 @@
 //! released at once so other workers can take the tasks; a worker that hangs
 //! silently stops attesting its leases and the reaper frees them.
 
+mod configs;
 mod session;
 mod wire;
 
@@ -38,6 +39,8 @@ use session::Session;
 
 /// Largest number of tasks one worker may hold at once.
 const MAX_WORKER_INFLIGHT: usize = 10_000;
+/// Most pairs one GetProviderConfig call may ask for.
+const MAX_CONFIG_PAIRS: usize = 1000;
 
 /// Counters of the broker duty.
 #[derive(Debug, Default)]
@@ -93,6 +96,8 @@ pub struct Broker {
     /// then, so the work is claimed when it becomes due, not on the next
     /// idle poll.
     due: Arc<DueTimes>,
+    /// The default provider configs, pushed to sessions as they change.
+    configs: Arc<configs::DefaultConfigs>,
     stats: Arc<BrokerStats>,
 }
 
@@ -158,8 +163,14 @@ impl Broker {
             shards,
             wake: watch::channel(0).0,
             due: Arc::default(),
+            configs: configs::DefaultConfigs::new(),
             stats: Arc::default(),
         });
+        tokio::spawn(configs::refresh(
+            Arc::downgrade(&broker.configs),
+            broker.pool.clone(),
+            notifications.subscribe(&[Channel::ProviderConfigChanged]),
+        ));
         tokio::spawn(forward_wakes(
             Arc::downgrade(&broker),
             notifications.subscribe(&[Channel::WorkReady]),
@@ -271,9 +282,32 @@ impl WorkerService for WorkerApi {
 
     async fn get_provider_config(
         &self,
-        _request: Request<wpb::GetProviderConfigRequest>,
+        request: Request<wpb::GetProviderConfigRequest>,
     ) -> Result<Response<wpb::GetProviderConfigResponse>, Status> {
-        // No provider configs exist yet: every kind runs on its built-in defaults.
-        Ok(Response::new(wpb::GetProviderConfigResponse::default()))
+        let req = request.into_inner();
+        if req.kinds.is_empty() {
+            return Err(ApiError::from(Violation::new("/kinds", "must name at least one kind")).into());
+        }
+        if req.kinds.len() > MAX_CONFIG_PAIRS {
+            return Err(ApiError::from(Violation::new(
+                "/kinds",
+                format!("at most {MAX_CONFIG_PAIRS} pairs per call"),
+            ))
+            .into());
+        }
+        let pairs: Vec<(String, i32)> = req.kinds.iter().map(|k| (k.kind.clone(), k.kind_version)).collect();
+        let defaults = crate::store::provider_configs::defaults(&self.broker.pool, &pairs)
+            .await
+            .map_err(ApiError::from)?;
+        let entries = defaults
+            .into_iter()
+            .map(|config| wpb::ProviderConfigEntry {
+                spec: crate::contract::convert::json_to_struct(&config.spec),
+                kind: config.kind,
+                kind_version: config.kind_version,
+                data: config.data,
+            })
+            .collect();
+        Ok(Response::new(wpb::GetProviderConfigResponse { entries }))
     }
 }

@@ -21,9 +21,10 @@ use super::Broker;
 use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
-use crate::domain::composition::{ChildSpec, Edge, Stage, StagePlan, validate_composition};
+use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
 use crate::store::pipeline::{self, Composed};
+use crate::store::provider_configs;
 use crate::store::work::{self, ClaimedTask, TaskResult};
 use crate::store::{StoreError, StoreResult};
 
@@ -110,6 +111,7 @@ impl Session {
         }
         self.broker.stats.connected.fetch_add(1, Ordering::Relaxed);
         let mut wake = self.broker.wake.subscribe();
+        let mut config_updates = self.broker.configs.subscribe();
         let mut busy_until = tokio::time::Instant::now() + LINGER;
         'session: loop {
             self.count_in_flight();
@@ -157,6 +159,20 @@ impl Session {
                     busy_until = tokio::time::Instant::now() + LINGER;
                 },
                 _ = wake.changed() => busy_until = tokio::time::Instant::now() + LINGER,
+                update = config_updates.recv() => match update {
+                    Ok(update) => {
+                        if !self.push_config(&update).await {
+                            break;
+                        }
+                    }
+                    // Fell behind: re-read the defaults of every served pair.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if !self.push_all_configs().await {
+                            break;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                },
                 _ = tokio::time::sleep(pause) => {}
                 _ = self.out.closed() => break,
             }
@@ -168,6 +184,42 @@ impl Session {
         if let Err(e) = work::release(&pool, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
         }
+    }
+
+    /// Sends a default-config change to the worker if it serves the pair;
+    /// false if the stream is gone.
+    async fn push_config(&self, update: &wpb::ProviderConfigUpdate) -> bool {
+        if !self.kinds.contains(&(update.kind.clone(), update.kind_version)) {
+            return true;
+        }
+        let message = wpb::WorkStreamResponse {
+            payload: Some(wpb::work_stream_response::Payload::ProviderConfigUpdate(update.clone())),
+        };
+        self.out.send(Ok(message)).await.is_ok()
+    }
+
+    /// Sends the current default (or its absence) of every served pair;
+    /// false if the stream is gone.
+    async fn push_all_configs(&self) -> bool {
+        let pairs: Vec<(String, i32)> = self.kinds.iter().cloned().collect();
+        let defaults = match provider_configs::defaults(&self.broker.pool, &pairs).await {
+            Ok(defaults) => defaults,
+            Err(e) => {
+                // The worker's own periodic re-pull catches up.
+                tracing::debug!(error = %e, "could not re-read default provider configs");
+                return true;
+            }
+        };
+        for pair in pairs {
+            let current = defaults
+                .iter()
+                .find(|c| c.kind == pair.0 && c.kind_version == pair.1)
+                .cloned();
+            if !self.push_config(&super::configs::update_of(pair, current)).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Brings the broker's in-flight gauge up to date with this stream.
@@ -326,6 +378,24 @@ impl Session {
             }
             let plan = self.plan(&kind, version).await;
             for task in claimed {
+                // No silent fallback to the default: the override may point
+                // at another account or region than the default does.
+                if let Some(missing) = task.missing_config() {
+                    let message =
+                        format!("provider config {missing:?} does not exist; apply it or detach it from the resource");
+                    self.results.push(TaskResult {
+                        error: Some(message),
+                        reason: Some("ProviderConfigMissing".to_owned()),
+                        ..result_of(&InFlight {
+                            task,
+                            plan: plan.clone(),
+                            stage: None,
+                            status: None,
+                            conditions: Vec::new(),
+                        })
+                    });
+                    continue;
+                }
                 if task.is_teardown() {
                     if !self.dispatch_teardown(task, &plan).await? {
                         return Ok(sent);
@@ -413,6 +483,7 @@ impl Session {
             Stage::Compose => Input::Compose {
                 observed: pipeline::children(pool, id, MAX_OBSERVED_CHILDREN).await?,
                 edges: pipeline::edges(pool, id).await?,
+                configs: provider_configs::owned_by(pool, id).await?,
             },
             Stage::Work => Input::Work(so_far),
             Stage::Rollup => Input::Rollup {
@@ -533,23 +604,17 @@ impl Session {
     /// Applies a composition, then moves the task on.
     async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), StoreError> {
         let result = complete.compose_result.clone().unwrap_or_default();
-        // Owned provider configs need the provider-config store, which does
-        // not exist yet: refuse them rather than drop them silently.
-        let configs: Vec<Violation> = (0..result.configs.len())
-            .map(|i| {
-                Violation::new(
-                    format!("/compose_result/configs/{i}"),
-                    "provider configs owned by a composition are not supported by this server yet",
-                )
-            })
-            .collect();
-        let (children, edges, unstorable) = wire::composition(result);
-        let checked = match self.check_composition(&children, &edges).await {
-            Ok(()) if configs.is_empty() && unstorable.is_empty() => Ok(()),
-            Ok(()) => Err(unstorable.into_iter().chain(configs).collect()),
+        let wire::Composition {
+            children,
+            edges,
+            configs,
+            unstorable,
+        } = wire::composition(result);
+        let checked = match self.check_composition(&children, &edges, &configs).await {
+            Ok(()) if unstorable.is_empty() => Ok(()),
+            Ok(()) => Err(unstorable),
             Err(mut problems) => {
                 problems.extend(unstorable);
-                problems.extend(configs);
                 Err(problems)
             }
         };
@@ -566,6 +631,7 @@ impl Session {
             task.resource_id,
             &children,
             &edges,
+            &configs,
         )
         .await?;
         match composed {
@@ -673,10 +739,36 @@ impl Session {
         });
     }
 
-    /// The shape, kinds and spec schemas of a composition.
-    async fn check_composition(&self, children: &[ChildSpec], edges: &[Edge]) -> Result<(), Vec<Violation>> {
-        validate_composition(children, edges)?;
+    /// The shape, kinds and spec and config schemas of a composition.
+    async fn check_composition(
+        &self,
+        children: &[ChildSpec],
+        edges: &[Edge],
+        configs: &[ConfigSpec],
+    ) -> Result<(), Vec<Violation>> {
+        validate_composition(children, edges, configs)?;
         let mut problems = Vec::new();
+        for (i, config) in configs.iter().enumerate() {
+            let at = format!("/compose_result/configs/{i}");
+            match self
+                .broker
+                .catalog
+                .current(&self.broker.pool, &config.kind, config.kind_version)
+                .await
+            {
+                None => problems.push(Violation::new(
+                    format!("{at}/kind"),
+                    format!("kind {} version {} does not exist", config.kind, config.kind_version),
+                )),
+                Some(compiled) => {
+                    if let Some(schema) = &compiled.config
+                        && let Err(found) = schema.validate(&format!("{at}/spec"), &config.spec)
+                    {
+                        problems.extend(found);
+                    }
+                }
+            }
+        }
         for (i, child) in children.iter().enumerate() {
             let at = format!("/compose_result/desired/{i}");
             match self

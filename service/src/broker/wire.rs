@@ -10,19 +10,22 @@ use serde_json::{Value, json};
 use converge_proto::json;
 
 use crate::contract::convert::{json_to_struct, timestamp};
-use crate::domain::composition::{ChildSpec, Edge, Ref, Stage, ValueFlow};
+use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, Stage, ValueFlow};
+use crate::domain::provider_config::ProviderConfig;
 use crate::domain::violation::Violation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
-use crate::store::work::ClaimedTask;
+use crate::store::work::{CONFIG_CHANGE, ClaimedTask};
 
 /// The stage-specific input of a task.
 pub enum Input {
-    /// Compose: the current children and edges.
+    /// Compose: the current children, edges and owned configs.
     Compose {
         /// Children as stored.
         observed: Vec<MemberRow>,
         /// Edges as stored.
         edges: Vec<EdgeRow>,
+        /// Configs the resource owns.
+        configs: Vec<ProviderConfig>,
     },
     /// Work: the status so far.
     Work(Option<Value>),
@@ -68,19 +71,23 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
         }
     });
     let (stage, trigger, input) = match input {
-        Input::Compose { observed, edges } => (
+        Input::Compose {
+            observed,
+            edges,
+            configs,
+        } => (
             wpb::Stage::Compose,
             wpb::Trigger::SpecChange,
             wpb::stage_task::Input::ComposeInput(wpb::ComposeInput {
                 desired: observed.iter().map(child_of).collect(),
                 observed: observed.into_iter().map(member).collect(),
                 edges: edges.into_iter().map(edge_of).collect(),
-                configs: Vec::new(),
+                configs: configs.into_iter().map(config_of).collect(),
             }),
         ),
         Input::Work(status) => (
             wpb::Stage::Work,
-            wpb::Trigger::SpecChange,
+            reconcile_trigger(task),
             wpb::stage_task::Input::WorkInput(wpb::WorkInput {
                 status: status.as_ref().and_then(json_to_struct),
             }),
@@ -113,9 +120,19 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
             manifest_version: task.manifest_version,
             task_deadline: deadline,
             attempt: task.attempts,
+            provider_config: task.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
+            provider_bundle: task.config_data.clone().unwrap_or_default(),
             input: Some(input),
-            ..Default::default()
         })),
+    }
+}
+
+/// The trigger of a reconcile's work stage: a spec change, unless the task
+/// was queued because the resource's provider config changed.
+fn reconcile_trigger(task: &ClaimedTask) -> wpb::Trigger {
+    match task.cause.as_deref() {
+        Some(CONFIG_CHANGE) => wpb::Trigger::ConfigChange,
+        _ => wpb::Trigger::SpecChange,
     }
 }
 
@@ -152,6 +169,19 @@ fn child_of(row: &MemberRow) -> wpb::ChildSpec {
         name: row.name.clone(),
         labels: row.labels.0.clone(),
         spec: json_to_struct(&row.spec.0),
+        provider_config: row.provider_config.clone().unwrap_or_default(),
+    }
+}
+
+/// A stored config as a composer's input shows it.
+fn config_of(config: ProviderConfig) -> wpb::ProviderConfigSpec {
+    wpb::ProviderConfigSpec {
+        spec: json_to_struct(&config.spec),
+        name: config.name,
+        kind: config.kind,
+        kind_version: config.kind_version,
+        is_default: config.is_default,
+        data: config.data,
     }
 }
 
@@ -177,10 +207,44 @@ fn edge_of(row: EdgeRow) -> wpb::DepEdge {
     }
 }
 
-/// The children and edges of a compose result, in domain form, and the
-/// children whose specs have no storable JSON form.
-pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>, Vec<Violation>) {
+/// A compose result in domain form.
+pub struct Composition {
+    /// The desired children.
+    pub children: Vec<ChildSpec>,
+    /// The edges among them.
+    pub edges: Vec<Edge>,
+    /// The provider configs the resource should own.
+    pub configs: Vec<ConfigSpec>,
+    /// Specs (of children or configs) that have no storable JSON form.
+    pub unstorable: Vec<Violation>,
+}
+
+/// The parts of a compose result, in domain form.
+pub fn composition(result: wpb::ComposeResult) -> Composition {
     let mut problems = Vec::new();
+    let configs = result
+        .configs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let spec = match c.spec.map(json::storable_struct_to_json).transpose() {
+                Ok(spec) => spec.unwrap_or_else(|| json!({})),
+                Err(e) => {
+                    let field = format!("/compose_result/configs/{i}/spec{}", e.pointer());
+                    problems.push(Violation::new(field, e.description()));
+                    json!({})
+                }
+            };
+            ConfigSpec {
+                name: c.name,
+                kind: c.kind,
+                kind_version: c.kind_version,
+                is_default: c.is_default,
+                spec,
+                data: c.data,
+            }
+        })
+        .collect();
     let children = result
         .desired
         .into_iter()
@@ -200,6 +264,7 @@ pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>, Ve
                 name: c.name,
                 labels: c.labels.into_iter().collect::<BTreeMap<_, _>>(),
                 spec,
+                provider_config: Some(c.provider_config).filter(|p| !p.is_empty()),
             }
         })
         .collect();
@@ -226,7 +291,12 @@ pub fn composition(result: wpb::ComposeResult) -> (Vec<ChildSpec>, Vec<Edge>, Ve
                 .collect(),
         })
         .collect();
-    (children, edges, problems)
+    Composition {
+        children,
+        edges,
+        configs,
+        unstorable: problems,
+    }
 }
 
 /// Conditions in the database's JSON shape.

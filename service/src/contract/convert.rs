@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use super::status::{ApiError, Reason};
 use crate::domain::event::{EventRun, EventType};
 use crate::domain::graph::{DependencyEdge, GraphNode, ValueFlow};
+use crate::domain::provider_config::ProviderConfig;
 use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef};
 use crate::domain::violation::Violation;
 
@@ -267,5 +268,25 @@ mod tests {
         };
         let fields: Vec<&str> = violations.iter().map(|v| v.field.as_str()).collect();
         assert_eq!(fields, ["/phases/1", "/phases/2"]);
+    }
+}
+
+/// A provider config as a proto message.
+pub fn provider_config_to_proto(config: ProviderConfig) -> pb::ProviderConfig {
+    let etag = config.etag();
+    pb::ProviderConfig {
+        spec: json_to_struct(&config.spec),
+        name: config.name,
+        kind: config.kind,
+        kind_version: config.kind_version,
+        is_default: config.is_default,
+        data: config.data,
+        owner: config.owner.map(|o| pb::ResourceRef {
+            kind: o.kind,
+            name: o.name,
+        }),
+        create_time: Some(timestamp(config.created_at)),
+        update_time: Some(timestamp(config.updated_at)),
+        etag,
     }
 }

@@ -73,6 +73,20 @@ reasons! {
     ResourceNotFound => "RESOURCE_NOT_FOUND",
     /// No such provider config.
     ProviderConfigNotFound => "PROVIDER_CONFIG_NOT_FOUND",
+    /// The pair already has another default provider config.
+    DefaultConfigExists => "DEFAULT_CONFIG_EXISTS",
+    /// A provider config spec does not satisfy its kind's config schema.
+    ConfigSchemaViolation => "CONFIG_SCHEMA_VIOLATION",
+    /// Resources still reference the provider config.
+    ProviderConfigInUse => "PROVIDER_CONFIG_IN_USE",
+    /// The provider config was emitted by a composer; it belongs to it.
+    ProviderConfigOwned => "PROVIDER_CONFIG_OWNED",
+    /// The provider config is for another kind or kind version than the resource.
+    ProviderConfigKindMismatch => "PROVIDER_CONFIG_KIND_MISMATCH",
+    /// A new config schema would reject provider configs already stored.
+    SchemaRejectsExistingConfigs => "SCHEMA_REJECTS_EXISTING_CONFIGS",
+    /// A provider config's data bundle is larger than allowed.
+    ConfigDataTooLarge => "CONFIG_DATA_TOO_LARGE",
     /// The name is held by another resource (possibly one being deleted).
     NameTaken => "NAME_TAKEN",
     /// The resource is being deleted and accepts no writes.
@@ -124,18 +138,25 @@ impl Reason {
             | Reason::InvalidKindManifest
             | Reason::InvalidKindConfig
             | Reason::SpecSchemaViolation
+            | Reason::ConfigSchemaViolation
+            | Reason::ProviderConfigKindMismatch
             | Reason::RequestIdReused
             | Reason::NestingTooDeep
             | Reason::MalformedRequest => Code::InvalidArgument,
             Reason::KindNotFound | Reason::ResourceNotFound | Reason::ProviderConfigNotFound => Code::NotFound,
-            Reason::NameTaken => Code::AlreadyExists,
+            Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned
             | Reason::KindVersionRetired
             | Reason::KindInUse
-            | Reason::SchemaRejectsExistingResources => Code::FailedPrecondition,
+            | Reason::ProviderConfigInUse
+            | Reason::ProviderConfigOwned
+            | Reason::SchemaRejectsExistingResources
+            | Reason::SchemaRejectsExistingConfigs => Code::FailedPrecondition,
             Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,
-            Reason::SpecTooLarge | Reason::RequestTooLarge | Reason::WatchTooSlow => Code::ResourceExhausted,
+            Reason::SpecTooLarge | Reason::ConfigDataTooLarge | Reason::RequestTooLarge | Reason::WatchTooSlow => {
+                Code::ResourceExhausted
+            }
             Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
             Reason::NotImplemented => Code::Unimplemented,
             Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,

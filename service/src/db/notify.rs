@@ -37,17 +37,21 @@ pub enum Channel {
     WorkReady,
     /// Cluster membership changed.
     ClusterChanged,
+    /// The default provider config of a pair changed; the payload is
+    /// `kind:version`.
+    ProviderConfigChanged,
 }
 
 impl Channel {
     /// Every channel, in the order they are listened to.
-    pub const ALL: [Channel; 6] = [
+    pub const ALL: [Channel; 7] = [
         Channel::KindManifestChanged,
         Channel::ResourceChanged,
         Channel::EventChanged,
         Channel::OutboxReady,
         Channel::WorkReady,
         Channel::ClusterChanged,
+        Channel::ProviderConfigChanged,
     ];
 
     /// The channel's name in `NOTIFY`.
@@ -59,6 +63,7 @@ impl Channel {
             Channel::OutboxReady => "outbox_ready",
             Channel::WorkReady => "work_ready",
             Channel::ClusterChanged => "cluster_changed",
+            Channel::ProviderConfigChanged => "provider_config_changed",
         }
     }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::labels::validate_labels;
 use super::manifest::{Emit, Reaction, Trigger};
 use super::names::{validate_kind_name, validate_kind_version, validate_resource_name};
+use super::provider_config::{ConfigContent, MAX_COMPOSED_CONFIGS};
 use super::violation::Violation;
 
 /// Most children one composition may declare.
@@ -154,6 +155,33 @@ pub struct ChildSpec {
     pub labels: BTreeMap<String, String>,
     /// Desired spec (a JSON object).
     pub spec: Value,
+    /// Name of the provider config to attach as its override, if any.
+    pub provider_config: Option<String>,
+}
+
+/// A provider config a composer wants to exist, in the shape
+/// `apply_composition` reads (`composition_config`, data as base64).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSpec {
+    /// Cluster-wide unique name.
+    pub name: String,
+    /// Kind the config is for.
+    pub kind: String,
+    /// Kind version the config is for.
+    pub kind_version: i32,
+    /// Whether it is the default of its pair.
+    pub is_default: bool,
+    /// Configuration document (a JSON object).
+    pub spec: Value,
+    /// Opaque bundle.
+    #[serde(serialize_with = "base64_text")]
+    pub data: Vec<u8>,
+}
+
+fn base64_text<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    use base64::Engine as _;
+    serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 /// Copies a value of the dependency's status into the dependent's spec.
@@ -204,8 +232,12 @@ impl Edge {
 /// edges whose dependent is one of the children, well-formed pointers, no
 /// self edges and no cycles among the children. Kinds and spec schemas are
 /// checked by the caller against the catalog.
-pub fn validate_composition(children: &[ChildSpec], edges: &[Edge]) -> Result<(), Vec<Violation>> {
-    let mut problems = Vec::new();
+pub fn validate_composition(
+    children: &[ChildSpec],
+    edges: &[Edge],
+    configs: &[ConfigSpec],
+) -> Result<(), Vec<Violation>> {
+    let mut problems = validate_configs(configs);
     if children.len() > MAX_CHILDREN {
         problems.push(Violation::new(
             "/compose_result/desired",
@@ -238,6 +270,12 @@ pub fn validate_composition(children: &[ChildSpec], edges: &[Edge]) -> Result<()
         }
         if !child.spec.is_object() {
             problems.push(Violation::new(format!("{at}/spec"), "spec must be a JSON object"));
+        }
+        if let Some(config) = &child.provider_config
+            && let Err(mut bad) = validate_resource_name(&format!("{at}/provider_config"), config)
+        {
+            bad.description = format!("provider config {}", bad.description);
+            problems.push(bad);
         }
         if !names.insert((child.kind.as_str(), child.name.as_str())) {
             problems.push(Violation::new(
@@ -294,6 +332,41 @@ pub fn validate_composition(children: &[ChildSpec], edges: &[Edge]) -> Result<()
         ));
     }
     if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// Checks the configs of a composition: how many, their content (names,
+/// sizes) and unique names. Kinds and config schemas are checked by the
+/// caller against the catalog.
+fn validate_configs(configs: &[ConfigSpec]) -> Vec<Violation> {
+    if configs.len() > MAX_COMPOSED_CONFIGS {
+        return vec![Violation::new(
+            "/compose_result/configs",
+            format!("at most {MAX_COMPOSED_CONFIGS} provider configs per composition"),
+        )];
+    }
+    let mut problems = Vec::new();
+    let mut names = BTreeSet::new();
+    for (i, config) in configs.iter().enumerate() {
+        let at = format!("/compose_result/configs/{i}");
+        let content = ConfigContent {
+            name: config.name.clone(),
+            kind: config.kind.clone(),
+            kind_version: config.kind_version,
+            is_default: config.is_default,
+            spec: config.spec.clone(),
+            data: config.data.clone(),
+        };
+        if let Err(found) = content.validate(&at) {
+            problems.extend(found);
+        }
+        if !names.insert(config.name.as_str()) {
+            problems.push(Violation::new(
+                format!("{at}/name"),
+                format!("provider config {} is listed twice", config.name),
+            ));
+        }
+    }
+    problems
 }
 
 /// A non-empty RFC 6901 pointer with valid escapes.
@@ -373,6 +446,7 @@ mod tests {
             name: name.into(),
             labels: BTreeMap::new(),
             spec: json!({}),
+            provider_config: None,
         }
     }
 
@@ -443,13 +517,13 @@ mod tests {
     #[test]
     fn a_valid_composition_passes() {
         let children = [child("vpc", "a"), child("route", "b")];
-        assert!(validate_composition(&children, &[edge(("route", "b"), ("vpc", "a"))]).is_ok());
+        assert!(validate_composition(&children, &[edge(("route", "b"), ("vpc", "a"))], &[]).is_ok());
     }
 
     #[test]
     fn cycles_duplicates_and_strangers_are_refused() {
         let children = [child("vpc", "a"), child("route", "b"), child("vpc", "a")];
-        let problems = validate_composition(&children, &[edge(("route", "x"), ("vpc", "a"))]).unwrap_err();
+        let problems = validate_composition(&children, &[edge(("route", "x"), ("vpc", "a"))], &[]).unwrap_err();
         let text = format!("{problems:?}");
         assert!(text.contains("listed twice"), "{text}");
         assert!(text.contains("not one of the desired children"), "{text}");
@@ -460,7 +534,7 @@ mod tests {
             edge(("vpc", "a"), ("tgw", "c")),
             edge(("tgw", "c"), ("route", "b")),
         ];
-        let problems = validate_composition(&children, &edges).unwrap_err();
+        let problems = validate_composition(&children, &edges, &[]).unwrap_err();
         assert!(problems[0].description.contains("cycle"), "{problems:?}");
     }
 

@@ -152,6 +152,8 @@ pub struct CompiledKind {
     pub manifest_version: i64,
     /// The compiled spec schema; `None` when the kind is untyped.
     pub spec: Option<CompiledSchema>,
+    /// The compiled provider-config schema; `None` when configs are untyped.
+    pub config: Option<CompiledSchema>,
 }
 
 /// Longest accepted description, in bytes.
@@ -554,7 +556,7 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
     };
     let spec = compile_axis("/manifest/spec_schema", m.spec_schema.as_ref());
     compile_axis("/manifest/status_schema", m.status_schema.as_ref());
-    compile_axis("/manifest/config_schema", m.config_schema.as_ref());
+    let config = compile_axis("/manifest/config_schema", m.config_schema.as_ref());
     if let Err(violations) = validate_reactions(&m.reactions, m.finalizer_name.as_deref()) {
         out.extend(violations);
     }
@@ -569,6 +571,7 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
         manifest: m,
         manifest_version,
         spec,
+        config,
     })
 }
 

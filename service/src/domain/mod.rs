@@ -8,6 +8,7 @@ pub mod manifest;
 pub mod names;
 pub mod page_token;
 pub mod position;
+pub mod provider_config;
 pub mod resource;
 pub mod schema;
 pub mod shard;

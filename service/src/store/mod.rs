@@ -54,6 +54,7 @@ pub mod events;
 pub mod graph;
 pub mod kinds;
 pub mod pipeline;
+pub mod provider_configs;
 pub mod requests;
 pub mod resources;
 pub mod retry;

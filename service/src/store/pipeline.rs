@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::error::{ConvergeCode, StoreError};
 use super::{RetryPolicy, StoreResult};
-use crate::domain::composition::{ChildSpec, Edge};
+use crate::domain::composition::{ChildSpec, ConfigSpec, Edge};
 
 /// The fence of one dispatch of a task.
 #[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
@@ -78,11 +78,12 @@ pub async fn apply_composition(
     owner: Uuid,
     children: &[ChildSpec],
     edges: &[Edge],
+    configs: &[ConfigSpec],
 ) -> StoreResult<Composed> {
     let stored_edges: Vec<_> = edges.iter().map(Edge::stored).collect();
     let outcome = RetryPolicy::CONFLICTS
         .run("composition", || {
-            compose_once(pool, lease, epoch, generation, owner, children, &stored_edges)
+            compose_once(pool, lease, epoch, generation, owner, children, &stored_edges, configs)
         })
         .await;
     match outcome {
@@ -94,6 +95,7 @@ pub async fn apply_composition(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn compose_once<E: serde::Serialize + Sync>(
     pool: &PgPool,
     lease: Uuid,
@@ -102,6 +104,7 @@ async fn compose_once<E: serde::Serialize + Sync>(
     owner: Uuid,
     children: &[ChildSpec],
     edges: &[E],
+    configs: &[ConfigSpec],
 ) -> StoreResult<Composed> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
@@ -118,11 +121,12 @@ async fn compose_once<E: serde::Serialize + Sync>(
     if fenced != Some(owner) {
         return Ok(Composed::Stale);
     }
-    let Json(report): Json<Value> = sqlx::query_scalar("SELECT apply_composition($1, $2, $3, $4)")
+    let Json(report): Json<Value> = sqlx::query_scalar("SELECT apply_composition($1, $2, $3, $4, $5)")
         .bind(owner)
         .bind(generation)
         .bind(Json(children))
         .bind(Json(edges))
+        .bind(Json(configs))
         .fetch_one(&mut *tx)
         .await?;
     if report.get("stale").is_some() {
@@ -189,6 +193,8 @@ pub struct MemberRow {
     pub frozen_until: Option<chrono::DateTime<chrono::Utc>>,
     /// Whether quarantined.
     pub quarantined: bool,
+    /// Name of its provider config override, if any.
+    pub provider_config: Option<String>,
     /// Owner kind.
     pub owner_kind: Option<String>,
     /// Owner name.
@@ -202,7 +208,7 @@ pub struct MemberRow {
 const MEMBER_COLUMNS: &str = "r.id, r.kind, r.kind_version::int4 AS kind_version, r.name, r.labels, r.spec, r.status, \
      r.generation, r.synced_gen, r.health_ok, r.is_ready, r.finalizers, r.deletion_requested_at, \
      CASE WHEN r.frozen_until = 'infinity' THEN NULL ELSE r.frozen_until END AS frozen_until, \
-     COALESCE(r.frozen_until = 'infinity', false) AS quarantined, \
+     COALESCE(r.frozen_until = 'infinity', false) AS quarantined, r.provider_config, \
      o.kind AS owner_kind, o.name AS owner_name, t.kind AS root_kind, t.name AS root_name";
 
 /// The children `owner` currently has, oldest first.

@@ -431,6 +431,8 @@ pub struct ResourceFilter {
     pub root_id: Option<Uuid>,
     /// Only roots.
     pub roots_only: bool,
+    /// Only resources that reference this provider config.
+    pub provider_config: Option<String>,
 }
 
 /// The keyset position of a list page: (creation time, id), newest first.
@@ -484,6 +486,9 @@ pub async fn list_in(
     }
     if let Some(owner) = filter.owner_id {
         query.push(" AND r.owner_id = ").push_bind(owner);
+    }
+    if let Some(config) = &filter.provider_config {
+        query.push(" AND r.provider_config = ").push_bind(config.clone());
     }
     if let Some(root) = filter.root_id {
         query.push(" AND r.root_id = ").push_bind(root);

@@ -115,13 +115,32 @@ row_struct! {
         pub composed_gen: i64,
         /// When deletion was requested (`None` unless the resource is being deleted).
         pub deletion_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+        /// Why a reconcile at an unchanged generation was queued
+        /// ([`CONFIG_CHANGE`]); `None` for the stage's own trigger.
+        pub cause: Option<String>,
+        /// Name of the resource's provider config override, if any.
+        pub provider_config: Option<String>,
+        /// The override's spec; `None` without an override, or when the
+        /// named config does not exist.
+        pub config_spec: Option<Json<Value>>,
+        /// The override's data bundle.
+        pub config_data: Option<Vec<u8>>,
     }
 }
+
+/// The `cause` of a reconcile queued because the resource's override changed.
+pub const CONFIG_CHANGE: &str = "configChange";
 
 impl ClaimedTask {
     /// Whether this is a teardown task.
     pub fn is_teardown(&self) -> bool {
         self.task_type == DELETE_TASK
+    }
+
+    /// The name of a provider config the resource references that does
+    /// not exist (the task cannot run with the configuration it asks for).
+    pub fn missing_config(&self) -> Option<&str> {
+        self.provider_config.as_deref().filter(|_| self.config_spec.is_none())
     }
 
     /// The finalizer a teardown task clears: the resource's first one.

@@ -22,7 +22,7 @@ use crate::domain::resource::{FIRST_GENERATION, MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
 use crate::store::kinds::KindState;
 use crate::store::resources::{self, DesiredResource};
-use crate::store::{events, kinds, work};
+use crate::store::{events, kinds, provider_configs, work};
 
 /// Most items one BatchApplyResources call may carry.
 pub(super) const MAX_BATCH_ITEMS: usize = 1000;
@@ -314,17 +314,65 @@ async fn lock_kinds(
             .ok_or_else(|| items.at(i, kind_not_found(&kind, version)))?;
         states.insert((kind, version), state);
     }
+    check_references(conn, inputs, items).await?;
+    Ok(states)
+}
+
+/// Checks every provider config an input attaches: it exists, is for the
+/// input's kind and version, and was applied through the API (a composer's
+/// configs belong to its own composition). The configs stay key-share
+/// locked until the write commits, so none is deleted under it.
+async fn check_references(conn: &mut PgConnection, inputs: &[ResourceWrite], items: Items) -> Result<(), ApiError> {
+    let mut names: Vec<String> = inputs
+        .iter()
+        .filter_map(|input| input.provider_config.clone().flatten())
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    names.sort_unstable();
+    names.dedup();
+    let found: HashMap<String, provider_configs::Referenced> = provider_configs::lock_referenced(conn, &names)
+        .await?
+        .into_iter()
+        .map(|r| (r.name.clone(), r))
+        .collect();
     for (i, input) in inputs.iter().enumerate() {
-        if let Some(Some(name)) = &input.provider_config
-            && !name.is_empty()
-        {
-            // No provider config can exist yet: the store of provider configs
-            // arrives with ProviderConfigService.
-            let missing = Violation::new("/provider_config", format!("provider config {name:?} does not exist"));
-            return Err(items.at(i, ApiError::violations(Reason::ProviderConfigNotFound, vec![missing])));
+        let Some(Some(name)) = &input.provider_config else {
+            continue;
+        };
+        let refused = |reason: Reason, description: String| {
+            items.at(
+                i,
+                ApiError::violations(reason, vec![Violation::new("/provider_config", description)]),
+            )
+        };
+        match found.get(name) {
+            None => {
+                return Err(refused(
+                    Reason::ProviderConfigNotFound,
+                    format!("provider config {name:?} does not exist"),
+                ));
+            }
+            Some(config) if config.kind != input.kind || config.kind_version != input.kind_version => {
+                return Err(refused(
+                    Reason::ProviderConfigKindMismatch,
+                    format!(
+                        "provider config {name:?} is for kind {:?} version {}, not {:?} version {}",
+                        config.kind, config.kind_version, input.kind, input.kind_version
+                    ),
+                ));
+            }
+            Some(config) if config.owned => {
+                return Err(refused(
+                    Reason::ProviderConfigOwned,
+                    format!("provider config {name:?} was emitted by a composer and serves only its composition"),
+                ));
+            }
+            Some(_) => {}
         }
     }
-    Ok(states)
+    Ok(())
 }
 
 /// Checks every spec against its kind version's schema, as of the manifest
@@ -382,6 +430,23 @@ async fn update(
     if respec {
         let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
         record(conn, state, &updated, &event).await?;
+    }
+    if updated.provider_config != current.provider_config {
+        // A reason to reconcile even at the same generation.
+        let shown = |c: &Option<String>| c.as_deref().map_or_else(|| "none".to_owned(), |n| format!("{n:?}"));
+        let message = format!(
+            "provider config override {} -> {}",
+            shown(&current.provider_config),
+            shown(&updated.provider_config)
+        );
+        provider_configs::pend_change(
+            conn,
+            &[updated.id],
+            &message,
+            API_ACTOR,
+            state.retention.event_runs_per_timeline,
+        )
+        .await?;
     }
     Ok((updated, respec))
 }

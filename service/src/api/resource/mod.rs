@@ -374,6 +374,11 @@ impl ResourceService for ResourceApi {
         let req = request.into_inner();
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         check_kind_filter(req.kind.as_deref(), req.kind_version)?;
+        if let Some(config) = &req.provider_config
+            && let Err(v) = crate::domain::names::validate_resource_name("/provider_config", config)
+        {
+            return Err(ApiError::violations(Reason::InvalidName, vec![v]).into());
+        }
         let selector = LabelSelector::parse(&req.label_selector).map_err(|e| {
             ApiError::violations(
                 Reason::InvalidLabelSelector,
@@ -391,6 +396,7 @@ impl ResourceService for ResourceApi {
             &optional_ref_key(req.owner.as_ref()),
             &optional_ref_key(req.root.as_ref()),
             if req.roots_only { "roots" } else { "" },
+            req.provider_config.as_deref().unwrap_or(""),
         ]);
         let after = decode_token(&req.page_token, filters)?
             .map(|position| time_and_id(&position))
@@ -410,6 +416,7 @@ impl ResourceService for ResourceApi {
             owner_id: owner.flatten(),
             root_id: root.flatten(),
             roots_only: req.roots_only,
+            provider_config: req.provider_config.clone(),
         };
         let mut page = resources::list(&self.state.pool, &filter, after, limit + 1)
             .await
