@@ -367,8 +367,21 @@ async fn a_composition_naming_an_unknown_kind_fails_the_root_with_the_reason() -
 }
 
 #[tokio::test]
-async fn a_composition_owning_provider_configs_is_refused_clearly() -> anyhow::Result<()> {
+async fn a_composition_claiming_a_config_it_does_not_own_is_refused_whole() -> anyhow::Result<()> {
     let f = fixture(Duration::ZERO).await?;
+    // The name is held by a config applied through the API.
+    f.client
+        .provider_configs()
+        .apply_provider_config(converge_proto::v1::ApplyProviderConfigRequest {
+            provider_config: Some(converge_proto::v1::ProviderConfig {
+                name: "owned".into(),
+                kind: "cell".into(),
+                kind_version: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
     let spec = json!({"cells": [{"name": "c1", "spec": {}}], "edges": [], "config": "owned"});
     apply_ok(&f.client, apply("stack", "configured", spec)).await?;
     wait_phase(&f.client, "stack", "configured", Phase::Failed, Duration::from_secs(30)).await?;
@@ -390,7 +403,7 @@ async fn a_composition_owning_provider_configs_is_refused_clearly() -> anyhow::R
         events
             .events
             .iter()
-            .any(|e| e.reason == "CompositionInvalid" && e.message.contains("/compose_result/configs/0")),
+            .any(|e| e.reason == "CompositionRefused" && e.message.contains("provider config owned already exists")),
         "{events:?}"
     );
     f.server.shutdown().await

@@ -43,6 +43,16 @@ struct Args {
     /// programs. Repeatable. Nothing else is inherited except PATH.
     #[arg(long = "pass-env", value_name = "NAME")]
     pass_env: Vec<String>,
+    /// A served pair whose program cannot run without its kind's default
+    /// provider config: the pair stays unready (no tasks) until a default
+    /// exists. KIND:VERSION, repeatable; the env form is comma-separated.
+    #[arg(
+        long = "require-config",
+        env = "STDWORKER_REQUIRE_CONFIG",
+        value_delimiter = ',',
+        value_name = "KIND:VERSION"
+    )]
+    require_config: Vec<KindVersion>,
 }
 
 /// `KIND:VERSION=PATH`.
@@ -115,8 +125,17 @@ async fn main() -> ExitCode {
         max_stdout_bytes: usize::try_from(args.max_output_bytes).unwrap_or(usize::MAX),
     };
     let mut builder = args.common.builder();
+    if let Some(unknown) = args
+        .require_config
+        .iter()
+        .find(|kind| !args.kinds.iter().any(|entry| entry.kind == **kind))
+    {
+        tracing::error!(%unknown, "--require-config names a pair no --kind serves");
+        return ExitCode::from(2);
+    }
     for entry in args.kinds {
-        match ProgramProvider::new(entry.kind, entry.program, env.clone(), limits.clone()) {
+        let requires_config = args.require_config.contains(&entry.kind);
+        match ProgramProvider::new(entry.kind, entry.program, env.clone(), limits.clone(), requires_config) {
             Ok(provider) => builder = builder.provider(provider),
             Err(error) => {
                 tracing::error!(%error, "invalid --kind");

@@ -27,6 +27,15 @@ pub trait Provider: Send + Sync + 'static {
         true
     }
 
+    /// Whether the provider cannot work without its kind's default provider
+    /// config (credentials, an endpoint, ...). When true, the runtime
+    /// reports the pair unready until a default has arrived, and again if it
+    /// is deleted: the broker sends no tasks meanwhile, and resumes the
+    /// moment the default arrives. Default false.
+    fn requires_default_config(&self) -> bool {
+        false
+    }
+
     /// The kind's default provider config changed: called once after it is
     /// first fetched and then on every change (refresh or push). `None` = the
     /// kind has no default config (or it was deleted). Keep it quick.

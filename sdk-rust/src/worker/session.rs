@@ -110,7 +110,7 @@ pub(crate) async fn run_session<F: Future<Output = ()>>(run: &mut Run, mut shutd
     }
     for (kind, provider) in &shared.providers {
         // While draining every pair is announced unready: no new tasks.
-        let ready = !run.draining() && shared.is_ready(provider.as_ref());
+        let ready = !run.draining() && shared.is_ready(kind, provider.as_ref());
         readiness.insert(kind.clone(), ready);
         if !ready && outbox.interest(kind, false).is_err() {
             return SessionEnd::NotOpened;
@@ -197,6 +197,9 @@ pub(crate) async fn run_session<F: Future<Output = ()>>(run: &mut Run, mut shutd
                 outbox.send(Up::Heartbeat(WorkHeartbeat { leases }))
             }
             _ = poll.tick(), if !run.draining() => poll_readiness(&shared, &outbox, &mut readiness),
+            () = shared.configs_changed.notified(), if !run.draining() => {
+                poll_readiness(&shared, &outbox, &mut readiness)
+            }
             () = &mut shutdown, if !run.draining() => {
                 run.start_drain();
                 announce_unready(&outbox, &mut readiness)
@@ -226,7 +229,7 @@ fn poll_readiness(
     readiness: &mut BTreeMap<KindVersion, bool>,
 ) -> Result<(), StreamGone> {
     for (kind, provider) in &shared.providers {
-        let ready = shared.is_ready(provider.as_ref());
+        let ready = shared.is_ready(kind, provider.as_ref());
         let last = readiness.insert(kind.clone(), ready);
         if last != Some(ready) {
             tracing::info!(%kind, ready, "provider readiness changed");

@@ -67,6 +67,9 @@ pub(crate) struct Shared {
     configs: Mutex<ConfigCache>,
     /// Asks the config refresher for an immediate re-pull.
     pub(crate) config_repull: Notify,
+    /// Signalled when a default config changed, so readiness that depends on
+    /// it is re-announced at once instead of at the next poll.
+    pub(crate) configs_changed: Notify,
     pub(crate) counters: Counters,
 }
 
@@ -83,6 +86,7 @@ impl Shared {
             results_ready: Notify::new(),
             configs: Mutex::new(ConfigCache::default()),
             config_repull: Notify::new(),
+            configs_changed: Notify::new(),
             counters: Counters::default(),
         }
     }
@@ -170,9 +174,11 @@ impl Shared {
         (book.running.len(), book.results.len())
     }
 
-    /// A provider's readiness; a panicking `ready()` counts as not ready.
-    pub(crate) fn is_ready(&self, provider: &dyn Provider) -> bool {
-        std::panic::catch_unwind(AssertUnwindSafe(|| provider.ready())).unwrap_or(false)
+    /// A provider's readiness: its own `ready()` (a panic counts as not
+    /// ready) and, if it requires one, a default config in the cache.
+    pub(crate) fn is_ready(&self, kind: &KindVersion, provider: &dyn Provider) -> bool {
+        let own = std::panic::catch_unwind(AssertUnwindSafe(|| provider.ready())).unwrap_or(false);
+        own && (!provider.requires_default_config() || self.default_config(kind).is_some())
     }
 
     /// The cached default config of a pair.
@@ -222,6 +228,7 @@ impl Shared {
         if std::panic::catch_unwind(AssertUnwindSafe(|| provider.on_config(config))).is_err() {
             tracing::error!(%kind, "on_config panicked");
         }
+        self.configs_changed.notify_one();
     }
 
     pub(crate) fn stats(&self) -> WorkerStats {

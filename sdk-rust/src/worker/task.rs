@@ -42,7 +42,7 @@ pub(crate) fn accept(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, task: StageT
     let Some(provider) = shared.providers.get(&kind).cloned() else {
         return reject(format!("this worker has no provider for kind {kind}"));
     };
-    if !shared.is_ready(provider.as_ref()) {
+    if !shared.is_ready(&kind, provider.as_ref()) {
         return reject(format!("provider for kind {kind} is not ready"));
     }
     // The budget counts from arrival, including any wait for a free slot.

@@ -23,7 +23,7 @@ use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
-use crate::store::pipeline::{self, Composed};
+use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
 use crate::store::work::{self, ClaimedTask, TaskResult};
 use crate::store::{StoreError, StoreResult};
@@ -625,13 +625,17 @@ impl Session {
         let task = &flight.task;
         let composed = pipeline::apply_composition(
             &self.broker.pool,
-            task.lease_token,
-            task.claim_epoch,
-            task.generation,
+            TaskFence {
+                lease: task.lease_token,
+                epoch: task.claim_epoch,
+                generation: task.generation,
+            },
             task.resource_id,
-            &children,
-            &edges,
-            &configs,
+            Desired {
+                children: &children,
+                edges: &edges,
+                configs: &configs,
+            },
         )
         .await?;
         match composed {

@@ -229,6 +229,26 @@ pub fn event_to_proto(run: EventRun) -> pb::ResourceEvent {
     }
 }
 
+/// A provider config as a proto message.
+pub fn provider_config_to_proto(config: ProviderConfig) -> pb::ProviderConfig {
+    let etag = config.etag();
+    pb::ProviderConfig {
+        spec: json_to_struct(&config.spec),
+        name: config.name,
+        kind: config.kind,
+        kind_version: config.kind_version,
+        is_default: config.is_default,
+        data: config.data,
+        owner: config.owner.map(|o| pb::ResourceRef {
+            kind: o.kind,
+            name: o.name,
+        }),
+        create_time: Some(timestamp(config.created_at)),
+        update_time: Some(timestamp(config.updated_at)),
+        etag,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,25 +288,5 @@ mod tests {
         };
         let fields: Vec<&str> = violations.iter().map(|v| v.field.as_str()).collect();
         assert_eq!(fields, ["/phases/1", "/phases/2"]);
-    }
-}
-
-/// A provider config as a proto message.
-pub fn provider_config_to_proto(config: ProviderConfig) -> pb::ProviderConfig {
-    let etag = config.etag();
-    pb::ProviderConfig {
-        spec: json_to_struct(&config.spec),
-        name: config.name,
-        kind: config.kind,
-        kind_version: config.kind_version,
-        is_default: config.is_default,
-        data: config.data,
-        owner: config.owner.map(|o| pb::ResourceRef {
-            kind: o.kind,
-            name: o.name,
-        }),
-        create_time: Some(timestamp(config.created_at)),
-        update_time: Some(timestamp(config.updated_at)),
-        etag,
     }
 }

@@ -67,23 +67,41 @@ pub enum Composed {
     Refused(String),
 }
 
-/// Applies `children` and `edges` as the complete composition of `owner` at
-/// `generation`, in one transaction that first checks the task's fence and
+/// The complete desired composition of a composer.
+#[derive(Debug, Clone, Copy)]
+pub struct Desired<'a> {
+    /// Every child that should exist.
+    pub children: &'a [ChildSpec],
+    /// Every edge among them.
+    pub edges: &'a [Edge],
+    /// Every provider config the composer should own.
+    pub configs: &'a [ConfigSpec],
+}
+
+/// The fence of the task whose stage produced a composition.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskFence {
+    /// Lease token.
+    pub lease: Uuid,
+    /// Claim epoch.
+    pub epoch: i64,
+    /// Generation.
+    pub generation: i64,
+}
+
+/// Applies `desired` as the complete composition of `owner` at the fence's
+/// generation, in one transaction that first checks the task's fence and
 /// ends by moving the task on to its next stage.
 pub async fn apply_composition(
     pool: &PgPool,
-    lease: Uuid,
-    epoch: i64,
-    generation: i64,
+    fence: TaskFence,
     owner: Uuid,
-    children: &[ChildSpec],
-    edges: &[Edge],
-    configs: &[ConfigSpec],
+    desired: Desired<'_>,
 ) -> StoreResult<Composed> {
-    let stored_edges: Vec<_> = edges.iter().map(Edge::stored).collect();
+    let stored_edges: Vec<_> = desired.edges.iter().map(Edge::stored).collect();
     let outcome = RetryPolicy::CONFLICTS
         .run("composition", || {
-            compose_once(pool, lease, epoch, generation, owner, children, &stored_edges, configs)
+            compose_once(pool, fence, owner, desired, &stored_edges)
         })
         .await;
     match outcome {
@@ -95,17 +113,18 @@ pub async fn apply_composition(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn compose_once<E: serde::Serialize + Sync>(
     pool: &PgPool,
-    lease: Uuid,
-    epoch: i64,
-    generation: i64,
+    task: TaskFence,
     owner: Uuid,
-    children: &[ChildSpec],
+    desired: Desired<'_>,
     edges: &[E],
-    configs: &[ConfigSpec],
 ) -> StoreResult<Composed> {
+    let TaskFence {
+        lease,
+        epoch,
+        generation,
+    } = task;
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
     let fenced: Option<Uuid> = sqlx::query_scalar(
@@ -124,9 +143,9 @@ async fn compose_once<E: serde::Serialize + Sync>(
     let Json(report): Json<Value> = sqlx::query_scalar("SELECT apply_composition($1, $2, $3, $4, $5)")
         .bind(owner)
         .bind(generation)
-        .bind(Json(children))
+        .bind(Json(desired.children))
         .bind(Json(edges))
-        .bind(Json(configs))
+        .bind(Json(desired.configs))
         .fetch_one(&mut *tx)
         .await?;
     if report.get("stale").is_some() {

@@ -36,6 +36,8 @@ pub struct ProgramProvider {
     program: PathBuf,
     env: Vec<(String, String)>,
     limits: ProgramLimits,
+    /// Whether the pair is unready until its default config exists.
+    requires_config: bool,
 }
 
 /// Why a program cannot be used.
@@ -70,6 +72,7 @@ impl ProgramProvider {
         program: PathBuf,
         env: Vec<(String, String)>,
         limits: ProgramLimits,
+        requires_config: bool,
     ) -> Result<Self, ProgramError> {
         let path = program.display().to_string();
         let meta = std::fs::metadata(&program).map_err(|source| ProgramError::Unreadable {
@@ -85,6 +88,7 @@ impl ProgramProvider {
             program,
             env,
             limits,
+            requires_config,
         })
     }
 }
@@ -93,6 +97,10 @@ impl ProgramProvider {
 impl Provider for ProgramProvider {
     fn kind(&self) -> KindVersion {
         self.kind.clone()
+    }
+
+    fn requires_default_config(&self) -> bool {
+        self.requires_config
     }
 
     async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
