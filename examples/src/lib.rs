@@ -118,6 +118,7 @@ mod tests {
             teams: vec!["payments".into(), "search".into(), "ledger".into()],
             region: "us-east-1".into(),
             fail_teams: vec!["search".into()],
+            account_config: Some("demo-accounts".into()),
         };
         let composition = compose("demo", &spec).unwrap();
         for child in &composition.children {
@@ -142,6 +143,8 @@ mod tests {
         let bom = spec_validator("bom");
         assert!(bom.is_valid(&json!({"teams": ["payments"], "region": "us-east-1"})));
         assert!(bom.is_valid(&json!({"teams": ["a"], "region": "eu-west-3", "failTeams": ["a"]})));
+        assert!(bom.is_valid(&json!({"teams": ["a"], "region": "eu-west-3", "accountConfig": "demo-accounts"})));
+        assert!(!bom.is_valid(&json!({"teams": ["a"], "region": "eu-west-3", "accountConfig": ""})));
         assert!(!bom.is_valid(&json!({"teams": [], "region": "us-east-1"})));
         assert!(!bom.is_valid(&json!({"teams": ["network"], "region": "us-east-1"})));
         assert!(!bom.is_valid(&json!({"teams": ["a", "a"], "region": "us-east-1"})));

@@ -7,7 +7,7 @@ use std::time::Duration;
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
-    ListProviderConfigsRequest, ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
+    ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -255,11 +255,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
         client
             .operations()
             .list_operations(ListOperationsRequest::default())
-            .await
-            .err(),
-        client
-            .provider_configs()
-            .list_provider_configs(ListProviderConfigsRequest::default())
             .await
             .err(),
         client

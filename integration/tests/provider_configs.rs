@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object, spawn_worker, work_manifest};
-use converge_integration::processes::binary;
+use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, DeleteKindManifestRequest, DeleteProviderConfigRequest, DeleteResourceRequest, Emit,
@@ -26,6 +26,7 @@ use converge_sdk::worker::{
     ReactionRequest, Worker, async_trait,
 };
 use converge_service::config::Role;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tonic::Code;
@@ -481,7 +482,7 @@ fn runs(dir: &Path, name: &str) -> usize {
 }
 
 async fn ready_with(client: &Client, name: &str, expected: &Value) -> anyhow::Result<Resource> {
-    eventually(Duration::from_secs(20), || async {
+    eventually(Duration::from_secs(30), || async {
         // A composed child may not exist yet.
         let Ok(resource) = get(client, "cloud", name).await else {
             return Ok(None);
@@ -772,4 +773,53 @@ async fn a_composer_owns_the_configs_it_emits() -> anyhow::Result<()> {
     })
     .await?;
     server.shutdown().await
+}
+
+#[tokio::test]
+async fn a_config_rerun_lost_in_a_crash_still_happens_after_restart() -> anyhow::Result<()> {
+    let scratch = tempfile::tempdir()?;
+    let database = TestDatabase::new().await?;
+    let url = database.url()?;
+    let pool = database.pool().clone();
+    let addr = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.to_string()
+    };
+    let address = format!("http://{addr}");
+    let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
+    let client = connect_when_up(&address).await?;
+    apply_manifest(&client, cloud_manifest("cloud")).await?;
+    put(&client, config("team", "cloud", false, json!({"account": "v1"}))).await?;
+    let worker = spawn_worker(Worker::builder().endpoint(address.clone()).provider(CloudLeaf));
+    apply_ok(
+        &client,
+        converge_proto::v1::ApplyResourceRequest {
+            provider_config: Some("team".into()),
+            ..apply("cloud", "r", json!({}))
+        },
+    )
+    .await?;
+    ready_with(&client, "r", &json!({"account": "v1"})).await?;
+
+    // Edited while no worker runs it, then the server and PostgreSQL crash:
+    // the queued re-run is gone with the unlogged queue.
+    drop(worker);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    put(&client, config("team", "cloud", false, json!({"account": "v2"}))).await?;
+    signal(&server, Signal::SIGKILL)?;
+    server.wait().await?;
+    crash_postgres_state(&pool).await?;
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(queued, 0);
+
+    let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
+    let client = connect_when_up(&address).await?;
+    let _worker = spawn_worker(Worker::builder().endpoint(address.clone()).provider(CloudLeaf));
+    ready_with(&client, "r", &json!({"account": "v2"})).await?;
+    signal(&restarted, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
 }

@@ -113,3 +113,28 @@ CREATE OR REPLACE FUNCTION lock_config_pair(p_kind text, p_kind_version smallint
 AS $function$
     SELECT pg_advisory_xact_lock(hashtextextended('provider_config_default:' || p_kind || ':' || p_kind_version::text, 0));
 $function$;
+
+-- The backstop of config re-runs (requeue_lagging finds them): queues a
+-- reconcile with cause 'configChange' for each of p_ids that has no
+-- reconcile task. Nothing else is touched: no failure is cleared and no
+-- event recorded, so a resource that keeps failing is not re-run forever.
+CREATE OR REPLACE FUNCTION queue_config_reruns(p_ids uuid[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queued integer;
+BEGIN
+    INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id, cause)
+    SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id, 'configChange'
+    FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
+    WHERE r.id = ANY (p_ids)
+    ORDER BY r.id
+    ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING;
+    GET DIAGNOSTICS v_queued = ROW_COUNT;
+    IF v_queued > 0 THEN
+        PERFORM notify_throttled('work_ready', 'wake_work_ready');
+    END IF;
+    RETURN v_queued;
+END
+$function$;

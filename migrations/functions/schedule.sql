@@ -170,6 +170,7 @@ AS $function$
 DECLARE
     v_seen integer;
     v_ids uuid[];
+    v_config_ids uuid[];
 BEGIN
     WITH slice AS (
         SELECT r.id, r.shard_id,
@@ -177,7 +178,17 @@ BEGIN
                    AND r.updated_at < now() - make_interval(secs => p_quiet_secs)
                    AND r.deletion_requested_at IS NULL
                    AND r.frozen_until IS NULL
-                   AND r.failure_gen <> r.generation AS lagging
+                   AND r.failure_gen <> r.generation AS lagging,
+               -- Synced, but its override changed after its last reconcile:
+               -- the re-run a config change queued was lost (a crash emptied
+               -- the queue). Resources without an override skip the probe.
+               CASE WHEN r.provider_config IS NULL OR r.synced_gen < r.generation OR r.failure_gen <> 0
+                         OR r.deletion_requested_at IS NOT NULL OR r.frozen_until IS NOT NULL THEN false
+                    ELSE EXISTS (SELECT 1 FROM provider_configs pc
+                                 WHERE pc.name = r.provider_config
+                                   AND pc.updated_at < now() - make_interval(secs => p_quiet_secs)
+                                   AND pc.updated_at > COALESCE(r.last_reconciled_at, '-infinity'::timestamptz))
+               END AS config_stale
         FROM resources r
         WHERE r.id > COALESCE(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
         ORDER BY r.id
@@ -187,12 +198,16 @@ BEGIN
            array_agg(s.id) FILTER (
                WHERE s.lagging AND NOT EXISTS (
                    SELECT 1 FROM work_queue w
-                   WHERE w.resource_id = s.id AND w.task_type = 'reconcile' AND w.shard_id = s.shard_id))
-    INTO next_after, v_seen, v_ids
+                   WHERE w.resource_id = s.id AND w.task_type = 'reconcile' AND w.shard_id = s.shard_id)),
+           array_agg(s.id) FILTER (WHERE s.config_stale)
+    INTO next_after, v_seen, v_ids, v_config_ids
     FROM slice s;
     IF v_seen < p_scan THEN
         next_after := NULL;
     END IF;
     requeued := CASE WHEN v_ids IS NULL THEN 0 ELSE schedule_eligible(v_ids) END;
+    IF v_config_ids IS NOT NULL THEN
+        requeued := requeued + queue_config_reruns(v_config_ids);
+    END IF;
 END
 $function$;

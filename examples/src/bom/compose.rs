@@ -38,6 +38,9 @@ pub struct BomSpec {
     /// Demo only: teams whose route fails terminally.
     #[serde(default)]
     pub fail_teams: Vec<String>,
+    /// Provider config attached to every composed account as its override.
+    #[serde(default)]
+    pub account_config: Option<String>,
 }
 
 /// Why a BOM cannot be composed. The spec schema already refuses most of
@@ -90,8 +93,11 @@ pub fn compose(bom: &str, spec: &BomSpec) -> Result<Composition, ComposeError> {
     let mut out = Composition::default();
     let network = child_name(bom, NETWORK_TEAM)?;
     let tgw = child_name(bom, "tgw")?;
-    out.children.push(child(
-        ACCOUNT,
+    let account = |name: &str, team: Option<&str>, spec_json: Value| ChildSpec {
+        provider_config: spec.account_config.clone(),
+        ..child(ACCOUNT, name, team, spec_json)
+    };
+    out.children.push(account(
         &network,
         None,
         json!({"team": NETWORK_TEAM, "region": spec.region}),
@@ -107,12 +113,8 @@ pub fn compose(bom: &str, spec: &BomSpec) -> Result<Composition, ComposeError> {
         if spec.fail_teams.contains(team) {
             route["simulateFailure"] = Value::Bool(true);
         }
-        out.children.push(child(
-            ACCOUNT,
-            &name,
-            Some(team),
-            json!({"team": team, "region": spec.region}),
-        ));
+        out.children
+            .push(account(&name, Some(team), json!({"team": team, "region": spec.region})));
         out.children
             .push(child(VPC, &name, Some(team), json!({"team": team, "cidr": cidr})));
         out.children.push(child(ROUTE, &name, Some(team), route));
@@ -172,6 +174,7 @@ mod tests {
             teams: teams.iter().map(|t| (*t).to_owned()).collect(),
             region: "us-east-1".to_owned(),
             fail_teams: fail.iter().map(|t| (*t).to_owned()).collect(),
+            account_config: None,
         }
     }
 
@@ -198,6 +201,32 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn every_account_and_only_accounts_carry_the_account_config() {
+        let configured = BomSpec {
+            account_config: Some("demo-accounts".into()),
+            ..spec(&["a", "b"], &[])
+        };
+        let composition = compose("demo", &configured).unwrap();
+        for child in &composition.children {
+            let expected = (child.kind == ACCOUNT).then_some("demo-accounts");
+            assert_eq!(
+                child.provider_config.as_deref(),
+                expected,
+                "{}/{}",
+                child.kind,
+                child.name
+            );
+        }
+        assert!(
+            compose("demo", &spec(&["a"], &[]))
+                .unwrap()
+                .children
+                .iter()
+                .all(|c| c.provider_config.is_none())
+        );
     }
 
     #[test]

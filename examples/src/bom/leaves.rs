@@ -5,6 +5,8 @@
 //! that a value flow fills from an upstream is required before work starts:
 //! if it is missing the handler fails transiently and the broker retries.
 
+use std::collections::BTreeMap;
+
 use converge_sdk::worker::{Condition, ConditionStatus, HandlerError, Outcome, ReactionRequest};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -49,16 +51,38 @@ struct RouteSpec {
     simulate_failure: bool,
 }
 
+/// The simulated cloud's settings an `account` is created with: the kind's
+/// default provider config merged with the account's override.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountConfig {
+    #[serde(default)]
+    org: Option<String>,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+}
+
 /// Works an `account`.
 pub(super) async fn account(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
     let spec: AccountSpec = spec_of(request)?;
+    let config: AccountConfig = match request.effective_config() {
+        Some(config) => serde_json::from_value(config).map_err(|e| {
+            HandlerError::terminal(format!("invalid account provider config: {e}")).with_reason("InvalidConfig")
+        })?,
+        None => AccountConfig::default(),
+    };
     latency.wait().await;
     let id = sim::account_id(&request.resource.name);
-    let message = format!("account {id} for team {} in {}", spec.team, spec.region);
-    Ok(provisioned(
-        json!({"accountId": id, "team": spec.team, "region": spec.region}),
-        message,
-    ))
+    let mut message = format!("account {id} for team {} in {}", spec.team, spec.region);
+    let mut status = json!({"accountId": id, "team": spec.team, "region": spec.region});
+    if let Some(org) = config.org {
+        message.push_str(&format!(", org {org}"));
+        status["org"] = json!(org);
+    }
+    if !config.tags.is_empty() {
+        status["tags"] = json!(config.tags);
+    }
+    Ok(provisioned(status, message))
 }
 
 /// Works a `vpc`.

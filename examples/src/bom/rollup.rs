@@ -182,6 +182,7 @@ mod tests {
             teams: vec!["payments".into(), "search".into(), "ledger".into()],
             region: "us-east-1".into(),
             fail_teams: vec!["ledger".into()],
+            account_config: None,
         };
         let composition = compose("demo", &spec).unwrap();
         composition

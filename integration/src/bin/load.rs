@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
-use converge_proto::v1::{ApplyResourceRequest, BatchApplyResourcesRequest};
+use converge_proto::v1::{
+    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, ProviderConfig,
+};
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
 use converge_service::db::ensure_database;
@@ -97,6 +99,11 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Flat mode: the first N resources reference one provider config
+    /// override; after the run it is edited once and the time until all N
+    /// have reconciled again is reported (`config_push`). 0 = no configs.
+    #[arg(long, default_value_t = 0)]
+    config_users: usize,
     /// Profile the run: pg_stat_statements top statements and sampled wait
     /// events (embedded database only), and, when `perf` is installed, a CPU
     /// profile of the server written to this file (`perf report -i FILE`).
@@ -192,6 +199,9 @@ async fn main() -> anyhow::Result<()> {
     let (worker_bin, total) = match args.mode {
         Mode::Flat => {
             apply_kind(&client, work_manifest("noop")).await?;
+            if args.config_users > 0 {
+                apply_override(&client, 1).await?;
+            }
             ("converge-noop-worker", args.resources)
         }
         Mode::Bom => {
@@ -261,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
     for w in 0..args.writers.max(1) {
         let client = client.clone();
         let applied = applied.clone();
-        let (mode, teams, step) = (args.mode, args.teams, args.writers.max(1));
+        let (mode, teams, step, users) = (args.mode, args.teams, args.writers.max(1), args.config_users);
         writers.push(tokio::spawn(async move {
             for chunk in (w..chunks).step_by(step) {
                 let items = chunk * batch..((chunk + 1) * batch).min(total);
@@ -269,10 +279,10 @@ async fn main() -> anyhow::Result<()> {
                 if batch == 1 {
                     client
                         .resources()
-                        .apply_resource(request(mode, items.start, teams))
+                        .apply_resource(request(mode, items.start, teams, users))
                         .await?;
                 } else {
-                    let requests = items.map(|i| request(mode, i, teams)).collect();
+                    let requests = items.map(|i| request(mode, i, teams, users)).collect();
                     client
                         .resources()
                         .batch_apply_resources(BatchApplyResourcesRequest {
@@ -327,6 +337,11 @@ async fn main() -> anyhow::Result<()> {
     let rss_end = server_pid.and_then(rss_bytes);
 
     let (p50, p95, p99) = latency_percentiles(&pool, args.mode).await?;
+    let config_push = if args.mode == Mode::Flat && args.config_users > 0 {
+        Some(measure_config_push(&client, &pool, args.config_users, deadline).await?)
+    } else {
+        None
+    };
     let throughput = total as f64 / ready_secs;
     let resources = match args.mode {
         Mode::Flat => total,
@@ -357,6 +372,7 @@ async fn main() -> anyhow::Result<()> {
         "pgbench_commits_per_sec": ceiling,
         "ratio_to_ceiling": ceiling.map(|c| resources_per_sec / c),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "config_push": config_push,
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -409,12 +425,94 @@ async fn connect(address: &str) -> anyhow::Result<Client> {
     }
 }
 
-fn request(mode: Mode, i: usize, teams: usize) -> ApplyResourceRequest {
+/// The provider config the first `--config-users` resources reference.
+const OVERRIDE: &str = "load-override";
+
+/// Applies the override at `revision` (its spec changes with it).
+async fn apply_override(client: &Client, revision: i64) -> anyhow::Result<()> {
+    let spec = converge_sdk::worker::convert::json_to_struct(json!({"revision": revision}), "/spec")?;
+    client
+        .provider_configs()
+        .apply_provider_config(ApplyProviderConfigRequest {
+            provider_config: Some(ProviderConfig {
+                name: OVERRIDE.into(),
+                kind: "noop".into(),
+                kind_version: 1,
+                spec: Some(spec),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+/// Edits the override once all is Ready and measures the push: the edit's
+/// own call (which re-pends every user in its transaction) and the time
+/// until every user has reconciled again, on the database clock. Also
+/// counts resources that reconciled again without referencing it (0 when
+/// the push touches exactly its users).
+async fn measure_config_push(
+    client: &Client,
+    pool: &PgPool,
+    users: usize,
+    deadline: Instant,
+) -> anyhow::Result<serde_json::Value> {
+    let edited_at: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(pool)
+        .await?;
+    let call = Instant::now();
+    apply_override(client, 2).await?;
+    let apply_ms = call.elapsed().as_secs_f64() * 1000.0;
+    let again = |users_only: bool| {
+        let sql = "SELECT count(*) FROM resources WHERE kind = 'noop'
+                     AND (provider_config IS NOT DISTINCT FROM $2) = $3
+                     AND last_reconciled_at >= to_timestamp($1)";
+        sqlx::query_scalar::<_, i64>(sql)
+            .bind(edited_at)
+            .bind(OVERRIDE)
+            .bind(users_only)
+            .fetch_one(pool)
+    };
+    loop {
+        if again(true).await? >= users as i64 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the config push did not finish within the timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let done: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM max(last_reconciled_at))::float8 FROM resources WHERE provider_config = $1",
+    )
+    .bind(OVERRIDE)
+    .fetch_one(pool)
+    .await?;
+    let others = again(false).await?;
+    let reconciled_secs = done - edited_at;
+    println!(
+        "config push to {users} resources: the edit took {apply_ms:.0} ms; all reconciled again after \
+         {reconciled_secs:.2} s ({:.0}/s); {others} other resources reconciled",
+        users as f64 / reconciled_secs
+    );
+    Ok(json!({
+        "users": users,
+        "apply_ms": apply_ms,
+        "reconciled_secs": reconciled_secs,
+        "reconciled_per_sec": users as f64 / reconciled_secs,
+        "others_reconciled": others,
+    }))
+}
+
+fn request(mode: Mode, i: usize, teams: usize, config_users: usize) -> ApplyResourceRequest {
     match mode {
         Mode::Flat => ApplyResourceRequest {
             kind: "noop".into(),
             kind_version: 1,
             name: format!("load-{i}"),
+            provider_config: (i < config_users).then(|| OVERRIDE.to_owned()),
             ..Default::default()
         },
         Mode::Bom => {

@@ -31,6 +31,9 @@ use self::view::Snapshot;
 
 /// Region of the demo BOM.
 const REGION: &str = "us-east-1";
+/// The default provider config of the demo's accounts (the simulated cloud's
+/// organisation and tags).
+const DEFAULT_ACCOUNT_CONFIG: &str = "sim-cloud";
 /// How often the tree is read.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Without a terminal, an unchanged progress line is repeated this often.
@@ -86,6 +89,7 @@ async fn demo(
         .await
         .context("connecting to the server")?;
     apply_kinds(&client).await?;
+    apply_configs(&client, args).await?;
     *worker = Some(DemoWorker::start(&endpoint, Latency::from_millis(args.delay_ms))?);
     let bom = pb::ResourceRef {
         kind: bom::BOM.to_owned(),
@@ -119,9 +123,56 @@ async fn apply_kinds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The simulated cloud's default for every account, and the override the
+/// demo BOM's accounts carry; each applied only when missing, so a change
+/// made while the demo ran survives a restart.
+async fn apply_configs(client: &Client, args: &DevArgs) -> anyhow::Result<()> {
+    let configs = [
+        (
+            DEFAULT_ACCOUNT_CONFIG.to_owned(),
+            true,
+            json!({"org": "o-demo", "tags": {"managed-by": "converge"}}),
+        ),
+        (account_config(args), false, json!({"tags": {"cost-center": "cc-100"}})),
+    ];
+    for (name, is_default, spec) in configs {
+        let existing = client
+            .provider_configs()
+            .get_provider_config(pb::GetProviderConfigRequest { name: name.clone() })
+            .await;
+        match existing {
+            Ok(_) => continue,
+            Err(status) if status.code() == tonic::Code::NotFound => {}
+            Err(status) => return Err(status).with_context(|| format!("reading the provider config {name}")),
+        }
+        let spec = json_to_struct(spec, "spec").context("building a provider config spec")?;
+        client
+            .provider_configs()
+            .apply_provider_config(pb::ApplyProviderConfigRequest {
+                provider_config: Some(pb::ProviderConfig {
+                    name: name.clone(),
+                    kind: bom::ACCOUNT.to_owned(),
+                    kind_version: bom::KIND_VERSION,
+                    is_default,
+                    spec: Some(spec),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("applying the provider config {name}"))?;
+    }
+    Ok(())
+}
+
+/// The override attached to the demo BOM's accounts.
+fn account_config(args: &DevArgs) -> String {
+    format!("{}-accounts", args.bom_name)
+}
+
 /// The demo BOM's spec.
 fn bom_spec(args: &DevArgs) -> serde_json::Value {
-    let mut spec = json!({"teams": args.teams, "region": REGION});
+    let mut spec = json!({"teams": args.teams, "region": REGION, "accountConfig": account_config(args)});
     if !args.fail_teams.is_empty() {
         spec["failTeams"] = json!(args.fail_teams);
     }
@@ -317,13 +368,19 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
     let mut spec = bom_spec(args);
     spec["teams"] = json!(teams);
     let apply = json!({"kind": bom::BOM, "kind_version": bom::KIND_VERSION, "name": args.bom_name, "spec": spec});
+    let retag = json!({"provider_config": {
+        "name": account_config(args), "kind": bom::ACCOUNT, "kind_version": bom::KIND_VERSION,
+        "spec": {"tags": {"cost-center": "cc-200"}}
+    }});
+    let configs = format!("http://{addr}/converge.v1.ProviderConfigService");
     format!(
         "\nconverge keeps serving on {addr} (Ctrl-C stops it). Talk to it:\n\
          \x20 BUF=\"node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge\"\n\
          \x20 $BUF -d '{get}' {url}/GetResource\n\
          \x20 $BUF -d '{list}' {url}/ListResources\n\
          \x20 $BUF -d '{get}' {url}/GetResourceGraph\n\
-         \x20 $BUF -d '{apply}' {url}/ApplyResource   # add a team\n\n"
+         \x20 $BUF -d '{apply}' {url}/ApplyResource   # add a team\n\
+         \x20 $BUF -d '{retag}' {configs}/ApplyProviderConfig   # retag the accounts live\n\n"
     )
 }
 
@@ -489,11 +546,11 @@ mod tests {
     fn the_bom_spec_follows_the_flags() {
         assert_eq!(
             bom_spec(&args(&[])),
-            json!({"teams": ["payments", "search", "ledger"], "region": "us-east-1"})
+            json!({"teams": ["payments", "search", "ledger"], "region": "us-east-1", "accountConfig": "demo-accounts"})
         );
         assert_eq!(
             bom_spec(&args(&["--teams", "a,b", "--fail-teams", "b"])),
-            json!({"teams": ["a", "b"], "region": "us-east-1", "failTeams": ["b"]})
+            json!({"teams": ["a", "b"], "region": "us-east-1", "failTeams": ["b"], "accountConfig": "demo-accounts"})
         );
     }
 
@@ -510,5 +567,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#""teams":["risk","risk2"]"#), "{text}");
+        assert!(
+            text.contains(r#""name":"x-accounts""#) && text.contains("ProviderConfigService/ApplyProviderConfig"),
+            "{text}"
+        );
     }
 }
