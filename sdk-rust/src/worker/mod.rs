@@ -45,7 +45,13 @@
 //!   tasks whose handlers have not finished (including any waiting for a
 //!   slot: they are the worker's responsibility until answered);
 //! - polls [`Provider::ready`] and sends `Interest` on every change; tasks
-//!   for an unknown or unready pair fail transiently;
+//!   for an unknown or unready pair fail transiently. A provider whose
+//!   [`Provider::requires_default_config`] is true counts as unready until
+//!   its kind's default config has arrived (readiness is re-announced the
+//!   moment a config change lands, not at the next poll);
+//! - hands each task the cached default and the resource's override;
+//!   [`ReactionRequest::effective_config`] merges them (the override wins
+//!   per key) and [`ReactionRequest::effective_bundle`] picks the bundle;
 //! - reconnects with exponential backoff and jitter, resetting the backoff
 //!   only after a healthy session (open for the healthy threshold, 10 s by
 //!   default, or one that received a task);

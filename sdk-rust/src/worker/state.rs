@@ -294,4 +294,38 @@ mod tests {
         assert_eq!(shared.default_config(&kind), config(3));
         assert_eq!(*recorder.0.lock().unwrap(), [None, config(2), config(3)]);
     }
+
+    /// A provider that cannot work without its default config.
+    struct NeedsConfig;
+
+    #[async_trait::async_trait]
+    impl Provider for NeedsConfig {
+        fn kind(&self) -> KindVersion {
+            KindVersion::new("k", 1)
+        }
+        async fn handle(&self, _request: ReactionRequest) -> Result<Outcome, HandlerError> {
+            Ok(Outcome::new())
+        }
+        fn requires_default_config(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_requires_its_default_is_ready_only_while_one_is_cached() {
+        let kind = KindVersion::new("k", 1);
+        let provider: Arc<dyn Provider> = Arc::new(NeedsConfig);
+        let shared = Shared::new(BTreeMap::from([(kind.clone(), provider.clone())]), Settings::default());
+        assert!(!shared.is_ready(&kind, provider.as_ref()), "nothing fetched yet");
+        shared.apply_fetched_config(&kind, None, shared.config_epoch());
+        assert!(!shared.is_ready(&kind, provider.as_ref()), "the pair has no default");
+        shared.apply_pushed_config(&kind, config(1));
+        // The session is woken to announce the change at once.
+        tokio::time::timeout(std::time::Duration::from_secs(1), shared.configs_changed.notified())
+            .await
+            .expect("a config change wakes the readiness check");
+        assert!(shared.is_ready(&kind, provider.as_ref()));
+        shared.apply_pushed_config(&kind, None);
+        assert!(!shared.is_ready(&kind, provider.as_ref()), "the default was deleted");
+    }
 }

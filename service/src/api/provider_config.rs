@@ -22,7 +22,7 @@ use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::provider_config::{ConfigContent, ProviderConfig};
 use crate::domain::violation::Violation;
 use crate::store::kinds;
-use crate::store::provider_configs::{self, ConfigFilter};
+use crate::store::provider_configs::{self, ConfigFilter, ConfigLock};
 
 /// Who the API's own writes are recorded as (until callers have identities).
 const API_ACTOR: &str = "api";
@@ -133,7 +133,7 @@ async fn apply_in(
             .validate("/provider_config/spec", &content.spec)
             .map_err(|violations| ApiError::violations(Reason::ConfigSchemaViolation, violations))?;
     }
-    let existing = provider_configs::lock(conn, &content.name).await?;
+    let existing = provider_configs::lock(conn, &content.name, ConfigLock::Update).await?;
     if let Some(stored) = &existing {
         if let Some(owner) = &stored.owner {
             return Err(owned(stored, owner));
@@ -212,7 +212,7 @@ async fn delete_in(
     conn: &mut PgConnection,
     req: &DeleteProviderConfigRequest,
 ) -> Result<DeleteProviderConfigResponse, ApiError> {
-    let Some(stored) = provider_configs::lock(conn, &req.name).await? else {
+    let Some(stored) = provider_configs::lock(conn, &req.name, ConfigLock::Delete).await? else {
         if req.allow_missing && req.etag.is_none() {
             return Ok(DeleteProviderConfigResponse {});
         }

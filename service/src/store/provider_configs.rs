@@ -68,10 +68,25 @@ pub async fn get(conn: &mut PgConnection, name: &str) -> StoreResult<Option<Prov
     Ok(row.map(ConfigRow::into_config))
 }
 
-/// Reads one config by name and locks it until the transaction ends (an
-/// update or delete of it; resource writes that reference it wait).
-pub async fn lock(conn: &mut PgConnection, name: &str) -> StoreResult<Option<ProviderConfig>> {
-    let sql = format!("{SELECT} WHERE pc.name = $1 FOR UPDATE OF pc");
+/// How [`lock`] locks a config row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigLock {
+    /// For an update of its content: resource writes that attach it (which
+    /// key-share lock it) go on, so an edit that re-pends its users and a
+    /// write that holds one of them never wait on each other crosswise.
+    Update,
+    /// For its deletion: resource writes that attach it wait (and then find
+    /// it gone), so no reference slips in after the check.
+    Delete,
+}
+
+/// Reads one config by name and locks it until the transaction ends.
+pub async fn lock(conn: &mut PgConnection, name: &str, mode: ConfigLock) -> StoreResult<Option<ProviderConfig>> {
+    let strength = match mode {
+        ConfigLock::Update => "NO KEY UPDATE",
+        ConfigLock::Delete => "UPDATE",
+    };
+    let sql = format!("{SELECT} WHERE pc.name = $1 FOR {strength} OF pc");
     let row: Option<ConfigRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(name)
         .fetch_optional(conn)
