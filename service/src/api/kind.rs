@@ -26,7 +26,7 @@ use crate::domain::names::{validate_kind_name, validate_kind_version};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::violation::Violation;
 use crate::store::kinds::{self, KindConfigRow, StoredManifest};
-use crate::store::{provider_configs, resources};
+use crate::store::{provider_configs, reactors, resources};
 
 /// Resources checked per batch when a new spec schema is checked against stored specs.
 const REVALIDATE_BATCH: i64 = 500;
@@ -450,6 +450,15 @@ async fn delete_manifest_in(
             Reason::KindInUse,
             format!(
                 "kind {:?} version {} still has resources; delete them (or move them to another version) first",
+                req.kind, req.kind_version
+            ),
+        ));
+    }
+    if reactors::any_binding_names(conn, &req.kind, req.kind_version).await? {
+        return Err(ApiError::refused(
+            Reason::KindInUse,
+            format!(
+                "kind {:?} version {} is watched or run by reactor bindings; delete them first",
                 req.kind, req.kind_version
             ),
         ));

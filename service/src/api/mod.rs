@@ -150,7 +150,11 @@ where
         ProviderConfigServiceServer,
         provider_config::ProviderConfigApi::new(state.clone())
     );
-    let reactor_binding = service!(api, ReactorBindingServiceServer, reactor_binding::ReactorBindingApi);
+    let reactor_binding = service!(
+        api,
+        ReactorBindingServiceServer,
+        reactor_binding::ReactorBindingApi::new(state.clone())
+    );
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
     let worker = match state.broker.clone() {
         Some(broker) if workers => service!(true, WorkerServiceServer, crate::broker::WorkerApi::new(broker)),

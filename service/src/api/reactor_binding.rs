@@ -1,56 +1,376 @@
-//! The `converge.v1.ReactorBindingService` API: lifecycle reactor subscriptions.
+//! The `converge.v1.ReactorBindingService` API: which lifecycle transitions
+//! of which kind run which reactor kind.
+
+use converge_proto::v1 as pb;
 use converge_proto::v1::reactor_binding_service_server::ReactorBindingService;
 use converge_proto::v1::{
     ApplyReactorBindingRequest, ApplyReactorBindingResponse, DeleteReactorBindingRequest, DeleteReactorBindingResponse,
     GetReactorBindingRequest, GetReactorBindingResponse, ListReactorBindingsRequest, ListReactorBindingsResponse,
 };
+use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 
-use crate::contract::status::not_implemented;
+use super::ApiState;
+use super::pages::{decode_token, finish_page, invalid_token};
+use super::write::{self, WriteCall};
+use crate::contract::convert::timestamp;
+use crate::contract::status::{ApiError, Reason};
+use crate::domain::composition::StagePlan;
+use crate::domain::names::{validate_kind_name, validate_resource_name};
+use crate::domain::page_token::{PositionPart, filter_hash, page_size};
+use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
+use crate::domain::violation::Violation;
+use crate::store::kinds;
+use crate::store::reactors::{self, BindingFilter};
 
 /// Serves `converge.v1.ReactorBindingService`.
-#[derive(Debug, Clone, Default)]
-pub struct ReactorBindingApi;
+#[derive(Debug, Clone)]
+pub struct ReactorBindingApi {
+    state: ApiState,
+}
+
+impl ReactorBindingApi {
+    /// A service over `state`.
+    pub fn new(state: ApiState) -> Self {
+        Self { state }
+    }
+}
+
+fn transition_from_proto(raw: i32) -> Option<Transition> {
+    match pb::Transition::try_from(raw).ok()? {
+        pb::Transition::Unspecified => None,
+        pb::Transition::Created => Some(Transition::Created),
+        pb::Transition::Synced => Some(Transition::Synced),
+        pb::Transition::Degraded => Some(Transition::Degraded),
+        pb::Transition::Failed => Some(Transition::Failed),
+        pb::Transition::Deleted => Some(Transition::Deleted),
+    }
+}
+
+fn transition_to_proto(transition: Transition) -> pb::Transition {
+    match transition {
+        Transition::Created => pb::Transition::Created,
+        Transition::Synced => pb::Transition::Synced,
+        Transition::Degraded => pb::Transition::Degraded,
+        Transition::Failed => pb::Transition::Failed,
+        Transition::Deleted => pb::Transition::Deleted,
+    }
+}
+
+fn binding_to_proto(binding: Binding, stats: BindingStats) -> pb::ReactorBinding {
+    let etag = binding.etag();
+    let c = binding.content;
+    pb::ReactorBinding {
+        name: c.name,
+        watch_kind: c.watch_kind,
+        watch_kind_version: c.watch_kind_version,
+        transition: transition_to_proto(c.transition).into(),
+        label_match: c.label_match.into_iter().collect(),
+        reactor: c.reactor,
+        reactor_version: c.reactor_version,
+        enabled: Some(c.enabled),
+        create_time: Some(timestamp(binding.created_at)),
+        update_time: Some(timestamp(binding.updated_at)),
+        etag,
+        pending_deliveries: stats.pending,
+        failed_deliveries: stats.failed,
+        last_failure: stats.last_failure.unwrap_or_default(),
+    }
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::refused(
+        Reason::ReactorBindingNotFound,
+        format!("reactor binding {name:?} does not exist"),
+    )
+}
+
+fn check_etag(binding: &Binding, etag: &str) -> Result<(), ApiError> {
+    if !etag.is_empty() && etag != binding.etag() {
+        return Err(ApiError::refused(
+            Reason::EtagMismatch,
+            format!(
+                "reactor binding {:?} changed since etag {etag:?} was read; read it again",
+                binding.content.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The content an apply asks for, checked for everything that needs no
+/// database.
+fn content_of(binding: Option<pb::ReactorBinding>) -> Result<(BindingContent, String), ApiError> {
+    let Some(b) = binding else {
+        return Err(Violation::new("/reactor_binding", "is required").into());
+    };
+    let Some(transition) = transition_from_proto(b.transition) else {
+        return Err(Violation::new(
+            "/reactor_binding/transition",
+            "must be one of TRANSITION_CREATED, TRANSITION_SYNCED, TRANSITION_DEGRADED, TRANSITION_FAILED, \
+             TRANSITION_DELETED",
+        )
+        .into());
+    };
+    let content = BindingContent {
+        name: b.name,
+        watch_kind: b.watch_kind,
+        watch_kind_version: b.watch_kind_version,
+        transition,
+        label_match: b.label_match.into_iter().collect(),
+        reactor: b.reactor,
+        reactor_version: b.reactor_version,
+        enabled: b.enabled.unwrap_or(true),
+    };
+    if let Err(violations) = content.validate("/reactor_binding") {
+        let reason = if violations.iter().any(|v| v.field.contains("/label_match")) {
+            Reason::InvalidLabels
+        } else if violations
+            .iter()
+            .any(|v| v.field.ends_with("/name") || v.field.ends_with("kind"))
+        {
+            Reason::InvalidName
+        } else {
+            Reason::InvalidField
+        };
+        return Err(ApiError::violations(reason, violations));
+    }
+    Ok((content, b.etag))
+}
+
+/// Whether the manifests of `kind` at `version` (any version when `None`)
+/// exist, and which of them are reactor kinds: `(any, reactors)`.
+async fn versions_of(conn: &mut PgConnection, kind: &str, version: Option<i32>) -> Result<(bool, bool), ApiError> {
+    let manifests = kinds::manifests_of(conn, kind).await?;
+    let chosen: Vec<_> = manifests
+        .iter()
+        .filter(|m| version.is_none_or(|v| m.manifest.kind_version == v))
+        .collect();
+    let reactor = chosen
+        .iter()
+        .any(|m| StagePlan::of(&m.manifest.reactions, m.manifest.finalizer_name.as_deref()).is_reactor());
+    Ok((!chosen.is_empty(), reactor))
+}
+
+fn missing_kind(field: &str, kind: &str, version: Option<i32>) -> ApiError {
+    let which = version.map_or_else(|| "any version".to_owned(), |v| format!("version {v}"));
+    ApiError::Refused {
+        reason: Reason::KindNotFound,
+        message: format!("kind {kind:?} has no manifest at {which}"),
+        violations: vec![Violation::new(
+            field,
+            format!("kind {kind:?} has no manifest at {which}"),
+        )],
+    }
+}
+
+/// Checks the kinds a binding names, inside the caller's transaction.
+async fn check_kinds(conn: &mut PgConnection, content: &BindingContent) -> Result<(), ApiError> {
+    let (watched, watched_reactor) = versions_of(conn, &content.watch_kind, content.watch_kind_version).await?;
+    if !watched {
+        return Err(missing_kind(
+            "/reactor_binding/watch_kind",
+            &content.watch_kind,
+            content.watch_kind_version,
+        ));
+    }
+    if watched_reactor {
+        return Err(ApiError::violations(
+            Reason::NotAReactor,
+            vec![Violation::new(
+                "/reactor_binding/watch_kind",
+                format!(
+                    "{:?} is a reactor kind: it has no resources whose transitions could fire a binding",
+                    content.watch_kind
+                ),
+            )],
+        ));
+    }
+    let (exists, is_reactor) = versions_of(conn, &content.reactor, content.reactor_version).await?;
+    if !exists {
+        return Err(missing_kind(
+            "/reactor_binding/reactor",
+            &content.reactor,
+            content.reactor_version,
+        ));
+    }
+    if !is_reactor {
+        return Err(ApiError::violations(
+            Reason::NotAReactor,
+            vec![Violation::new(
+                "/reactor_binding/reactor",
+                format!(
+                    "{:?} is not a reactor kind: its manifest declares no TRIGGER_REACTOR reaction",
+                    content.reactor
+                ),
+            )],
+        ));
+    }
+    Ok(())
+}
+
+/// Applies a binding inside the caller's transaction.
+async fn apply_in(
+    conn: &mut PgConnection,
+    content: &BindingContent,
+    etag: &str,
+) -> Result<ApplyReactorBindingResponse, ApiError> {
+    check_kinds(conn, content).await?;
+    let existing = reactors::lock(conn, &content.name).await?;
+    match &existing {
+        Some(stored) => {
+            check_etag(stored, etag)?;
+            if stored.content == *content {
+                let stats = stats_of(conn, &stored.content.name).await?;
+                return Ok(ApplyReactorBindingResponse {
+                    reactor_binding: Some(binding_to_proto(stored.clone(), stats)),
+                    created: false,
+                });
+            }
+        }
+        None if !etag.is_empty() => return Err(not_found(&content.name)),
+        None => {}
+    }
+    let stored = reactors::upsert(conn, content).await?;
+    let stats = stats_of(conn, &stored.content.name).await?;
+    Ok(ApplyReactorBindingResponse {
+        reactor_binding: Some(binding_to_proto(stored, stats)),
+        created: existing.is_none(),
+    })
+}
+
+async fn stats_of(conn: &mut PgConnection, name: &str) -> Result<BindingStats, ApiError> {
+    Ok(reactors::stats(conn, &[name.to_owned()])
+        .await?
+        .remove(name)
+        .unwrap_or_default())
+}
+
+/// Deletes a binding inside the caller's transaction.
+async fn delete_in(
+    conn: &mut PgConnection,
+    req: &DeleteReactorBindingRequest,
+) -> Result<DeleteReactorBindingResponse, ApiError> {
+    let Some(stored) = reactors::lock(conn, &req.name).await? else {
+        if req.allow_missing && req.etag.is_none() {
+            return Ok(DeleteReactorBindingResponse {});
+        }
+        return Err(not_found(&req.name));
+    };
+    check_etag(&stored, req.etag.as_deref().unwrap_or(""))?;
+    reactors::delete(conn, &stored.content.name).await?;
+    Ok(DeleteReactorBindingResponse {})
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    validate_resource_name("/name", name).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))
+}
 
 #[tonic::async_trait]
 impl ReactorBindingService for ReactorBindingApi {
     async fn apply_reactor_binding(
         &self,
-        _request: Request<ApplyReactorBindingRequest>,
+        request: Request<ApplyReactorBindingRequest>,
     ) -> Result<Response<ApplyReactorBindingResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ReactorBindingService/ApplyReactorBinding",
-            "reactor bindings",
-        ))
+        let req = request.into_inner();
+        let call = WriteCall::new("ApplyReactorBinding", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let (content, etag) = content_of(req.reactor_binding.clone())?;
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (content, etag) = (content.clone(), etag.clone());
+            Box::pin(async move { apply_in(conn, &content, &etag).await })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 
     async fn get_reactor_binding(
         &self,
-        _request: Request<GetReactorBindingRequest>,
+        request: Request<GetReactorBindingRequest>,
     ) -> Result<Response<GetReactorBindingResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ReactorBindingService/GetReactorBinding",
-            "reactor bindings",
-        ))
+        let req = request.into_inner();
+        check_name(&req.name)?;
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let binding = reactors::get(&mut conn, &req.name)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| not_found(&req.name))?;
+        let stats = stats_of(&mut conn, &req.name).await?;
+        Ok(Response::new(GetReactorBindingResponse {
+            reactor_binding: Some(binding_to_proto(binding, stats)),
+        }))
     }
 
     async fn list_reactor_bindings(
         &self,
-        _request: Request<ListReactorBindingsRequest>,
+        request: Request<ListReactorBindingsRequest>,
     ) -> Result<Response<ListReactorBindingsResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ReactorBindingService/ListReactorBindings",
-            "reactor bindings",
-        ))
+        let req = request.into_inner();
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        for (field, kind) in [("/watch_kind", &req.watch_kind), ("/reactor", &req.reactor)] {
+            if let Some(kind) = kind
+                && let Err(v) = validate_kind_name(field, kind)
+            {
+                return Err(ApiError::violations(Reason::InvalidName, vec![v]).into());
+            }
+        }
+        let filters = filter_hash(&[
+            req.watch_kind.as_deref().unwrap_or(""),
+            req.reactor.as_deref().unwrap_or(""),
+        ]);
+        let after = match decode_token(&req.page_token, filters)? {
+            None => None,
+            Some(position) => match position.as_slice() {
+                [PositionPart::Text(name)] => Some(name.clone()),
+                _ => return Err(invalid_token("is not a reactor binding list position").into()),
+            },
+        };
+        let filter = BindingFilter {
+            watch_kind: req.watch_kind.clone(),
+            reactor: req.reactor.clone(),
+        };
+        let mut page = reactors::list(
+            &self.state.pool,
+            &filter,
+            after.as_deref(),
+            i64::try_from(limit + 1).unwrap_or(i64::MAX),
+        )
+        .await
+        .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| {
+            vec![PositionPart::Text(last.content.name.clone())]
+        });
+        let names: Vec<String> = page.iter().map(|b| b.content.name.clone()).collect();
+        let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
+        let mut stats = reactors::stats(&mut conn, &names).await.map_err(ApiError::from)?;
+        Ok(Response::new(ListReactorBindingsResponse {
+            reactor_bindings: page
+                .into_iter()
+                .map(|b| {
+                    let s = stats.remove(&b.content.name).unwrap_or_default();
+                    binding_to_proto(b, s)
+                })
+                .collect(),
+            next_page_token,
+        }))
     }
 
     async fn delete_reactor_binding(
         &self,
-        _request: Request<DeleteReactorBindingRequest>,
+        request: Request<DeleteReactorBindingRequest>,
     ) -> Result<Response<DeleteReactorBindingResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ReactorBindingService/DeleteReactorBinding",
-            "reactor bindings",
-        ))
+        let req = request.into_inner();
+        check_name(&req.name)?;
+        let call = WriteCall::new("DeleteReactorBinding", &req.request_id, false, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let req = target.clone();
+            Box::pin(async move { delete_in(conn, &req).await })
+        })
+        .await?;
+        Ok(Response::new(answer))
     }
 }

@@ -22,9 +22,11 @@ use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
+use crate::domain::shard::ShardRange;
 use crate::domain::violation::Violation;
 use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
+use crate::store::reactors::{self, ClaimedDelivery};
 use crate::store::work::{self, ClaimedTask, TaskResult};
 use crate::store::{StoreError, StoreResult};
 
@@ -78,6 +80,8 @@ pub(super) struct Session {
     ready: BTreeSet<(String, i32)>,
     max: usize,
     tasks: HashMap<Uuid, InFlight>,
+    /// Reactor deliveries this stream holds, keyed by their lease.
+    deliveries: HashMap<Uuid, ClaimedDelivery>,
     /// Final results not yet written to the outbox.
     results: Vec<TaskResult>,
     /// How many tasks this stream last counted into the broker's gauge.
@@ -98,6 +102,7 @@ impl Session {
             kinds,
             max,
             tasks: HashMap::new(),
+            deliveries: HashMap::new(),
             results: Vec::new(),
             counted: 0,
             out,
@@ -184,6 +189,10 @@ impl Session {
         if let Err(e) = work::release(&pool, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
         }
+        let tokens: Vec<Uuid> = self.deliveries.keys().copied().collect();
+        if let Err(e) = reactors::release(&pool, &self.broker.member_id, &tokens).await {
+            tracing::warn!(error = %e, "could not release the deliveries of a closed stream; the reaper frees them");
+        }
     }
 
     /// Sends a default-config change to the worker if it serves the pair;
@@ -224,7 +233,7 @@ impl Session {
 
     /// Brings the broker's in-flight gauge up to date with this stream.
     fn count_in_flight(&mut self) {
-        let now = i64::try_from(self.tasks.len()).unwrap_or(i64::MAX);
+        let now = i64::try_from(self.held()).unwrap_or(i64::MAX);
         self.broker
             .stats
             .in_flight
@@ -232,9 +241,18 @@ impl Session {
         self.counted = now;
     }
 
+    /// Tasks and deliveries this stream holds (against the worker's max).
+    fn held(&self) -> usize {
+        self.tasks.len() + self.deliveries.len()
+    }
+
     /// Takes over the leases a reconnecting worker still holds.
     async fn adopt(&mut self, resumed: &[(Uuid, i64)]) -> Result<(), StoreError> {
         let adopted = work::adopt(&self.broker.pool, &self.broker.member_id, resumed).await?;
+        let others: Vec<(Uuid, i64)> = resumed.iter().filter(|(t, _)| !adopted.contains(t)).copied().collect();
+        for delivery in reactors::adopt(&self.broker.pool, &self.broker.member_id, &others).await? {
+            self.deliveries.insert(delivery.lease_token, delivery);
+        }
         for task in work::leased(&self.broker.pool, &adopted).await? {
             let plan = self.plan(&task.kind, task.kind_version).await;
             self.tasks.insert(
@@ -360,9 +378,20 @@ impl Session {
         let shards = *self.broker.shards.borrow();
         let mut sent = 0;
         for (kind, version) in ready {
-            let free = self.max.saturating_sub(self.tasks.len());
+            let free = self.max.saturating_sub(self.held());
             if free == 0 {
                 return Ok(sent);
+            }
+            let plan = self.plan(&kind, version).await;
+            if let Some(reaction) = plan.react.clone() {
+                match self
+                    .dispatch_deliveries(&kind, version, &reaction, free, shards)
+                    .await?
+                {
+                    Some(n) => sent += n,
+                    None => return Ok(sent),
+                }
+                continue;
             }
             let claimed = work::claim(
                 &self.broker.pool,
@@ -376,7 +405,6 @@ impl Session {
             if claimed.is_empty() {
                 continue;
             }
-            let plan = self.plan(&kind, version).await;
             for task in claimed {
                 // No silent fallback to the default: the override may point
                 // at another account or region than the default does.
@@ -431,6 +459,69 @@ impl Session {
             }
         }
         Ok(sent)
+    }
+
+    /// Claims and sends up to `free` deliveries to the reactor kind
+    /// (kind, version); returns how many, or `None` if the stream is gone.
+    async fn dispatch_deliveries(
+        &mut self,
+        kind: &str,
+        version: i32,
+        reaction: &str,
+        free: usize,
+        shards: Option<ShardRange>,
+    ) -> Result<Option<usize>, StoreError> {
+        let claimed = reactors::claim(
+            &self.broker.pool,
+            &self.broker.member_id,
+            kind,
+            version,
+            i64::try_from(free).unwrap_or(i64::MAX),
+            shards,
+        )
+        .await?;
+        let mut sent = 0;
+        for delivery in claimed {
+            let message = wire::react_task(&delivery, reaction);
+            // Tracked before sending: if the stream is gone, it is released with the others.
+            self.deliveries.insert(delivery.lease_token, delivery);
+            if self.out.send(Ok(message)).await.is_err() {
+                return Ok(None);
+            }
+            self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
+            sent += 1;
+        }
+        Ok(Some(sent))
+    }
+
+    /// Applies the outcome of a delivery through its fence.
+    async fn delivered(&mut self, delivery: ClaimedDelivery, complete: &wpb::StageComplete) -> Result<(), StoreError> {
+        let error = complete.error.as_ref().map(|e| {
+            if e.message.is_empty() {
+                "the worker reported a failure without a message".to_owned()
+            } else {
+                wire::text(&e.message)
+            }
+        });
+        let reason = complete
+            .error
+            .as_ref()
+            .map(|e| wire::text(&e.reason))
+            .filter(|r| !r.is_empty());
+        let outcome = reactors::DeliveryOutcome {
+            lease: delivery.lease_token,
+            epoch: delivery.claim_epoch,
+            error: error.as_deref(),
+            reason: reason.as_deref(),
+            terminal: complete.error.as_ref().is_some_and(|e| e.terminal),
+        };
+        let stats = &self.broker.stats;
+        match reactors::complete(&self.broker.pool, &outcome).await? {
+            true if outcome.error.is_some() => stats.failed.fetch_add(1, Ordering::Relaxed),
+            true => stats.applied.fetch_add(1, Ordering::Relaxed),
+            false => stats.stale.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(())
     }
 
     /// Sends a teardown task (STAGE_DELETE running the reaction that clears
@@ -521,6 +612,9 @@ impl Session {
                     .filter_map(|l| Uuid::parse_str(&l.lease_token).ok().map(|t| (t, l.claim_epoch)))
                     .collect();
                 work::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                if !self.deliveries.is_empty() {
+                    reactors::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                }
                 Ok(())
             }
             Some(Up::Interest(interest)) => {
@@ -551,6 +645,16 @@ impl Session {
         let Ok(token) = Uuid::parse_str(&complete.lease_token) else {
             return stale(self);
         };
+        if self
+            .deliveries
+            .get(&token)
+            .is_some_and(|d| d.claim_epoch == complete.claim_epoch && d.generation == complete.generation)
+        {
+            if let Some(delivery) = self.deliveries.remove(&token) {
+                self.delivered(delivery, &complete).await?;
+            }
+            return Ok(());
+        }
         // A completion that does not match the dispatch leaves the task in
         // flight: the right answer may still come.
         let matches = self.tasks.get(&token).is_some_and(|flight| {
@@ -785,6 +889,18 @@ impl Session {
                     format!("{at}/kind"),
                     format!("kind {} version {} does not exist", child.kind, child.kind_version),
                 )),
+                Some(compiled)
+                    if StagePlan::of(
+                        &compiled.manifest.reactions,
+                        compiled.manifest.finalizer_name.as_deref(),
+                    )
+                    .is_reactor() =>
+                {
+                    problems.push(Violation::new(
+                        format!("{at}/kind"),
+                        format!("kind {} is a reactor kind and owns no resources", child.kind),
+                    ));
+                }
                 // Fields filled by value flows arrive later, so a schema
                 // must not require them (documented in the worker contract).
                 Some(compiled) => {

@@ -12,8 +12,10 @@ use converge_proto::json;
 use crate::contract::convert::{json_to_struct, timestamp};
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, Stage, ValueFlow};
 use crate::domain::provider_config::ProviderConfig;
+use crate::domain::reactor::Transition;
 use crate::domain::violation::Violation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
+use crate::store::reactors::ClaimedDelivery;
 use crate::store::work::{CONFIG_CHANGE, ClaimedTask};
 
 /// The stage-specific input of a task.
@@ -62,14 +64,7 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
         delete_time: task.deletion_requested_at.map(timestamp),
         ..Default::default()
     };
-    let deadline = task.deadline_secs.map(|secs| {
-        // Never zero: a real deadline that has just passed is still a deadline.
-        let secs = secs.max(0.001);
-        prost_types::Duration {
-            seconds: secs.trunc() as i64,
-            nanos: (secs.fract() * 1e9) as i32,
-        }
-    });
+    let deadline = task.deadline_secs.map(duration);
     let (stage, trigger, input) = match input {
         Input::Compose {
             observed,
@@ -133,6 +128,101 @@ fn reconcile_trigger(task: &ClaimedTask) -> wpb::Trigger {
     match task.cause.as_deref() {
         Some(CONFIG_CHANGE) => wpb::Trigger::ConfigChange,
         _ => wpb::Trigger::SpecChange,
+    }
+}
+
+/// The StageTask of a reactor delivery: STAGE_REACT for the reactor kind,
+/// with the watched resource as it was at the transition.
+pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStreamResponse {
+    let row = &delivery.resource.0;
+    let text = |key: &str| row.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let int = |key: &str| row.get(key).and_then(Value::as_i64).unwrap_or_default();
+    let reference = |key: &str| {
+        row.get(key).filter(|r| r.is_object()).map(|r| wpb::ResourceRef {
+            kind: r.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            name: r.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        })
+    };
+    let time = |key: &str| {
+        row.get(key)
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| timestamp(t.with_timezone(&chrono::Utc)))
+    };
+    let frozen = row.get("frozen_until").and_then(Value::as_str);
+    let quarantined = frozen == Some("infinity");
+    let labels = row
+        .get("labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let resource = wpb::Resource {
+        uid: text("id"),
+        kind: text("kind"),
+        kind_version: i32::try_from(int("kind_version")).unwrap_or(1),
+        name: text("name"),
+        labels,
+        spec: row.get("spec").and_then(json_to_struct),
+        status: row.get("status").and_then(json_to_struct),
+        generation: int("generation"),
+        observed_generation: int("synced_gen"),
+        ready: row.get("is_ready").and_then(Value::as_bool).unwrap_or(false),
+        healthy: row.get("health_ok").and_then(Value::as_bool).unwrap_or(true),
+        owner: reference("ownerRef"),
+        root: reference("rootRef"),
+        finalizers: row
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .map(|f| f.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default(),
+        delete_time: time("deletion_requested_at"),
+        orphan_expire_time: if quarantined { None } else { time("frozen_until") },
+        quarantined,
+    };
+    let transition = match Transition::from_db(&delivery.transition) {
+        Some(Transition::Created) => wpb::Transition::Created,
+        Some(Transition::Synced) => wpb::Transition::Synced,
+        Some(Transition::Degraded) => wpb::Transition::Degraded,
+        Some(Transition::Failed) => wpb::Transition::Failed,
+        Some(Transition::Deleted) => wpb::Transition::Deleted,
+        None => wpb::Transition::Unspecified,
+    };
+    wpb::WorkStreamResponse {
+        payload: Some(Down::Task(wpb::StageTask {
+            stage: wpb::Stage::React.into(),
+            kind: delivery.reactor.clone(),
+            kind_version: delivery.reactor_version,
+            resource: Some(resource),
+            generation: delivery.generation,
+            reaction: reaction.to_owned(),
+            trigger: wpb::Trigger::Reactor.into(),
+            lease_token: delivery.lease_token.to_string(),
+            claim_epoch: delivery.claim_epoch,
+            manifest_version: delivery.manifest_version,
+            task_deadline: delivery.deadline_secs.map(duration),
+            attempt: delivery.attempts,
+            provider_config: None,
+            provider_bundle: Vec::new(),
+            input: Some(wpb::stage_task::Input::ReactInput(wpb::ReactInput {
+                transition: transition.into(),
+                dedup_token: delivery.dedup_token.clone(),
+                binding: delivery.binding.clone(),
+            })),
+        })),
+    }
+}
+
+/// A task deadline in seconds as a protobuf duration; never zero (a real
+/// deadline that has just passed is still a deadline).
+fn duration(secs: f64) -> prost_types::Duration {
+    let secs = secs.max(0.001);
+    prost_types::Duration {
+        seconds: secs.trunc() as i64,
+        nanos: (secs.fract() * 1e9) as i32,
     }
 }
 

@@ -87,6 +87,13 @@ reasons! {
     SchemaRejectsExistingConfigs => "SCHEMA_REJECTS_EXISTING_CONFIGS",
     /// A provider config's data bundle is larger than allowed.
     ConfigDataTooLarge => "CONFIG_DATA_TOO_LARGE",
+    /// No such reactor binding.
+    ReactorBindingNotFound => "REACTOR_BINDING_NOT_FOUND",
+    /// A binding names a reactor kind that is not one (no REACTOR reaction),
+    /// or watches a reactor kind (which has no resources).
+    NotAReactor => "NOT_A_REACTOR",
+    /// A resource of a reactor kind: reactor kinds own no resources.
+    KindIsReactor => "KIND_IS_REACTOR",
     /// The name is held by another resource (possibly one being deleted).
     NameTaken => "NAME_TAKEN",
     /// The resource is being deleted and accepts no writes.
@@ -140,10 +147,14 @@ impl Reason {
             | Reason::SpecSchemaViolation
             | Reason::ConfigSchemaViolation
             | Reason::ProviderConfigKindMismatch
+            | Reason::NotAReactor
             | Reason::RequestIdReused
             | Reason::NestingTooDeep
             | Reason::MalformedRequest => Code::InvalidArgument,
-            Reason::KindNotFound | Reason::ResourceNotFound | Reason::ProviderConfigNotFound => Code::NotFound,
+            Reason::KindNotFound
+            | Reason::ResourceNotFound
+            | Reason::ProviderConfigNotFound
+            | Reason::ReactorBindingNotFound => Code::NotFound,
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned
@@ -151,6 +162,7 @@ impl Reason {
             | Reason::KindInUse
             | Reason::ProviderConfigInUse
             | Reason::ProviderConfigOwned
+            | Reason::KindIsReactor
             | Reason::SchemaRejectsExistingResources
             | Reason::SchemaRejectsExistingConfigs => Code::FailedPrecondition,
             Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,

@@ -31,7 +31,7 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// The repeatable function files of this build, in the order they are
 /// applied (a SQL-language function's body is checked when it is created, so
 /// a file comes after the files whose functions it calls).
-pub static FUNCTION_FILES: [(&str, &str); 17] = [
+pub static FUNCTION_FILES: [(&str, &str); 18] = [
     ("cluster.sql", include_str!("../../../migrations/functions/cluster.sql")),
     ("notify.sql", include_str!("../../../migrations/functions/notify.sql")),
     ("jsonb.sql", include_str!("../../../migrations/functions/jsonb.sql")),
@@ -55,6 +55,10 @@ pub static FUNCTION_FILES: [(&str, &str); 17] = [
         include_str!("../../../migrations/functions/provider_configs.sql"),
     ),
     ("claim.sql", include_str!("../../../migrations/functions/claim.sql")),
+    (
+        "reactors.sql",
+        include_str!("../../../migrations/functions/reactors.sql"),
+    ),
     ("fence.sql", include_str!("../../../migrations/functions/fence.sql")),
     ("drain.sql", include_str!("../../../migrations/functions/drain.sql")),
     (

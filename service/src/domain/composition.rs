@@ -58,6 +58,8 @@ pub struct StagePlan {
     pub rollup: Option<String>,
     /// The teardowns (delete requested), each with the finalizer it clears.
     pub teardowns: Vec<Teardown>,
+    /// The reactor reaction, on a reactor kind (which has no other stage).
+    pub react: Option<String>,
 }
 
 impl StagePlan {
@@ -87,6 +89,7 @@ impl StagePlan {
             work: find(&|r| r.trigger == Trigger::SpecChange && !r.emits.contains(&Emit::Children) && emits_state(r))
                 .or_else(|| find(&|r| r.trigger == Trigger::SpecChange && !r.emits.contains(&Emit::Children))),
             rollup: find(&|r| r.trigger == Trigger::ChildrenSettled && r.emits.contains(&Emit::Status)),
+            react: find(&|r| r.trigger == Trigger::Reactor),
         }
     }
 
@@ -117,6 +120,12 @@ impl StagePlan {
             Stage::Rollup => self.rollup.as_deref(),
             Stage::Delete => self.teardowns.first().map(|t| t.reaction.as_str()),
         }
+    }
+
+    /// Whether the kind is a reactor kind: it runs only through reactor
+    /// bindings and owns no resources.
+    pub fn is_reactor(&self) -> bool {
+        self.react.is_some()
     }
 
     /// The teardown reaction that clears `finalizer`, if the kind has one.

@@ -9,6 +9,7 @@ pub mod names;
 pub mod page_token;
 pub mod position;
 pub mod provider_config;
+pub mod reactor;
 pub mod resource;
 pub mod schema;
 pub mod shard;

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::store::work::{self, ReapReport, Sweeps};
+use crate::store::{StoreError, reactors};
 
 /// Reaper timing.
 #[derive(Debug, Clone, Copy)]
@@ -57,9 +58,17 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {
                     let started = std::time::Instant::now();
-                    let chosen = match work::reap(&pool, config.stale_after.as_secs_f64(), config.batch, &mut sweeps).await {
-                        Ok(report) if report != ReapReport::default() || sweeps.lagging.recovering => {
-                            tracing::debug!(?report, "reaper pass");
+                    let stale_secs = config.stale_after.as_secs_f64();
+                    let pass = async {
+                        let report = work::reap(&pool, stale_secs, config.batch, &mut sweeps).await?;
+                        let deliveries = reactors::reap(&pool, stale_secs, config.batch).await?;
+                        Ok::<_, StoreError>((report, deliveries))
+                    };
+                    let chosen = match pass.await {
+                        Ok((report, deliveries))
+                            if report != ReapReport::default() || deliveries > 0 || sweeps.lagging.recovering =>
+                        {
+                            tracing::debug!(?report, deliveries, "reaper pass");
                             config.busy_interval
                         }
                         Ok(_) => config.interval,

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::RetentionArgs;
-use crate::store::{StoreError, changes, events, requests};
+use crate::store::{StoreError, changes, events, reactors, requests};
 
 /// Rows deleted per statement.
 const BATCH: i64 = 5_000;
@@ -27,6 +27,8 @@ pub struct SweepReport {
     pub changes: u64,
     /// Idempotency records deleted.
     pub requests: u64,
+    /// Failed reactor deliveries deleted (kept as long as events).
+    pub failed_deliveries: u64,
 }
 
 /// Runs one sweep. `timelines` includes the per-timeline backstop: it ranks
@@ -44,6 +46,10 @@ pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) ->
     }
     report.changes = drain(|| changes::trim_by_age(pool, retention.change_log_max_age_secs, BATCH)).await?;
     report.requests = drain(|| requests::trim(pool, retention.request_id_max_age_secs, BATCH)).await?;
+    if retention.event_max_age_secs > 0 {
+        let max_age = retention.event_max_age_secs as f64;
+        report.failed_deliveries = drain(|| reactors::trim_failed(pool, max_age, BATCH)).await?;
+    }
     Ok(report)
 }
 

@@ -184,6 +184,16 @@ pub async fn list_manifests(
     Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
 }
 
+/// Every manifest of `kind` (all its versions), read through `conn`.
+pub async fn manifests_of(conn: &mut PgConnection, kind: &str) -> StoreResult<Vec<StoredManifest>> {
+    let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 ORDER BY kind_version");
+    let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(kind)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+}
+
 /// What a resource write needs to know about its kind version, read after
 /// taking the shared kind lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]

@@ -55,6 +55,7 @@ pub mod graph;
 pub mod kinds;
 pub mod pipeline;
 pub mod provider_configs;
+pub mod reactors;
 pub mod requests;
 pub mod resources;
 pub mod retry;

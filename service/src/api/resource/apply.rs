@@ -15,6 +15,7 @@ use super::{API_ACTOR, check_etag, resource_not_found};
 use crate::api::ApiState;
 use crate::contract::convert::struct_to_json;
 use crate::contract::status::{ApiError, Reason};
+use crate::domain::composition::StagePlan;
 use crate::domain::event::NewEvent;
 use crate::domain::labels::validate_labels;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
@@ -399,6 +400,14 @@ async fn validate_specs(
                 slot.insert(manifest)
             }
         };
+        if StagePlan::of(
+            &manifest.manifest.reactions,
+            manifest.manifest.finalizer_name.as_deref(),
+        )
+        .is_reactor()
+        {
+            return Err(items.at(i, reactor_kind(&input.kind, input.kind_version)));
+        }
         if let Some(schema) = &manifest.spec {
             schema
                 .validate("/spec", &input.spec)
@@ -512,6 +521,16 @@ fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
     ApiError::refused(
         Reason::KindNotFound,
         format!("kind {kind:?} version {kind_version} has no manifest; apply one with KindService.ApplyKindManifest"),
+    )
+}
+
+fn reactor_kind(kind: &str, kind_version: i32) -> ApiError {
+    ApiError::refused(
+        Reason::KindIsReactor,
+        format!(
+            "kind {kind:?} version {kind_version} is a reactor kind: it owns no resources and runs only through \
+             reactor bindings (ReactorBindingService)"
+        ),
     )
 }
 

@@ -1,0 +1,357 @@
+//! `reactor_bindings` and `reactor_deliveries`: the bindings from
+//! lifecycle transitions to reactor kinds, and the durable deliveries the
+//! transition triggers record (migrations/functions/reactors.sql).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::StoreResult;
+use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
+use crate::domain::shard::ShardRange;
+
+fn small(version: i32) -> i16 {
+    // Versions are validated to fit before any query; saturate defensively.
+    i16::try_from(version).unwrap_or(i16::MAX)
+}
+
+const SELECT: &str = "SELECT b.name, b.watch_kind, b.watch_kind_version::int4 AS watch_kind_version, b.transition, \
+     b.label_match, b.reactor, b.reactor_version::int4 AS reactor_version, b.enabled, b.revision, b.created_at, \
+     b.updated_at FROM reactor_bindings b";
+
+#[derive(Debug, sqlx::FromRow)]
+struct BindingRow {
+    name: String,
+    watch_kind: String,
+    watch_kind_version: Option<i32>,
+    transition: String,
+    label_match: Json<BTreeMap<String, String>>,
+    reactor: String,
+    reactor_version: Option<i32>,
+    enabled: bool,
+    revision: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl BindingRow {
+    fn into_binding(self) -> Binding {
+        Binding {
+            content: BindingContent {
+                name: self.name,
+                watch_kind: self.watch_kind,
+                watch_kind_version: self.watch_kind_version,
+                transition: Transition::from_db(&self.transition).unwrap_or(Transition::Synced),
+                label_match: self.label_match.0,
+                reactor: self.reactor,
+                reactor_version: self.reactor_version,
+                enabled: self.enabled,
+            },
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// Reads one binding.
+pub async fn get(conn: &mut PgConnection, name: &str) -> StoreResult<Option<Binding>> {
+    let sql = format!("{SELECT} WHERE b.name = $1");
+    let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(name)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(BindingRow::into_binding))
+}
+
+/// Reads one binding and locks it until the transaction ends.
+pub async fn lock(conn: &mut PgConnection, name: &str) -> StoreResult<Option<Binding>> {
+    let sql = format!("{SELECT} WHERE b.name = $1 FOR UPDATE");
+    let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(name)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(BindingRow::into_binding))
+}
+
+/// Stores a new binding or replaces the content of an existing one (its
+/// revision moves); returns it as stored.
+pub async fn upsert(conn: &mut PgConnection, content: &BindingContent) -> StoreResult<Binding> {
+    sqlx::query(
+        "INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, label_match, reactor,
+                                            reactor_version, enabled)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (name) DO UPDATE
+             SET watch_kind = EXCLUDED.watch_kind, watch_kind_version = EXCLUDED.watch_kind_version,
+                 transition = EXCLUDED.transition, label_match = EXCLUDED.label_match,
+                 reactor = EXCLUDED.reactor, reactor_version = EXCLUDED.reactor_version,
+                 enabled = EXCLUDED.enabled, revision = b.revision + 1, updated_at = now()",
+    )
+    .bind(&content.name)
+    .bind(&content.watch_kind)
+    .bind(content.watch_kind_version.map(small))
+    .bind(content.transition.as_db())
+    .bind(Json(&content.label_match))
+    .bind(&content.reactor)
+    .bind(content.reactor_version.map(small))
+    .bind(content.enabled)
+    .execute(&mut *conn)
+    .await?;
+    match get(conn, &content.name).await? {
+        Some(binding) => Ok(binding),
+        None => Err(sqlx::Error::RowNotFound.into()),
+    }
+}
+
+/// Deletes a binding; false if it did not exist. Its recorded deliveries stay.
+pub async fn delete(conn: &mut PgConnection, name: &str) -> StoreResult<bool> {
+    let done = sqlx::query("DELETE FROM reactor_bindings WHERE name = $1")
+        .bind(name)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Whether any binding watches or runs (kind, version): one naming that
+/// version, or naming none.
+pub async fn any_binding_names(conn: &mut PgConnection, kind: &str, version: i32) -> StoreResult<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM reactor_bindings
+                        WHERE (watch_kind = $1 AND (watch_kind_version IS NULL OR watch_kind_version = $2))
+                           OR (reactor = $1 AND (reactor_version IS NULL OR reactor_version = $2)))",
+    )
+    .bind(kind)
+    .bind(small(version))
+    .fetch_one(conn)
+    .await
+    .map_err(Into::into)
+}
+
+/// Filters of [`list`], combined with AND.
+#[derive(Debug, Clone, Default)]
+pub struct BindingFilter {
+    /// Only bindings watching this kind.
+    pub watch_kind: Option<String>,
+    /// Only bindings running this reactor kind.
+    pub reactor: Option<String>,
+}
+
+/// Up to `limit` bindings after `after` (by name).
+pub async fn list(pool: &PgPool, filter: &BindingFilter, after: Option<&str>, limit: i64) -> StoreResult<Vec<Binding>> {
+    let sql = format!(
+        "{SELECT}
+         WHERE ($1::text IS NULL OR b.watch_kind = $1) AND ($2::text IS NULL OR b.reactor = $2)
+           AND ($3::text IS NULL OR b.name > $3)
+         ORDER BY b.name LIMIT $4"
+    );
+    let rows: Vec<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(filter.watch_kind.as_deref())
+        .bind(filter.reactor.as_deref())
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(BindingRow::into_binding).collect())
+}
+
+/// The delivery counts of the given bindings, by name.
+pub async fn stats(conn: &mut PgConnection, names: &[String]) -> StoreResult<BTreeMap<String, BindingStats>> {
+    if names.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let rows: Vec<(String, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT d.binding, count(*) FILTER (WHERE d.failed_at IS NULL), count(*) FILTER (WHERE d.failed_at IS NOT NULL),
+                (array_agg(d.last_error ORDER BY d.failed_at DESC) FILTER (WHERE d.failed_at IS NOT NULL))[1]
+         FROM reactor_deliveries d WHERE d.binding = ANY ($1)
+         GROUP BY d.binding",
+    )
+    .bind(names)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, pending, failed, last_failure)| {
+            (
+                name,
+                BindingStats {
+                    pending,
+                    failed,
+                    last_failure,
+                },
+            )
+        })
+        .collect())
+}
+
+row_struct! {
+    /// A claimed delivery: a row of the SQL type `claimed_delivery`
+    /// (migrations/0012_reactors.sql), returned by `claim_deliveries` and
+    /// `leased_deliveries`.
+    #[derive(Debug, Clone, sqlx::FromRow)]
+    pub struct ClaimedDelivery {
+        /// The delivery's id.
+        pub delivery_id: Uuid,
+        /// The lease.
+        pub lease_token: Uuid,
+        /// The fence.
+        pub claim_epoch: i64,
+        /// Attempt number of this dispatch (1 = first).
+        pub attempts: i32,
+        /// Name of the binding that recorded it.
+        pub binding: String,
+        /// The reactor kind.
+        pub reactor: String,
+        /// The reactor version it runs at.
+        pub reactor_version: i32,
+        /// Manifest version of that reactor version.
+        pub manifest_version: i64,
+        /// The reactor kind's task deadline in seconds (None = none).
+        pub deadline_secs: Option<f64>,
+        /// The transition, as stored (`synced`, ...).
+        pub transition: String,
+        /// The generation the transition happened at.
+        pub generation: i64,
+        /// The watched resource's row as it was at the transition.
+        pub resource: Json<Value>,
+        /// The dedup token.
+        pub dedup_token: String,
+    }
+}
+
+/// Claims up to `limit` due deliveries to (reactor, version) for `broker`,
+/// its own shard range first.
+pub async fn claim(
+    pool: &PgPool,
+    broker: &str,
+    reactor: &str,
+    version: i32,
+    limit: i64,
+    shards: Option<ShardRange>,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let range = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
+    sqlx::query_as("SELECT * FROM claim_deliveries($1, $2, $3, $4, $5, $6)")
+        .bind(broker)
+        .bind(reactor)
+        .bind(small(version))
+        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+        .bind(range.lo)
+        .bind(range.hi)
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+}
+
+/// The outcome of one delivery, as [`complete`] applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryOutcome<'a> {
+    /// The lease of the dispatch.
+    pub lease: Uuid,
+    /// Its claim epoch.
+    pub epoch: i64,
+    /// The failure, if the handler failed.
+    pub error: Option<&'a str>,
+    /// The failure's reason, if any.
+    pub reason: Option<&'a str>,
+    /// Whether the failure is terminal.
+    pub terminal: bool,
+}
+
+/// Applies a delivery's outcome through its fence; false when the fence
+/// dropped it (the lease was reclaimed meanwhile).
+pub async fn complete(pool: &PgPool, outcome: &DeliveryOutcome<'_>) -> StoreResult<bool> {
+    sqlx::query_scalar("SELECT complete_delivery($1, $2, $3, $4, $5)")
+        .bind(outcome.lease)
+        .bind(outcome.epoch)
+        .bind(outcome.error)
+        .bind(outcome.reason)
+        .bind(outcome.terminal)
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
+}
+
+/// Refreshes the heartbeat of the delivery leases `broker` holds among
+/// `leases`; returns how many.
+pub async fn heartbeat(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
+    if leases.is_empty() {
+        return Ok(0);
+    }
+    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    let done = sqlx::query(
+        "UPDATE reactor_deliveries d SET heartbeat_at = now()
+         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
+         WHERE d.lease_token = l.token AND d.claim_epoch = l.epoch AND d.broker_id = $1",
+    )
+    .bind(broker)
+    .bind(&tokens)
+    .bind(&epochs)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Takes over the delivery leases a reconnecting worker still holds and
+/// returns them as claimed.
+pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<ClaimedDelivery>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    sqlx::query_as("SELECT * FROM adopt_deliveries($1, $2, $3)")
+        .bind(broker)
+        .bind(&tokens)
+        .bind(&epochs)
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+}
+
+/// Releases the delivery leases of a closed stream at once.
+pub async fn release(pool: &PgPool, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
+    if tokens.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE reactor_deliveries SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL,
+                claim_epoch = claim_epoch + 1
+         WHERE lease_token = ANY ($2) AND broker_id = $1",
+    )
+    .bind(broker)
+    .bind(tokens)
+    .execute(pool)
+    .await?;
+    if done.rows_affected() > 0 {
+        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+            .execute(pool)
+            .await?;
+    }
+    Ok(done.rows_affected())
+}
+
+/// Releases delivery leases not attested for `stale_secs`; returns how many.
+pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<i32> {
+    sqlx::query_scalar("SELECT reap_stale_deliveries($1, $2)")
+        .bind(stale_secs)
+        .bind(limit)
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
+}
+
+/// Deletes up to `limit` deliveries that failed more than `max_age_secs` ago.
+pub async fn trim_failed(pool: &PgPool, max_age_secs: f64, limit: i64) -> StoreResult<u64> {
+    let done = sqlx::query(
+        "DELETE FROM reactor_deliveries WHERE ctid = ANY (ARRAY(
+             SELECT ctid FROM reactor_deliveries
+             WHERE failed_at < now() - make_interval(secs => $1) LIMIT $2))",
+    )
+    .bind(max_age_secs)
+    .bind(limit)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
