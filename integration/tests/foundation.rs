@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest,
-    ListReactorBindingsRequest, ListSpecRevisionsRequest, MemberRole,
+    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest, ListSpecRevisionsRequest,
+    MemberRole,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -255,11 +255,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
         client
             .operations()
             .list_operations(ListOperationsRequest::default())
-            .await
-            .err(),
-        client
-            .reactor_bindings()
-            .list_reactor_bindings(ListReactorBindingsRequest::default())
             .await
             .err(),
     ];

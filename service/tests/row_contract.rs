@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use converge_service::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, ValueFlow};
+use converge_service::store::reactors::ClaimedDelivery;
 use converge_service::store::work::{self, ClaimedTask, TaskResult};
 use converge_service::testing::TestDatabase;
 use serde_json::{Value, json};
@@ -160,6 +161,33 @@ async fn the_task_row_is_the_claimed_task_type() -> anyhow::Result<()> {
         assert!(
             returning.contains(function),
             "{function} does not return SETOF claimed_task"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_delivery_row_is_the_claimed_delivery_type() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    let attributes = attributes(pool, "claimed_delivery").await?;
+    let names: Vec<&str> = attributes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ClaimedDelivery::COLUMNS,
+        "the attributes of claimed_delivery (0012) and the fields of ClaimedDelivery differ"
+    );
+    let row = sqlx::query("SELECT (NULL::claimed_delivery).*").fetch_one(pool).await?;
+    let problems = ClaimedDelivery::mismatched_columns(&row);
+    assert!(
+        problems.is_empty(),
+        "claimed_delivery against ClaimedDelivery: {problems:?}"
+    );
+    let returning = functions_returning(pool, "claimed_delivery").await?;
+    for function in ["claim_deliveries", "adopt_deliveries"] {
+        assert!(
+            returning.contains(function),
+            "{function} does not return SETOF claimed_delivery"
         );
     }
     Ok(())

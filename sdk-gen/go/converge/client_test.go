@@ -66,16 +66,16 @@ func TestListClusterMembers(t *testing.T) {
 // unimplementedMethod is a method the server still answers UNIMPLEMENTED
 // (google.rpc.ErrorInfo reason NOT_IMPLEMENTED). Move to another one once this gets
 // implemented.
-const unimplementedMethod = "converge.v1.ReactorBindingService/GetReactorBinding"
+const unimplementedMethod = "converge.v1.OperationService/GetOperation"
 
 func TestUnimplementedCarriesErrorInfo(t *testing.T) {
 	c, ctx := client(t)
-	_, err := c.ReactorBinding.GetReactorBinding(ctx, &convergev1.GetReactorBindingRequest{Name: "y"})
+	_, err := c.Operation.GetOperation(ctx, &convergev1.GetOperationRequest{Uid: "y"})
 	if code := status.Code(err); code != codes.Unimplemented {
-		t.Fatalf("GetReactorBinding: got %v (%v), want Unimplemented", code, err)
+		t.Fatalf("GetOperation: got %v (%v), want Unimplemented", code, err)
 	}
 	// Also through a wrapping error.
-	info := converge.ErrorInfo(fmt.Errorf("get reactor binding: %w", err))
+	info := converge.ErrorInfo(fmt.Errorf("get operation: %w", err))
 	if info == nil {
 		t.Fatalf("no google.rpc.ErrorInfo in %v", err)
 	}

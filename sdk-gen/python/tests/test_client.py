@@ -9,7 +9,7 @@ import pytest
 from converge_sdk import ERROR_DOMAIN, ConvergeClient, error_info
 from converge_sdk.gen.converge.v1 import (
     cluster_service_pb2,
-    reactor_binding_service_pb2,
+    operation_service_pb2,
     resource_service_pb2,
 )
 
@@ -40,14 +40,12 @@ def test_list_cluster_members(client):
 
 # A method the server still answers UNIMPLEMENTED (google.rpc.ErrorInfo reason
 # NOT_IMPLEMENTED). Move to another one once this gets implemented.
-UNIMPLEMENTED_METHOD = "converge.v1.ReactorBindingService/GetReactorBinding"
+UNIMPLEMENTED_METHOD = "converge.v1.OperationService/GetOperation"
 
 
 def test_unimplemented_carries_error_info(client):
     with pytest.raises(grpc.RpcError) as excinfo:
-        client.reactor_binding.GetReactorBinding(
-            reactor_binding_service_pb2.GetReactorBindingRequest(name="y"), timeout=TIMEOUT
-        )
+        client.operation.GetOperation(operation_service_pb2.GetOperationRequest(uid="y"), timeout=TIMEOUT)
     err = excinfo.value
     assert err.code() == grpc.StatusCode.UNIMPLEMENTED, err
     info = error_info(err)

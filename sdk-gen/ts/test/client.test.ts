@@ -28,10 +28,10 @@ describe("converge client", { skip }, () => {
 
   // A method the server still answers UNIMPLEMENTED (ErrorInfo reason NOT_IMPLEMENTED).
   // Move to another one once this gets implemented.
-  const unimplementedMethod = "converge.v1.ReactorBindingService/GetReactorBinding";
+  const unimplementedMethod = "converge.v1.OperationService/GetOperation";
 
   it("an unimplemented method carries google.rpc.ErrorInfo", async () => {
-    const err = await converge.reactorBinding.getReactorBinding({ name: "y" }, { timeoutMs }).then(
+    const err = await converge.operation.getOperation({ uid: "y" }, { timeoutMs }).then(
       (resp) => assert.fail(`expected an error, got ${JSON.stringify(resp)}`),
       (e: unknown) => e,
     );

@@ -91,6 +91,10 @@ func (Transition) EnumDescriptor() ([]byte, []int) {
 // A runtime-editable subscription: "when a resource of watch_kind crosses
 // transition, run the reactor kind with it". Deliveries are durable and at
 // least once; each carries a dedup token so that sinks can be idempotent.
+// A delivery is recorded in the transaction of the transition, with the
+// binding as it is then: editing, disabling or deleting a binding changes
+// which later transitions are recorded, never a delivery already recorded
+// (it is still made, to the reactor version it names).
 type ReactorBinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Unique, operator-chosen name; the identity of the binding.
@@ -124,7 +128,18 @@ type ReactorBinding struct {
 	// Optimistic-concurrency token. Output on reads; on apply or delete, if
 	// non-empty it must equal the stored value or the call fails with ABORTED
 	// (ETAG_MISMATCH).
-	Etag          string `protobuf:"bytes,11,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,11,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Output only. Deliveries of this binding recorded and not yet made
+	// (waiting, retrying after a transient failure, or being delivered).
+	PendingDeliveries int64 `protobuf:"varint,12,opt,name=pending_deliveries,json=pendingDeliveries,proto3" json:"pending_deliveries,omitempty"`
+	// Output only. Deliveries of this binding that failed for good (a
+	// terminal failure, or the reactor kind's transient attempts exhausted);
+	// each also recorded a ReactorDeliveryFailed event on the watched
+	// resource. Kept for the event retention window.
+	FailedDeliveries int64 `protobuf:"varint,13,opt,name=failed_deliveries,json=failedDeliveries,proto3" json:"failed_deliveries,omitempty"`
+	// Output only. The error of the most recent failed delivery; empty if
+	// none.
+	LastFailure   string `protobuf:"bytes,14,opt,name=last_failure,json=lastFailure,proto3" json:"last_failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,11 +251,32 @@ func (x *ReactorBinding) GetEtag() string {
 	return ""
 }
 
+func (x *ReactorBinding) GetPendingDeliveries() int64 {
+	if x != nil {
+		return x.PendingDeliveries
+	}
+	return 0
+}
+
+func (x *ReactorBinding) GetFailedDeliveries() int64 {
+	if x != nil {
+		return x.FailedDeliveries
+	}
+	return 0
+}
+
+func (x *ReactorBinding) GetLastFailure() string {
+	if x != nil {
+		return x.LastFailure
+	}
+	return ""
+}
+
 var File_converge_v1_reactor_binding_proto protoreflect.FileDescriptor
 
 const file_converge_v1_reactor_binding_proto_rawDesc = "" +
 	"\n" +
-	"!converge/v1/reactor_binding.proto\x12\vconverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x04\n" +
+	"!converge/v1/reactor_binding.proto\x12\vconverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x05\n" +
 	"\x0eReactorBinding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -259,7 +295,10 @@ const file_converge_v1_reactor_binding_proto_rawDesc = "" +
 	"\vupdate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x12\n" +
-	"\x04etag\x18\v \x01(\tR\x04etag\x1a=\n" +
+	"\x04etag\x18\v \x01(\tR\x04etag\x12-\n" +
+	"\x12pending_deliveries\x18\f \x01(\x03R\x11pendingDeliveries\x12+\n" +
+	"\x11failed_deliveries\x18\r \x01(\x03R\x10failedDeliveries\x12!\n" +
+	"\flast_failure\x18\x0e \x01(\tR\vlastFailure\x1a=\n" +
 	"\x0fLabelMatchEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x15\n" +

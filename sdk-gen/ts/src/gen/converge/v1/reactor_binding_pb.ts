@@ -12,12 +12,16 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/reactor_binding.proto.
  */
 export const file_converge_v1_reactor_binding: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb252ZXJnZS92MS9yZWFjdG9yX2JpbmRpbmcucHJvdG8SC2NvbnZlcmdlLnYxIuEDCg5SZWFjdG9yQmluZGluZxIMCgRuYW1lGAEgASgJEhIKCndhdGNoX2tpbmQYAiABKAkSHwoSd2F0Y2hfa2luZF92ZXJzaW9uGAMgASgFSACIAQESKwoKdHJhbnNpdGlvbhgEIAEoDjIXLmNvbnZlcmdlLnYxLlRyYW5zaXRpb24SQAoLbGFiZWxfbWF0Y2gYBSADKAsyKy5jb252ZXJnZS52MS5SZWFjdG9yQmluZGluZy5MYWJlbE1hdGNoRW50cnkSDwoHcmVhY3RvchgGIAEoCRIcCg9yZWFjdG9yX3ZlcnNpb24YByABKAVIAYgBARIUCgdlbmFibGVkGAggASgISAKIAQESLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGAsgASgJGjEKD0xhYmVsTWF0Y2hFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhUKE193YXRjaF9raW5kX3ZlcnNpb25CEgoQX3JlYWN0b3JfdmVyc2lvbkIKCghfZW5hYmxlZCqfAQoKVHJhbnNpdGlvbhIaChZUUkFOU0lUSU9OX1VOU1BFQ0lGSUVEEAASFgoSVFJBTlNJVElPTl9DUkVBVEVEEAESFQoRVFJBTlNJVElPTl9TWU5DRUQQAhIXChNUUkFOU0lUSU9OX0RFR1JBREVEEAMSFQoRVFJBTlNJVElPTl9GQUlMRUQQBBIWChJUUkFOU0lUSU9OX0RFTEVURUQQBUKjAQoPY29tLmNvbnZlcmdlLnYxQhNSZWFjdG9yQmluZGluZ1Byb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiFjb252ZXJnZS92MS9yZWFjdG9yX2JpbmRpbmcucHJvdG8SC2NvbnZlcmdlLnYxIq4ECg5SZWFjdG9yQmluZGluZxIMCgRuYW1lGAEgASgJEhIKCndhdGNoX2tpbmQYAiABKAkSHwoSd2F0Y2hfa2luZF92ZXJzaW9uGAMgASgFSACIAQESKwoKdHJhbnNpdGlvbhgEIAEoDjIXLmNvbnZlcmdlLnYxLlRyYW5zaXRpb24SQAoLbGFiZWxfbWF0Y2gYBSADKAsyKy5jb252ZXJnZS52MS5SZWFjdG9yQmluZGluZy5MYWJlbE1hdGNoRW50cnkSDwoHcmVhY3RvchgGIAEoCRIcCg9yZWFjdG9yX3ZlcnNpb24YByABKAVIAYgBARIUCgdlbmFibGVkGAggASgISAKIAQESLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGAsgASgJEhoKEnBlbmRpbmdfZGVsaXZlcmllcxgMIAEoAxIZChFmYWlsZWRfZGVsaXZlcmllcxgNIAEoAxIUCgxsYXN0X2ZhaWx1cmUYDiABKAkaMQoPTGFiZWxNYXRjaEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFQoTX3dhdGNoX2tpbmRfdmVyc2lvbkISChBfcmVhY3Rvcl92ZXJzaW9uQgoKCF9lbmFibGVkKp8BCgpUcmFuc2l0aW9uEhoKFlRSQU5TSVRJT05fVU5TUEVDSUZJRUQQABIWChJUUkFOU0lUSU9OX0NSRUFURUQQARIVChFUUkFOU0lUSU9OX1NZTkNFRBACEhcKE1RSQU5TSVRJT05fREVHUkFERUQQAxIVChFUUkFOU0lUSU9OX0ZBSUxFRBAEEhYKElRSQU5TSVRJT05fREVMRVRFRBAFQqMBCg9jb20uY29udmVyZ2UudjFCE1JlYWN0b3JCaW5kaW5nUHJvdG9QAVouY29udmVyZ2UuZGV2L3Nkay9nby9nZW4vY29udmVyZ2UvdjE7Y29udmVyZ2V2MaICA0NYWKoCC0NvbnZlcmdlLlYxygILQ29udmVyZ2VcVjHiAhdDb252ZXJnZVxWMVxHUEJNZXRhZGF0YeoCDENvbnZlcmdlOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * A runtime-editable subscription: "when a resource of watch_kind crosses
  * transition, run the reactor kind with it". Deliveries are durable and at
  * least once; each carries a dedup token so that sinks can be idempotent.
+ * A delivery is recorded in the transaction of the transition, with the
+ * binding as it is then: editing, disabling or deleting a binding changes
+ * which later transitions are recorded, never a delivery already recorded
+ * (it is still made, to the reactor version it names).
  *
  * @generated from message converge.v1.ReactorBinding
  */
@@ -108,6 +112,32 @@ export type ReactorBinding = Message<"converge.v1.ReactorBinding"> & {
    * @generated from field: string etag = 11;
    */
   etag: string;
+
+  /**
+   * Output only. Deliveries of this binding recorded and not yet made
+   * (waiting, retrying after a transient failure, or being delivered).
+   *
+   * @generated from field: int64 pending_deliveries = 12;
+   */
+  pendingDeliveries: bigint;
+
+  /**
+   * Output only. Deliveries of this binding that failed for good (a
+   * terminal failure, or the reactor kind's transient attempts exhausted);
+   * each also recorded a ReactorDeliveryFailed event on the watched
+   * resource. Kept for the event retention window.
+   *
+   * @generated from field: int64 failed_deliveries = 13;
+   */
+  failedDeliveries: bigint;
+
+  /**
+   * Output only. The error of the most recent failed delivery; empty if
+   * none.
+   *
+   * @generated from field: string last_failure = 14;
+   */
+  lastFailure: string;
 };
 
 /**

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/reactor_binding.proto\x12\x0b\x63onverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x04\n\x0eReactorBinding\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n\nwatch_kind\x18\x02 \x01(\tR\twatchKind\x12\x31\n\x12watch_kind_version\x18\x03 \x01(\x05H\x00R\x10watchKindVersion\x88\x01\x01\x12\x37\n\ntransition\x18\x04 \x01(\x0e\x32\x17.converge.v1.TransitionR\ntransition\x12L\n\x0blabel_match\x18\x05 \x03(\x0b\x32+.converge.v1.ReactorBinding.LabelMatchEntryR\nlabelMatch\x12\x18\n\x07reactor\x18\x06 \x01(\tR\x07reactor\x12,\n\x0freactor_version\x18\x07 \x01(\x05H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n\x07\x65nabled\x18\x08 \x01(\x08H\x02R\x07\x65nabled\x88\x01\x01\x12;\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x1a=\n\x0fLabelMatchEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x15\n\x13_watch_kind_versionB\x12\n\x10_reactor_versionB\n\n\x08_enabled*\x9f\x01\n\nTransition\x12\x1a\n\x16TRANSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSITION_CREATED\x10\x01\x12\x15\n\x11TRANSITION_SYNCED\x10\x02\x12\x17\n\x13TRANSITION_DEGRADED\x10\x03\x12\x15\n\x11TRANSITION_FAILED\x10\x04\x12\x16\n\x12TRANSITION_DELETED\x10\x05\x42\xa3\x01\n\x0f\x63om.converge.v1B\x13ReactorBindingProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/reactor_binding.proto\x12\x0b\x63onverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x05\n\x0eReactorBinding\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n\nwatch_kind\x18\x02 \x01(\tR\twatchKind\x12\x31\n\x12watch_kind_version\x18\x03 \x01(\x05H\x00R\x10watchKindVersion\x88\x01\x01\x12\x37\n\ntransition\x18\x04 \x01(\x0e\x32\x17.converge.v1.TransitionR\ntransition\x12L\n\x0blabel_match\x18\x05 \x03(\x0b\x32+.converge.v1.ReactorBinding.LabelMatchEntryR\nlabelMatch\x12\x18\n\x07reactor\x18\x06 \x01(\tR\x07reactor\x12,\n\x0freactor_version\x18\x07 \x01(\x05H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n\x07\x65nabled\x18\x08 \x01(\x08H\x02R\x07\x65nabled\x88\x01\x01\x12;\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x12-\n\x12pending_deliveries\x18\x0c \x01(\x03R\x11pendingDeliveries\x12+\n\x11\x66\x61iled_deliveries\x18\r \x01(\x03R\x10\x66\x61iledDeliveries\x12!\n\x0clast_failure\x18\x0e \x01(\tR\x0blastFailure\x1a=\n\x0fLabelMatchEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x15\n\x13_watch_kind_versionB\x12\n\x10_reactor_versionB\n\n\x08_enabled*\x9f\x01\n\nTransition\x12\x1a\n\x16TRANSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSITION_CREATED\x10\x01\x12\x15\n\x11TRANSITION_SYNCED\x10\x02\x12\x17\n\x13TRANSITION_DEGRADED\x10\x03\x12\x15\n\x11TRANSITION_FAILED\x10\x04\x12\x16\n\x12TRANSITION_DELETED\x10\x05\x42\xa3\x01\n\x0f\x63om.converge.v1B\x13ReactorBindingProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\023ReactorBindingProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
   _globals['_REACTORBINDING_LABELMATCHENTRY']._loaded_options = None
   _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_options = b'8\001'
-  _globals['_TRANSITION']._serialized_start=703
-  _globals['_TRANSITION']._serialized_end=862
+  _globals['_TRANSITION']._serialized_start=830
+  _globals['_TRANSITION']._serialized_end=989
   _globals['_REACTORBINDING']._serialized_start=84
-  _globals['_REACTORBINDING']._serialized_end=700
-  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_start=584
-  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_end=645
+  _globals['_REACTORBINDING']._serialized_end=827
+  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_start=711
+  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_end=772
 # @@protoc_insertion_point(module_scope)

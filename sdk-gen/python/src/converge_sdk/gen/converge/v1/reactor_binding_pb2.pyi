@@ -26,7 +26,7 @@ TRANSITION_FAILED: Transition
 TRANSITION_DELETED: Transition
 
 class ReactorBinding(_message.Message):
-    __slots__ = ("name", "watch_kind", "watch_kind_version", "transition", "label_match", "reactor", "reactor_version", "enabled", "create_time", "update_time", "etag")
+    __slots__ = ("name", "watch_kind", "watch_kind_version", "transition", "label_match", "reactor", "reactor_version", "enabled", "create_time", "update_time", "etag", "pending_deliveries", "failed_deliveries", "last_failure")
     class LabelMatchEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,9 @@ class ReactorBinding(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    PENDING_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_FAILURE_FIELD_NUMBER: _ClassVar[int]
     name: str
     watch_kind: str
     watch_kind_version: int
@@ -56,4 +59,7 @@ class ReactorBinding(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     etag: str
-    def __init__(self, name: _Optional[str] = ..., watch_kind: _Optional[str] = ..., watch_kind_version: _Optional[int] = ..., transition: _Optional[_Union[Transition, str]] = ..., label_match: _Optional[_Mapping[str, str]] = ..., reactor: _Optional[str] = ..., reactor_version: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
+    pending_deliveries: int
+    failed_deliveries: int
+    last_failure: str
+    def __init__(self, name: _Optional[str] = ..., watch_kind: _Optional[str] = ..., watch_kind_version: _Optional[int] = ..., transition: _Optional[_Union[Transition, str]] = ..., label_match: _Optional[_Mapping[str, str]] = ..., reactor: _Optional[str] = ..., reactor_version: _Optional[int] = ..., enabled: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., pending_deliveries: _Optional[int] = ..., failed_deliveries: _Optional[int] = ..., last_failure: _Optional[str] = ...) -> None: ...
