@@ -19,6 +19,7 @@
 
 pub mod bom;
 pub mod manifest;
+pub mod publisher;
 pub mod sim;
 
 use converge_sdk::proto::v1 as pb;

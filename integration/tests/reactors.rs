@@ -594,3 +594,67 @@ async fn deliveries_recorded_before_a_server_crash_are_made_after_restart() -> a
     assert!(status.success(), "{status}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_publisher_chain_writes_each_synced_bom_to_its_sink() -> anyhow::Result<()> {
+    use converge_examples::publisher;
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    for manifest in converge_examples::manifests()? {
+        apply_manifest(&client, manifest).await?;
+    }
+    let (file, json) = publisher::MANIFEST_FILE;
+    apply_manifest(
+        &client,
+        converge_examples::parse_apply_request(file, json)?
+            .manifest
+            .ok_or_else(|| anyhow::anyhow!("no manifest"))?,
+    )
+    .await?;
+    let scratch = tempfile::tempdir()?;
+    let sink = scratch.path().join("boms.jsonl");
+    client
+        .provider_configs()
+        .apply_provider_config(converge_proto::v1::ApplyProviderConfigRequest {
+            provider_config: Some(converge_proto::v1::ProviderConfig {
+                name: "publisher-sink".into(),
+                kind: publisher::PUBLISHER.into(),
+                kind_version: publisher::KIND_VERSION,
+                is_default: true,
+                spec: Some(common::object(json!({"path": sink.display().to_string()}))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    bind(
+        &client,
+        ReactorBinding {
+            name: "publish-boms".into(),
+            watch_kind: "bom".into(),
+            transition: Transition::Synced.into(),
+            reactor: publisher::PUBLISHER.into(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let _worker = spawn_worker(publisher::register(converge_examples::register(
+        Worker::builder().endpoint(server.address()),
+        converge_examples::Latency::from_millis(0),
+    )));
+    apply_ok(
+        &client,
+        apply("bom", "demo", json!({"teams": ["payments"], "region": "us-east-1"})),
+    )
+    .await?;
+    let line = eventually(Duration::from_secs(60), || async {
+        let text = std::fs::read_to_string(&sink).unwrap_or_default();
+        Ok(text.lines().next().map(str::to_owned))
+    })
+    .await?;
+    let published: serde_json::Value = serde_json::from_str(&line)?;
+    assert_eq!(published["bom"], "demo");
+    assert_eq!(published["binding"], "publish-boms");
+    assert!(published["status"].is_object(), "{published}");
+    server.shutdown().await
+}

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use converge_examples::{Latency, register};
 
-/// Serves the BOM demo kinds with simulated providers.
+/// Serves the BOM demo kinds with simulated providers, and the `bom-publisher`
+/// reactor of examples/publisher.
 #[derive(Debug, Parser)]
 #[command(name = "converge-demo-worker", version, about)]
 struct Args {
@@ -35,5 +36,7 @@ async fn main() -> ExitCode {
         .common
         .builder()
         .agent(format!("converge-demo-worker ({})", common::worker_identity()));
-    common::run_worker(register(builder, Latency::from_millis(args.delay_ms))).await
+    // The reactor of the publishing chain stays unready until its sink is configured.
+    let builder = converge_examples::publisher::register(register(builder, Latency::from_millis(args.delay_ms)));
+    common::run_worker(builder).await
 }
