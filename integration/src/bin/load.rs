@@ -104,6 +104,11 @@ struct Args {
     /// have reconciled again is reported (`config_push`). 0 = no configs.
     #[arg(long, default_value_t = 0)]
     config_users: usize,
+    /// Flat mode: one enabled reactor binding on the loaded kind's SYNCED,
+    /// to a reactor kind the workers also serve; reports how long the
+    /// deliveries took to drain (`deliveries`).
+    #[arg(long)]
+    binding: bool,
     /// Profile the run: pg_stat_statements top statements and sampled wait
     /// events (embedded database only), and, when `perf` is installed, a CPU
     /// profile of the server written to this file (`perf report -i FILE`).
@@ -202,6 +207,9 @@ async fn main() -> anyhow::Result<()> {
             if args.config_users > 0 {
                 apply_override(&client, 1).await?;
             }
+            if args.binding {
+                apply_binding(&client).await?;
+            }
             ("converge-noop-worker", args.resources)
         }
         Mode::Bom => {
@@ -215,6 +223,10 @@ async fn main() -> anyhow::Result<()> {
         let child = Command::new(bin_dir.join(worker_bin))
             .env("BROKER_ADDR", &address)
             .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
+            .env(
+                "WORKER_KINDS",
+                if args.binding { "noop:1,noop-sink:1" } else { "noop:1" },
+            )
             .env("NOOP_DELAY_MS", "0")
             .env("DEMO_DELAY_MS", "0")
             .env("LOG_LEVEL", "warn")
@@ -337,6 +349,11 @@ async fn main() -> anyhow::Result<()> {
     let rss_end = server_pid.and_then(rss_bytes);
 
     let (p50, p95, p99) = latency_percentiles(&pool, args.mode).await?;
+    let deliveries = if args.mode == Mode::Flat && args.binding {
+        Some(measure_deliveries(&pool, total, db_started, deadline).await?)
+    } else {
+        None
+    };
     let config_push = if args.mode == Mode::Flat && args.config_users > 0 {
         Some(measure_config_push(&client, &pool, args.config_users, deadline).await?)
     } else {
@@ -373,6 +390,7 @@ async fn main() -> anyhow::Result<()> {
         "ratio_to_ceiling": ceiling.map(|c| resources_per_sec / c),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "config_push": config_push,
+        "deliveries": deliveries,
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -423,6 +441,77 @@ async fn connect(address: &str) -> anyhow::Result<Client> {
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// Applies the reactor kind `noop-sink` and one binding on noop's SYNCED.
+async fn apply_binding(client: &Client) -> anyhow::Result<()> {
+    use converge_proto::v1::{
+        ApplyReactorBindingRequest, Emit, KindManifest, Reaction, ReactorBinding, Transition, Trigger,
+    };
+    apply_kind(
+        client,
+        KindManifest {
+            kind: "noop-sink".into(),
+            kind_version: 1,
+            reactions: vec![Reaction {
+                name: "react".into(),
+                trigger: Trigger::Reactor.into(),
+                emits: vec![Emit::SideEffect.into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    )
+    .await?;
+    client
+        .reactor_bindings()
+        .apply_reactor_binding(ApplyReactorBindingRequest {
+            reactor_binding: Some(ReactorBinding {
+                name: "load-synced".into(),
+                watch_kind: "noop".into(),
+                transition: Transition::Synced.into(),
+                reactor: "noop-sink".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
+}
+
+/// Waits until every delivery the run recorded was made; reports when the
+/// last one finished relative to the run's start and the delivery rate.
+async fn measure_deliveries(
+    pool: &PgPool,
+    total: usize,
+    db_started: f64,
+    deadline: Instant,
+) -> anyhow::Result<serde_json::Value> {
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM reactor_deliveries WHERE failed_at IS NULL")
+            .fetch_one(pool)
+            .await?;
+        if left == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the deliveries did not drain within the timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let now: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(pool)
+        .await?;
+    let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM reactor_deliveries")
+        .fetch_one(pool)
+        .await?;
+    let secs = now - db_started;
+    println!(
+        "{total} deliveries made {secs:.1} s after the run started ({:.0}/s); {failed} failed",
+        total as f64 / secs
+    );
+    Ok(json!({"count": total, "drained_secs": secs, "per_sec": total as f64 / secs, "failed": failed}))
 }
 
 /// The provider config the first `--config-users` resources reference.
