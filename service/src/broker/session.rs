@@ -82,6 +82,9 @@ pub(super) struct Session {
     tasks: HashMap<Uuid, InFlight>,
     /// Reactor deliveries this stream holds, keyed by their lease.
     deliveries: HashMap<Uuid, ClaimedDelivery>,
+    /// Deliveries that succeeded, not yet acknowledged in the database
+    /// (written with the batch, like results).
+    delivered: Vec<(Uuid, i64)>,
     /// Final results not yet written to the outbox.
     results: Vec<TaskResult>,
     /// How many tasks this stream last counted into the broker's gauge.
@@ -103,6 +106,7 @@ impl Session {
             max,
             tasks: HashMap::new(),
             deliveries: HashMap::new(),
+            delivered: Vec::new(),
             results: Vec::new(),
             counted: 0,
             out,
@@ -288,6 +292,7 @@ impl Session {
 
     /// Writes the pending results; the fence drops stale ones.
     async fn flush(&mut self) {
+        self.flush_deliveries().await;
         if self.results.is_empty() {
             return;
         }
@@ -494,8 +499,33 @@ impl Session {
         Ok(Some(sent))
     }
 
-    /// Applies the outcome of a delivery through its fence.
+    /// Acknowledges the deliveries that succeeded since the last flush, in
+    /// one statement; if it fails their leases lapse and they are made again
+    /// (at least once).
+    async fn flush_deliveries(&mut self) {
+        if self.delivered.is_empty() {
+            return;
+        }
+        let delivered = std::mem::take(&mut self.delivered);
+        let stats = &self.broker.stats;
+        match reactors::acknowledge(&self.broker.pool, &delivered).await {
+            Ok(accepted) => {
+                stats.applied.fetch_add(accepted, Ordering::Relaxed);
+                stats
+                    .stale
+                    .fetch_add((delivered.len() as u64).saturating_sub(accepted), Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, deliveries = delivered.len(), "could not acknowledge deliveries"),
+        }
+    }
+
+    /// Applies the outcome of a delivery through its fence: a success is
+    /// acknowledged with the next flush, a failure at once.
     async fn delivered(&mut self, delivery: ClaimedDelivery, complete: &wpb::StageComplete) -> Result<(), StoreError> {
+        if complete.error.is_none() {
+            self.delivered.push((delivery.lease_token, delivery.claim_epoch));
+            return Ok(());
+        }
         let error = complete.error.as_ref().map(|e| {
             if e.message.is_empty() {
                 "the worker reported a failure without a message".to_owned()
@@ -517,8 +547,7 @@ impl Session {
         };
         let stats = &self.broker.stats;
         match reactors::complete(&self.broker.pool, &outcome).await? {
-            true if outcome.error.is_some() => stats.failed.fetch_add(1, Ordering::Relaxed),
-            true => stats.applied.fetch_add(1, Ordering::Relaxed),
+            true => stats.failed.fetch_add(1, Ordering::Relaxed),
             false => stats.stale.fetch_add(1, Ordering::Relaxed),
         };
         Ok(())

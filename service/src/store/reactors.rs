@@ -260,8 +260,9 @@ pub struct DeliveryOutcome<'a> {
     pub terminal: bool,
 }
 
-/// Applies a delivery's outcome through its fence; false when the fence
-/// dropped it (the lease was reclaimed meanwhile).
+/// Applies a delivery's outcome through its fence (a success is removed,
+/// though successes normally go through [`acknowledge`] in batches); false
+/// when the fence dropped it (the lease was reclaimed meanwhile).
 pub async fn complete(pool: &PgPool, outcome: &DeliveryOutcome<'_>) -> StoreResult<bool> {
     sqlx::query_scalar("SELECT complete_delivery($1, $2, $3, $4, $5)")
         .bind(outcome.lease)
@@ -272,6 +273,25 @@ pub async fn complete(pool: &PgPool, outcome: &DeliveryOutcome<'_>) -> StoreResu
         .fetch_one(pool)
         .await
         .map_err(Into::into)
+}
+
+/// Acknowledges successful deliveries through their fences (lease and
+/// epoch): each is removed; returns how many were (the rest were stale).
+pub async fn acknowledge(pool: &PgPool, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
+    if leases.is_empty() {
+        return Ok(0);
+    }
+    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    let done = sqlx::query(
+        "DELETE FROM reactor_deliveries d
+         USING unnest($1::uuid[], $2::bigint[]) AS l(token, epoch)
+         WHERE d.lease_token = l.token AND d.claim_epoch = l.epoch AND d.failed_at IS NULL",
+    )
+    .bind(&tokens)
+    .bind(&epochs)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Refreshes the heartbeat of the delivery leases `broker` holds among
