@@ -29,6 +29,13 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// A loopback address (`127.0.0.1:port`) that was free a moment ago, for a
+/// server process to listen on.
+pub fn free_local_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
 /// A converge server process on an existing database, logging to `log`.
 pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
     Ok(Command::new(binary("converge")?)

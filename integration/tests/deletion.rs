@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, count, expect_error, spawn_worker};
-use converge_integration::processes::{connect_when_up, converge_process, crash_postgres_state, signal};
+use converge_integration::processes::{
+    connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ConditionStatus, DeleteResourceRequest, Emit, GetResourceRequest, KindManifest, KindPolicy,
@@ -842,10 +844,7 @@ async fn a_server_killed_mid_cascade_finishes_the_teardown_in_order_after_restar
     let database = TestDatabase::new().await?;
     let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.local_addr()?.to_string()
-    };
+    let addr = free_local_addr()?;
     let address = format!("http://{addr}");
     let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
     let client = connect_when_up(&address).await?;

@@ -9,7 +9,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, count, work_manifest};
-use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
+use converge_integration::processes::{
+    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::work_stream_response::Payload as Down;
@@ -245,10 +247,7 @@ async fn a_server_killed_mid_run_recovers_everything_after_restart() -> anyhow::
     let database = TestDatabase::new().await?;
     let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.local_addr()?.to_string()
-    };
+    let addr = free_local_addr()?;
     let address = format!("http://{addr}");
     let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
     let client = connect_when_up(&address).await?;

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object, spawn_worker, work_manifest};
-use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
+use converge_integration::processes::{
+    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, DeleteKindManifestRequest, DeleteProviderConfigRequest, DeleteResourceRequest, Emit,
@@ -781,10 +783,7 @@ async fn a_config_rerun_lost_in_a_crash_still_happens_after_restart() -> anyhow:
     let database = TestDatabase::new().await?;
     let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.local_addr()?.to_string()
-    };
+    let addr = free_local_addr()?;
     let address = format!("http://{addr}");
     let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
     let client = connect_when_up(&address).await?;

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, spawn_worker};
-use converge_integration::processes::{binary, connect_when_up, converge_process, crash_postgres_state, signal};
+use converge_integration::processes::{
+    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, Emit, GetReactorBindingRequest,
@@ -556,10 +558,7 @@ async fn deliveries_recorded_before_a_server_crash_are_made_after_restart() -> a
     let database = TestDatabase::new().await?;
     let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.local_addr()?.to_string()
-    };
+    let addr = free_local_addr()?;
     let address = format!("http://{addr}");
     let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
     let client = connect_when_up(&address).await?;

@@ -252,50 +252,83 @@ fn kind_not_found(kind: &str, kind_version: i32) -> ApiError {
     )
 }
 
+/// The stored documents a new schema rejects, gathered batch by batch up
+/// to [`MAX_REPORTED_RESOURCES`], each named by its subject with the first
+/// problem found.
+#[derive(Debug, Default)]
+struct Offenders(Vec<Violation>);
+
+impl Offenders {
+    /// Checks one batch of `(subject, document)`; false once the report is full.
+    fn check<'a>(
+        &mut self,
+        schema: &crate::domain::schema::CompiledSchema,
+        batch: impl IntoIterator<Item = (String, &'a serde_json::Value)>,
+    ) -> bool {
+        for (subject, document) in batch {
+            if let Err(violations) = schema.validate("/spec", document) {
+                let first = violations
+                    .first()
+                    .map(|v| format!("{}: {}", v.field, v.description))
+                    .unwrap_or_default();
+                self.0.push(Violation::new(subject, first));
+                if self.0.len() >= MAX_REPORTED_RESOURCES {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The refusal, if anything was rejected: `what` names the schema and
+    /// the documents ("spec schema", "resource(s)").
+    fn refusal(self, reason: Reason, what: (&str, &str), kind: &str, version: i32) -> Result<(), ApiError> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let (schema, documents) = what;
+        let more = if self.0.len() >= MAX_REPORTED_RESOURCES {
+            "+"
+        } else {
+            ""
+        };
+        Err(ApiError::Refused {
+            reason,
+            message: format!(
+                "the new {schema} rejects {}{more} stored {documents} of {kind} version {version}; \
+                 fix them first or publish the change as a new kind version",
+                self.0.len(),
+            ),
+            violations: self.0,
+        })
+    }
+}
+
 /// Refuses a new spec schema that rejects specs already stored. Runs under
 /// the kind's exclusive lock, so no write can slip in between.
 async fn check_existing_specs(conn: &mut PgConnection, compiled: &CompiledKind) -> Result<(), ApiError> {
     let Some(schema) = &compiled.spec else { return Ok(()) };
     let (kind, version) = (&compiled.manifest.kind, compiled.manifest.kind_version);
-    let mut offenders = Vec::new();
+    let mut offenders = Offenders::default();
     let mut after: Option<Uuid> = None;
     loop {
         let batch = resources::specs_of_kind(conn, kind, version, after, REVALIDATE_BATCH).await?;
         let Some((last, _, _)) = batch.last() else { break };
         after = Some(*last);
-        for (_, name, spec) in &batch {
-            if let Err(violations) = schema.validate("/spec", &spec.0) {
-                let first = violations
-                    .first()
-                    .map(|v| format!("{}: {}", v.field, v.description))
-                    .unwrap_or_default();
-                offenders.push(Violation::new(format!("{kind}/{name}"), first));
-                if offenders.len() >= MAX_REPORTED_RESOURCES {
-                    break;
-                }
-            }
-        }
-        if offenders.len() >= MAX_REPORTED_RESOURCES || batch.len() < REVALIDATE_BATCH as usize {
+        let room = offenders.check(
+            schema,
+            batch.iter().map(|(_, name, spec)| (format!("{kind}/{name}"), &spec.0)),
+        );
+        if !room || batch.len() < REVALIDATE_BATCH as usize {
             break;
         }
     }
-    if offenders.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::Refused {
-        reason: Reason::SchemaRejectsExistingResources,
-        message: format!(
-            "the new spec schema rejects {}{} stored resource(s) of {kind} version {version}; \
-             fix those specs first or publish the change as a new kind version",
-            offenders.len(),
-            if offenders.len() >= MAX_REPORTED_RESOURCES {
-                "+"
-            } else {
-                ""
-            },
-        ),
-        violations: offenders,
-    })
+    offenders.refusal(
+        Reason::SchemaRejectsExistingResources,
+        ("spec schema", "resource(s)"),
+        kind,
+        version,
+    )
 }
 
 /// Refuses a new config schema that rejects provider configs already
@@ -303,45 +336,28 @@ async fn check_existing_specs(conn: &mut PgConnection, compiled: &CompiledKind) 
 async fn check_existing_configs(conn: &mut PgConnection, compiled: &CompiledKind) -> Result<(), ApiError> {
     let Some(schema) = &compiled.config else { return Ok(()) };
     let (kind, version) = (&compiled.manifest.kind, compiled.manifest.kind_version);
-    let mut offenders = Vec::new();
+    let mut offenders = Offenders::default();
     let mut after: Option<String> = None;
     loop {
         let batch = provider_configs::specs_of_pair(conn, kind, version, after.as_deref(), REVALIDATE_BATCH).await?;
         let Some((last, _)) = batch.last() else { break };
         after = Some(last.clone());
-        for (name, spec) in &batch {
-            if let Err(violations) = schema.validate("/spec", &spec.0) {
-                let first = violations
-                    .first()
-                    .map(|v| format!("{}: {}", v.field, v.description))
-                    .unwrap_or_default();
-                offenders.push(Violation::new(format!("provider_configs/{name}"), first));
-                if offenders.len() >= MAX_REPORTED_RESOURCES {
-                    break;
-                }
-            }
-        }
-        if offenders.len() >= MAX_REPORTED_RESOURCES || batch.len() < REVALIDATE_BATCH as usize {
+        let room = offenders.check(
+            schema,
+            batch
+                .iter()
+                .map(|(name, spec)| (format!("provider_configs/{name}"), &spec.0)),
+        );
+        if !room || batch.len() < REVALIDATE_BATCH as usize {
             break;
         }
     }
-    if offenders.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::Refused {
-        reason: Reason::SchemaRejectsExistingConfigs,
-        message: format!(
-            "the new config schema rejects {}{} stored provider config(s) of {kind} version {version}; \
-             fix those configs first or publish the change as a new kind version",
-            offenders.len(),
-            if offenders.len() >= MAX_REPORTED_RESOURCES {
-                "+"
-            } else {
-                ""
-            },
-        ),
-        violations: offenders,
-    })
+    offenders.refusal(
+        Reason::SchemaRejectsExistingConfigs,
+        ("config schema", "provider config(s)"),
+        kind,
+        version,
+    )
 }
 
 /// The fields `UpdateKindConfig` may change, by update-mask path.
