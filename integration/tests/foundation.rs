@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest, ListSpecRevisionsRequest,
-    MemberRole,
+    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest, MemberRole,
 };
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
@@ -247,11 +246,6 @@ async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() ->
     let server = TestServer::start().await?;
     let client = server.client().await?;
     let statuses = vec![
-        client
-            .resources()
-            .list_spec_revisions(ListSpecRevisionsRequest::default())
-            .await
-            .err(),
         client
             .operations()
             .list_operations(ListOperationsRequest::default())

@@ -30,6 +30,11 @@ use crate::store::{provider_configs, reactors, resources};
 
 /// Resources checked per batch when a new spec schema is checked against stored specs.
 const REVALIDATE_BATCH: i64 = 500;
+/// Most spec revisions a kind config may keep per resource.
+const MAX_REVISION_LIMIT: i32 = 1000;
+/// Spec revisions kept per resource unless the kind config says otherwise
+/// (the column default of migration 0013).
+const DEFAULT_REVISION_LIMIT: i32 = 10;
 /// Offending resources reported when a new spec schema rejects stored specs.
 const MAX_REPORTED_RESOURCES: usize = 10;
 
@@ -201,7 +206,7 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
 
 fn config_etag(config: &KindConfigRow) -> String {
     let text = format!(
-        "{}:{}:{}:{}:{}:{}:{}:{}:{}",
+        "{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
         config.kind,
         config.kind_version,
         config.max_inflight,
@@ -210,7 +215,8 @@ fn config_etag(config: &KindConfigRow) -> String {
         config.resync_recomposes,
         config.orphan_grace_secs,
         config.max_transient_attempts,
-        config.retired
+        config.retired,
+        config.revision_limit
     );
     Sha256::digest(text.as_bytes())[..12]
         .iter()
@@ -231,6 +237,7 @@ fn config_to_proto(config: KindConfigRow) -> pb::KindConfig {
         orphan_grace_secs: config.orphan_grace_secs,
         max_transient_attempts: config.max_transient_attempts,
         retired: config.retired,
+        revision_limit: config.revision_limit,
         update_time: Some(timestamp(config.updated_at)),
     }
 }
@@ -361,7 +368,7 @@ async fn check_existing_configs(conn: &mut PgConnection, compiled: &CompiledKind
 }
 
 /// The fields `UpdateKindConfig` may change, by update-mask path.
-const CONFIG_PATHS: [&str; 7] = [
+const CONFIG_PATHS: [&str; 8] = [
     "max_inflight",
     "task_deadline_secs",
     "resync_interval_secs",
@@ -369,6 +376,7 @@ const CONFIG_PATHS: [&str; 7] = [
     "orphan_grace_secs",
     "max_transient_attempts",
     "retired",
+    "revision_limit",
 ];
 
 fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]) -> Result<KindConfigRow, ApiError> {
@@ -385,6 +393,15 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
             "orphan_grace_secs" => next.orphan_grace_secs = update.orphan_grace_secs,
             "max_transient_attempts" => next.max_transient_attempts = update.max_transient_attempts,
             "retired" => next.retired = update.retired,
+            // 0 (unset) is the default, so an update that replaces every
+            // field without naming this one keeps a valid value.
+            "revision_limit" => {
+                next.revision_limit = if update.revision_limit == 0 {
+                    DEFAULT_REVISION_LIMIT
+                } else {
+                    update.revision_limit
+                }
+            }
             other => violations.push(Violation::new(
                 format!("/update_mask/paths/{i}"),
                 format!(
@@ -404,6 +421,12 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
     };
     if let Err(policy_violations) = validate_policy(&policy, "/config") {
         violations.extend(policy_violations);
+    }
+    if !(1..=MAX_REVISION_LIMIT).contains(&next.revision_limit) {
+        violations.push(Violation::new(
+            "/config/revision_limit",
+            format!("must be between 1 and {MAX_REVISION_LIMIT}"),
+        ));
     }
     if violations.is_empty() {
         Ok(next)

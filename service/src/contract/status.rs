@@ -89,6 +89,8 @@ reasons! {
     ConfigDataTooLarge => "CONFIG_DATA_TOO_LARGE",
     /// No such reactor binding.
     ReactorBindingNotFound => "REACTOR_BINDING_NOT_FOUND",
+    /// The resource has no retained revision at that generation.
+    RevisionNotFound => "REVISION_NOT_FOUND",
     /// A binding names a reactor kind that is not one (no REACTOR reaction),
     /// or watches a reactor kind (which has no resources).
     NotAReactor => "NOT_A_REACTOR",
@@ -154,7 +156,8 @@ impl Reason {
             Reason::KindNotFound
             | Reason::ResourceNotFound
             | Reason::ProviderConfigNotFound
-            | Reason::ReactorBindingNotFound => Code::NotFound,
+            | Reason::ReactorBindingNotFound
+            | Reason::RevisionNotFound => Code::NotFound,
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned

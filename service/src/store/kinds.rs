@@ -252,12 +252,15 @@ pub struct KindConfigRow {
     pub max_transient_attempts: i32,
     /// Whether the version accepts no new resources.
     pub retired: bool,
+    /// Spec revisions kept per root resource.
+    pub revision_limit: i32,
     /// Last change.
     pub updated_at: DateTime<Utc>,
 }
 
 const CONFIG_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, max_inflight, task_deadline_secs, \
-     resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, retired, updated_at";
+     resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, retired, revision_limit, \
+     updated_at";
 
 /// Reads one kind config, optionally row-locked for an update.
 pub async fn get_config(
@@ -282,10 +285,11 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
         "WITH updated AS (
              UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
                  resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
-                 updated_at = now()
+                 revision_limit = $10, updated_at = now()
              WHERE kind = $1 AND kind_version = $2
                AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
-                    max_transient_attempts, retired) IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9)
+                    max_transient_attempts, retired, revision_limit)
+                   IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10)
              RETURNING {CONFIG_COLUMNS})
          SELECT * FROM updated
          UNION ALL
@@ -302,6 +306,7 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
         .bind(config.orphan_grace_secs)
         .bind(config.max_transient_attempts)
         .bind(config.retired)
+        .bind(config.revision_limit)
         .fetch_one(conn)
         .await
         .map_err(Into::into)

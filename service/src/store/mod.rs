@@ -59,6 +59,7 @@ pub mod reactors;
 pub mod requests;
 pub mod resources;
 pub mod retry;
+pub mod revisions;
 pub mod statistics;
 pub mod work;
 

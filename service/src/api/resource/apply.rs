@@ -23,6 +23,7 @@ use crate::domain::resource::{FIRST_GENERATION, MAX_SPEC_BYTES, Resource};
 use crate::domain::violation::Violation;
 use crate::store::kinds::KindState;
 use crate::store::resources::{self, DesiredResource};
+use crate::store::revisions::{self, NewRevision, Source};
 use crate::store::{events, kinds, provider_configs, work};
 
 /// Most items one BatchApplyResources call may carry.
@@ -48,6 +49,8 @@ pub(super) struct ResourceWrite {
     etag: Option<String>,
     provider_config: Option<Option<String>>,
     mode: Mode,
+    /// For a rollback, the generation whose spec is restored.
+    restores: Option<i64>,
 }
 
 impl ResourceWrite {
@@ -103,7 +106,24 @@ impl ResourceWrite {
             etag,
             provider_config,
             mode,
+            restores: None,
         })
+    }
+
+    /// The write of a rollback of `current` to `spec`, the spec of its
+    /// revision `generation`: everything else stays as stored.
+    pub(super) fn rollback(current: &Resource, spec: Value, generation: i64, etag: Option<String>) -> Self {
+        Self {
+            kind: current.kind.clone(),
+            kind_version: current.kind_version,
+            name: current.name.clone(),
+            labels: current.labels.clone(),
+            spec,
+            etag,
+            provider_config: None,
+            mode: Mode::Apply,
+            restores: Some(generation),
+        }
     }
 
     /// The write an `ApplyResource` request (or a batch item) asks for.
@@ -268,6 +288,29 @@ pub(super) async fn write_resources(
 
     // Created resources were queued by their insert.
     work::schedule(conn, &to_schedule).await?;
+
+    // Every new generation of these roots is a revision of their history.
+    let respecified: std::collections::HashSet<Uuid> = to_schedule.iter().copied().collect();
+    let mut history = Vec::new();
+    for (slot, input) in written.iter().zip(inputs) {
+        let resource = match slot {
+            Some(Slot::Created(resource)) => resource.as_ref(),
+            Some(Slot::Updated(done)) if respecified.contains(&done.resource.id) => &done.resource,
+            _ => continue,
+        };
+        history.push(NewRevision {
+            resource_id: resource.id,
+            generation: resource.generation,
+            spec: &input.spec,
+            source: if input.restores.is_some() {
+                Source::Rollback
+            } else {
+                Source::Apply
+            },
+            restored_generation: input.restores,
+        });
+    }
+    revisions::record(conn, &history, API_ACTOR).await?;
 
     let mut answers = Vec::with_capacity(inputs.len());
     for (slot, input) in written.into_iter().zip(inputs) {

@@ -18,23 +18,25 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
-use super::pages::{decode_token, finish_page, time_and_id, time_and_id_position};
+use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
 use crate::contract::convert::{
-    edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, phases_from_proto, resource_to_proto,
+    edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, json_to_struct, phases_from_proto,
+    resource_to_proto, timestamp,
 };
-use crate::contract::status::{ApiError, Reason, not_implemented};
+use crate::contract::status::{ApiError, Reason};
 use crate::domain::event::EventType;
 use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_resource_name};
-use crate::domain::page_token::{filter_hash, page_size};
+use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::resource::Resource;
 use crate::domain::violation::Violation;
 use crate::store::deletion::{self, SetAside};
 use crate::store::events::{EventCursor, EventFilter};
 use crate::store::graph::GraphCursor;
 use crate::store::resources::{ListCursor, ResourceFilter};
+use crate::store::revisions::{self, Revision};
 use crate::store::{events, graph, kinds, resources, work};
 use apply::{Items, MAX_BATCH_ITEMS, ResourceWrite, Written, write_resources};
 
@@ -215,14 +217,21 @@ async fn quarantine_in(
     Ok(resource_to_proto(resource, version))
 }
 
-/// Checks the names and the note of a quarantine call.
-fn check_quarantine_request(kind: &str, name: &str, note: &str) -> Result<(), ApiError> {
+/// Checks the kind and name a call addresses a resource by.
+fn check_key(kind: &str, name: &str) -> Result<(), ApiError> {
     let mut violations = Vec::new();
     violations.extend(validate_kind_name("/kind", kind).err());
     violations.extend(validate_resource_name("/name", name).err());
-    if !violations.is_empty() {
-        return Err(ApiError::violations(Reason::InvalidName, violations));
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::violations(Reason::InvalidName, violations))
     }
+}
+
+/// Checks the names and the note of a quarantine call.
+fn check_quarantine_request(kind: &str, name: &str, note: &str) -> Result<(), ApiError> {
+    check_key(kind, name)?;
     if note.len() > MAX_NOTE_BYTES {
         return Err(Violation::new("/message", format!("must be at most {MAX_NOTE_BYTES} bytes")).into());
     }
@@ -607,12 +616,7 @@ impl ResourceService for ResourceApi {
         request: Request<GetResourceGraphRequest>,
     ) -> Result<Response<GetResourceGraphResponse>, Status> {
         let req = request.into_inner();
-        let mut violations = Vec::new();
-        violations.extend(validate_kind_name("/kind", &req.kind).err());
-        violations.extend(validate_resource_name("/name", &req.name).err());
-        if !violations.is_empty() {
-            return Err(ApiError::violations(Reason::InvalidName, violations).into());
-        }
+        check_key(&req.kind, &req.name)?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let filters = filter_hash(&[&req.kind, &req.name]);
         let after = decode_token(&req.page_token, filters)?
@@ -641,21 +645,106 @@ impl ResourceService for ResourceApi {
 
     async fn list_spec_revisions(
         &self,
-        _request: Request<ListSpecRevisionsRequest>,
+        request: Request<ListSpecRevisionsRequest>,
     ) -> Result<Response<ListSpecRevisionsResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/ListSpecRevisions",
-            "spec history and rollback",
-        ))
+        let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        let filters = filter_hash(&[&req.kind, &req.name]);
+        let before = match decode_token(&req.page_token, filters)? {
+            None => None,
+            Some(position) => match position.as_slice() {
+                [PositionPart::Int(generation)] => Some(*generation),
+                _ => return Err(invalid_token("is not a spec revision list position").into()),
+            },
+        };
+        let resource = resources::get(&self.state.pool, &req.kind, &req.name)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+        let mut page = revisions::list(
+            &self.state.pool,
+            resource.id,
+            before,
+            i64::try_from(limit + 1).unwrap_or(i64::MAX),
+        )
+        .await
+        .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| {
+            vec![PositionPart::Int(last.generation)]
+        });
+        Ok(Response::new(ListSpecRevisionsResponse {
+            revisions: page.into_iter().map(revision_to_proto).collect(),
+            next_page_token,
+        }))
     }
 
     async fn rollback_resource(
         &self,
-        _request: Request<RollbackResourceRequest>,
+        request: Request<RollbackResourceRequest>,
     ) -> Result<Response<RollbackResourceResponse>, Status> {
-        Err(not_implemented(
-            "converge.v1.ResourceService/RollbackResource",
-            "spec history and rollback",
-        ))
+        let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        if req.target_generation < 1 {
+            return Err(ApiError::from(Violation::new("/target_generation", "must be >= 1")).into());
+        }
+        let call = WriteCall::new("RollbackResource", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let state = self.state.clone();
+        let target = req.clone();
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (state, req) = (state.clone(), target.clone());
+            Box::pin(async move {
+                let key = (req.kind.clone(), req.name.clone());
+                let current = resources::find_many_for_update(conn, std::slice::from_ref(&key))
+                    .await?
+                    .remove(&key)
+                    .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+                if current.owner.is_some() {
+                    return Err(ApiError::refused(
+                        Reason::ResourceOwned,
+                        format!(
+                            "{}/{} was composed by another resource; it has no spec history of its own",
+                            current.kind, current.name
+                        ),
+                    ));
+                }
+                let revision = revisions::get(conn, current.id, req.target_generation)
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::refused(
+                            Reason::RevisionNotFound,
+                            format!(
+                                "{}/{} has no retained revision at generation {}",
+                                current.kind, current.name, req.target_generation
+                            ),
+                        )
+                    })?;
+                let write = ResourceWrite::rollback(&current, revision.spec.0, req.target_generation, req.etag.clone());
+                let written =
+                    single(write_resources(conn, &state, std::slice::from_ref(&write), Items::Single).await?)?;
+                Ok(RollbackResourceResponse {
+                    resource: Some(resource_to_proto(written.resource, written.manifest_version)),
+                })
+            })
+        })
+        .await?;
+        Ok(Response::new(answer))
+    }
+}
+
+/// A stored revision as a proto message.
+fn revision_to_proto(revision: Revision) -> converge_proto::v1::SpecRevision {
+    let source = match revision.source.as_str() {
+        "rollback" => converge_proto::v1::SpecRevisionSource::Rollback,
+        _ => converge_proto::v1::SpecRevisionSource::Apply,
+    };
+    converge_proto::v1::SpecRevision {
+        generation: revision.generation,
+        spec: json_to_struct(&revision.spec.0),
+        source: source.into(),
+        restored_generation: revision.restored_generation,
+        create_time: Some(timestamp(revision.created_at)),
     }
 }

@@ -563,7 +563,11 @@ type KindConfig struct {
 	// Optimistic-concurrency token. Output on reads; on update, if non-empty
 	// it must equal the stored value or the call fails with ABORTED
 	// (ETAG_MISMATCH).
-	Etag          string `protobuf:"bytes,11,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,11,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Spec revisions each root resource of this version keeps (1-1000;
+	// default 10; 0 on update means the default); older ones are removed as
+	// new ones are written.
+	RevisionLimit int32 `protobuf:"varint,12,opt,name=revision_limit,json=revisionLimit,proto3" json:"revision_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +679,13 @@ func (x *KindConfig) GetEtag() string {
 	return ""
 }
 
+func (x *KindConfig) GetRevisionLimit() int32 {
+	if x != nil {
+		return x.RevisionLimit
+	}
+	return 0
+}
+
 var File_converge_v1_kind_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_proto_rawDesc = "" +
@@ -710,7 +721,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xc0\x03\n" +
+	"updateTime\"\xe7\x03\n" +
 	"\n" +
 	"KindConfig\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
@@ -725,7 +736,8 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\vupdate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x12\n" +
-	"\x04etag\x18\v \x01(\tR\x04etag*\xb7\x01\n" +
+	"\x04etag\x18\v \x01(\tR\x04etag\x12%\n" +
+	"\x0erevision_limit\x18\f \x01(\x05R\rrevisionLimit*\xb7\x01\n" +
 	"\aTrigger\x12\x17\n" +
 	"\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n" +

@@ -108,7 +108,7 @@ class KindManifest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class KindConfig(_message.Message):
-    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag")
+    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class KindConfig(_message.Message):
     RETIRED_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    REVISION_LIMIT_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     max_inflight: int
@@ -131,4 +132,5 @@ class KindConfig(_message.Message):
     retired: bool
     update_time: _timestamp_pb2.Timestamp
     etag: str
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
+    revision_limit: int
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., revision_limit: _Optional[int] = ...) -> None: ...
