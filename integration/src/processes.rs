@@ -49,6 +49,52 @@ pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::R
         .spawn()?)
 }
 
+/// Where a crash test runs converge processes one after another: one
+/// database, one address, a scratch directory for their logs.
+pub struct ProcessSite {
+    scratch: tempfile::TempDir,
+    url: String,
+    addr: String,
+}
+
+impl ProcessSite {
+    /// A site on `database` with a free loopback address.
+    pub fn new(database: &crate::TestDatabase) -> anyhow::Result<Self> {
+        Ok(Self {
+            scratch: tempfile::tempdir()?,
+            url: database.url()?,
+            addr: free_local_addr()?,
+        })
+    }
+
+    /// The `http://` address the processes listen on.
+    pub fn address(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The scratch directory (logs and anything else a test writes).
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// Starts a converge process logging to `<scratch>/<log>` and connects
+    /// once it answers.
+    pub async fn start(&self, log: &str) -> anyhow::Result<(Child, Client)> {
+        let child = converge_process(&self.url, &self.addr, &self.scratch.path().join(log))?;
+        let client = connect_when_up(&self.address()).await?;
+        Ok((child, client))
+    }
+}
+
+/// SIGTERMs a converge process and fails unless it drains and exits 0
+/// within 20 s.
+pub async fn stop_cleanly(child: &mut Child) -> anyhow::Result<()> {
+    signal(child, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
+    anyhow::ensure!(status.success(), "converge exited with {status}");
+    Ok(())
+}
+
 /// A client, once the server at `address` answers.
 pub async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
     eventually(Duration::from_secs(60), || async {

@@ -13,9 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object, spawn_worker, work_manifest};
-use converge_integration::processes::{
-    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
-};
+use converge_integration::processes::{ProcessSite, binary, crash_postgres_state, signal, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, DeleteKindManifestRequest, DeleteProviderConfigRequest, DeleteResourceRequest, Emit,
@@ -779,14 +777,11 @@ async fn a_composer_owns_the_configs_it_emits() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_config_rerun_lost_in_a_crash_still_happens_after_restart() -> anyhow::Result<()> {
-    let scratch = tempfile::tempdir()?;
     let database = TestDatabase::new().await?;
-    let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = free_local_addr()?;
-    let address = format!("http://{addr}");
-    let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
-    let client = connect_when_up(&address).await?;
+    let site = ProcessSite::new(&database)?;
+    let address = site.address();
+    let (mut server, client) = site.start("first.log").await?;
     apply_manifest(&client, cloud_manifest("cloud")).await?;
     put(&client, config("team", "cloud", false, json!({"account": "v1"}))).await?;
     let worker = spawn_worker(Worker::builder().endpoint(address.clone()).provider(CloudLeaf));
@@ -813,12 +808,8 @@ async fn a_config_rerun_lost_in_a_crash_still_happens_after_restart() -> anyhow:
         .await?;
     assert_eq!(queued, 0);
 
-    let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
-    let client = connect_when_up(&address).await?;
+    let (mut restarted, client) = site.start("second.log").await?;
     let _worker = spawn_worker(Worker::builder().endpoint(address.clone()).provider(CloudLeaf));
     ready_with(&client, "r", &json!({"account": "v2"})).await?;
-    signal(&restarted, Signal::SIGTERM)?;
-    let status = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
-    assert!(status.success(), "{status}");
-    Ok(())
+    stop_cleanly(&mut restarted).await
 }

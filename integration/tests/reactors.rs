@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, spawn_worker};
-use converge_integration::processes::{
-    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
-};
+use converge_integration::processes::{ProcessSite, binary, crash_postgres_state, signal, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, Emit, GetReactorBindingRequest,
@@ -554,14 +552,11 @@ async fn a_delivery_whose_worker_is_killed_is_made_again_with_the_same_token() -
 
 #[tokio::test]
 async fn deliveries_recorded_before_a_server_crash_are_made_after_restart() -> anyhow::Result<()> {
-    let scratch = tempfile::tempdir()?;
     let database = TestDatabase::new().await?;
-    let url = database.url()?;
     let pool = database.pool().clone();
-    let addr = free_local_addr()?;
-    let address = format!("http://{addr}");
-    let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
-    let client = connect_when_up(&address).await?;
+    let site = ProcessSite::new(&database)?;
+    let address = site.address();
+    let (mut server, client) = site.start("first.log").await?;
     kinds(&client).await?;
     bind(&client, binding("on-create", Transition::Created)).await?;
     for i in 0..20 {
@@ -575,23 +570,19 @@ async fn deliveries_recorded_before_a_server_crash_are_made_after_restart() -> a
         .await?;
     assert_eq!(recorded, 20, "deliveries are durable (logged)");
 
-    let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
-    let client = connect_when_up(&address).await?;
-    let mut worker = sink_process(&address, scratch.path(), "0")?;
+    let (mut restarted, client) = site.start("second.log").await?;
+    let mut worker = sink_process(&address, site.scratch(), "0")?;
     eventually(Duration::from_secs(30), || async {
         let b = get_binding(&client, "on-create").await?;
         Ok((b.pending_deliveries == 0).then_some(()))
     })
     .await?;
-    let mut seen = tokens(scratch.path());
+    let mut seen = tokens(site.scratch());
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), 20, "{seen:?}");
     worker.kill().await?;
-    signal(&restarted, Signal::SIGTERM)?;
-    let status = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
-    assert!(status.success(), "{status}");
-    Ok(())
+    stop_cleanly(&mut restarted).await
 }
 
 #[tokio::test]

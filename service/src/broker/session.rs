@@ -64,7 +64,7 @@ enum SessionError {
 /// A task this stream holds, keyed by its current lease.
 struct InFlight {
     task: ClaimedTask,
-    plan: StagePlan,
+    plan: Arc<StagePlan>,
     /// The stage dispatched; `None` for a lease adopted after a reconnect
     /// (the completion says which stage it finished).
     stage: Option<Stage>,
@@ -80,6 +80,9 @@ pub(super) struct Session {
     ready: BTreeSet<(String, i32)>,
     max: usize,
     tasks: HashMap<Uuid, InFlight>,
+    /// The stage plans of the served pairs, by the manifest version they
+    /// were derived from.
+    plans: HashMap<(String, i32), (i64, Arc<StagePlan>)>,
     /// Reactor deliveries this stream holds, keyed by their lease.
     deliveries: HashMap<Uuid, ClaimedDelivery>,
     /// Deliveries that succeeded, not yet acknowledged in the database
@@ -105,6 +108,7 @@ impl Session {
             kinds,
             max,
             tasks: HashMap::new(),
+            plans: HashMap::new(),
             deliveries: HashMap::new(),
             delivered: Vec::new(),
             results: Vec::new(),
@@ -557,7 +561,7 @@ impl Session {
     /// the resource's finalizer). A finalizer no reaction of the kind clears
     /// has nothing to run: the task succeeds at once and the finalizer goes.
     /// False if the stream is gone.
-    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &StagePlan) -> Result<bool, StoreError> {
+    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &Arc<StagePlan>) -> Result<bool, StoreError> {
         let finalizer = task.teardown_finalizer().unwrap_or_default().to_owned();
         let flight = InFlight {
             task,
@@ -573,22 +577,27 @@ impl Session {
         self.send_stage(flight, Stage::Delete).await
     }
 
-    /// The stages of a kind, from the stored manifest; the worker holds none.
-    async fn plan(&self, kind: &str, version: i32) -> StagePlan {
-        self.broker
-            .catalog
-            .current(&self.broker.pool, kind, version)
-            .await
-            .map(|compiled| {
-                StagePlan::of(
-                    &compiled.manifest.reactions,
-                    compiled.manifest.finalizer_name.as_deref(),
-                )
-            })
-            .unwrap_or_else(|| StagePlan {
+    /// The stages of a kind, from the stored manifest (the worker holds
+    /// none), derived once per manifest version: every claim round asks.
+    async fn plan(&mut self, kind: &str, version: i32) -> Arc<StagePlan> {
+        let Some(compiled) = self.broker.catalog.current(&self.broker.pool, kind, version).await else {
+            return Arc::new(StagePlan {
                 work: Some("work".to_owned()),
                 ..StagePlan::default()
-            })
+            });
+        };
+        let key = (kind.to_owned(), version);
+        if let Some((manifest_version, plan)) = self.plans.get(&key)
+            && *manifest_version == compiled.manifest_version
+        {
+            return plan.clone();
+        }
+        let plan = Arc::new(StagePlan::of(
+            &compiled.manifest.reactions,
+            compiled.manifest.finalizer_name.as_deref(),
+        ));
+        self.plans.insert(key, (compiled.manifest_version, plan.clone()));
+        plan
     }
 
     /// Sends the task for `stage` (loading its input); false if the stream is gone.

@@ -309,6 +309,18 @@ pub struct Composition {
     pub unstorable: Vec<Violation>,
 }
 
+/// A worker's spec as it can be stored (absent = an empty object); one
+/// that cannot be is noted in `problems` under `field` and read as empty.
+fn storable_spec(spec: Option<prost_types::Struct>, field: &str, problems: &mut Vec<Violation>) -> Value {
+    match spec.map(json::storable_struct_to_json).transpose() {
+        Ok(spec) => spec.unwrap_or_else(|| json!({})),
+        Err(e) => {
+            problems.push(Violation::new(format!("{field}{}", e.pointer()), e.description()));
+            json!({})
+        }
+    }
+}
+
 /// The parts of a compose result, in domain form.
 pub fn composition(result: wpb::ComposeResult) -> Composition {
     let mut problems = Vec::new();
@@ -317,14 +329,7 @@ pub fn composition(result: wpb::ComposeResult) -> Composition {
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let spec = match c.spec.map(json::storable_struct_to_json).transpose() {
-                Ok(spec) => spec.unwrap_or_else(|| json!({})),
-                Err(e) => {
-                    let field = format!("/compose_result/configs/{i}/spec{}", e.pointer());
-                    problems.push(Violation::new(field, e.description()));
-                    json!({})
-                }
-            };
+            let spec = storable_spec(c.spec, &format!("/compose_result/configs/{i}/spec"), &mut problems);
             ConfigSpec {
                 name: c.name,
                 kind: c.kind,
@@ -340,14 +345,7 @@ pub fn composition(result: wpb::ComposeResult) -> Composition {
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let spec = match c.spec.map(json::storable_struct_to_json).transpose() {
-                Ok(spec) => spec.unwrap_or_else(|| json!({})),
-                Err(e) => {
-                    let field = format!("/compose_result/desired/{i}/spec{}", e.pointer());
-                    problems.push(Violation::new(field, e.description()));
-                    json!({})
-                }
-            };
+            let spec = storable_spec(c.spec, &format!("/compose_result/desired/{i}/spec"), &mut problems);
             ChildSpec {
                 kind: c.kind,
                 kind_version: c.kind_version,
