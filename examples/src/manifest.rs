@@ -91,6 +91,8 @@ struct ReactionJson {
     verb: String,
     #[serde(default)]
     finalizer: String,
+    #[serde(default, rename = "inputSchema", alias = "input_schema")]
+    input_schema: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -177,12 +179,22 @@ fn reaction(file: &str, r: ReactionJson) -> Result<pb::Reaction, ManifestError> 
                 .ok_or_else(|| unknown("emit", e, "EMIT_STATUS"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let input_schema = r
+        .input_schema
+        .map(|v| {
+            json_to_struct(v, "inputSchema").map_err(|_| ManifestError::NotAnObject {
+                file: file.to_owned(),
+                field: "inputSchema",
+            })
+        })
+        .transpose()?;
     Ok(pb::Reaction {
         name: r.name,
         trigger: trigger as i32,
         emits,
         verb: r.verb,
         finalizer: r.finalizer,
+        input_schema,
     })
 }
 

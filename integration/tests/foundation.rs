@@ -1,13 +1,11 @@
 //! The serving foundation over real gRPC on loopback: reflection, health,
-//! honest UNIMPLEMENTED answers, version, cluster membership and roles.
+//! UNIMPLEMENTED for services a role does not serve, version, cluster membership and roles.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use converge_integration::{TestDatabase, TestServer, eventually};
-use converge_proto::v1::{
-    GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, ListOperationsRequest, MemberRole,
-};
+use converge_proto::v1::{GetResourceRequest, GetVersionRequest, ListClusterMembersRequest, MemberRole};
 use converge_proto::worker_v1::GetProviderConfigRequest;
 use converge_service::config::Role;
 use converge_service::db::migrate::MIGRATOR;
@@ -20,7 +18,6 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 use tonic_reflection::pb::v1alpha;
-use tonic_types::StatusExt;
 
 const API_SERVICES: [&str; 6] = [
     "converge.v1.ClusterService",
@@ -239,32 +236,6 @@ async fn health_is_serving_and_flips_to_not_serving_on_shutdown() -> anyhow::Res
     assert_eq!(next.ok().flatten().map(|m| m.status()), Some(ServingStatus::NotServing));
     stopping.await??;
     Ok(())
-}
-
-#[tokio::test]
-async fn methods_of_later_capabilities_answer_unimplemented_with_error_info() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
-    let statuses = vec![
-        client
-            .operations()
-            .list_operations(ListOperationsRequest::default())
-            .await
-            .err(),
-    ];
-    for status in statuses {
-        let status = status.ok_or_else(|| anyhow::anyhow!("a stub answered success"))?;
-        assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
-        let details = status.get_error_details();
-        let info = details
-            .error_info()
-            .ok_or_else(|| anyhow::anyhow!("no ErrorInfo in {status:?}"))?;
-        assert_eq!(info.reason, "NOT_IMPLEMENTED");
-        assert_eq!(info.domain, "converge.dev");
-        assert!(info.metadata.contains_key("capability"), "{info:?}");
-        assert!(status.message().contains("not implemented yet"), "{status:?}");
-    }
-    server.shutdown().await
 }
 
 #[tokio::test]

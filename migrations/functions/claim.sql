@@ -85,9 +85,12 @@ BEGIN
         -- Claims of a capped kind queue up here, so two brokers cannot
         -- both take the last free slot.
         PERFORM pg_advisory_xact_lock(kind_lock_key(p_kind, p_kind_version) # 1);
-        v_budget := least(v_budget, greatest(v_cap - (
-            SELECT count(*)::integer FROM work_queue w
-            WHERE w.kind = p_kind AND w.kind_version = p_kind_version AND w.broker_id IS NOT NULL), 0));
+        -- Running operations of the kind count against the same cap.
+        v_budget := least(v_budget, greatest(v_cap
+            - (SELECT count(*)::integer FROM work_queue w
+               WHERE w.kind = p_kind AND w.kind_version = p_kind_version AND w.broker_id IS NOT NULL)
+            - (SELECT count(*)::integer FROM operations o
+               WHERE o.kind = p_kind AND o.kind_version = p_kind_version AND o.state = 'running'), 0));
     END IF;
     FOREACH v_range SLICE 1 IN ARRAY ARRAY[[p_lo, p_hi], [0, p_lo - 1], [p_hi + 1, 255]]::smallint[] LOOP
         EXIT WHEN v_claimed >= v_budget;

@@ -5,8 +5,9 @@
 -- and everything that depends on any of them (transitively). Each node not
 -- yet marked gets deletion_requested_at, loses an orphan or quarantine mark
 -- (deletion overrides both), gets its kind's finalizer, loses its queued
--- reconcile task and records a DeletionRequested event (p_note, when given,
--- explains the target's deletion). Queues no teardown and removes nothing:
+-- reconcile task and its pending operations (failed) and records a
+-- DeletionRequested event (p_note, when given, explains the target's
+-- deletion). Queues no teardown and removes nothing:
 -- that is sweep_deletable's job, in a later statement that sees the marks.
 -- Returns the ids of the whole tree (empty when p_id does not exist).
 CREATE OR REPLACE FUNCTION cascade_mark_for_deletion(p_id uuid, p_actor text, p_note text DEFAULT NULL::text)
@@ -84,6 +85,7 @@ BEGIN
             p_actor, v_marked.generation, 100);
     END LOOP;
     DELETE FROM rollup_recheck WHERE owner_id = ANY (v_tree);
+    PERFORM fail_operations_of_deleting(v_new);
     RETURN v_tree;
 END
 $function$;

@@ -45,6 +45,7 @@ fn r(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
         emits: emits.to_vec(),
         verb: None,
         finalizer: None,
+        input_schema: None,
     }
 }
 
@@ -568,6 +569,7 @@ fn random_reactions(rng: &mut Rng) -> (Vec<Reaction>, Option<String>) {
             emits,
             verb,
             finalizer,
+            input_schema: None,
         });
     }
     let finalizer_name = rng.pick(&[None, None, Some("example.com/fin"), Some("fin"), Some(""), Some("-fin")]);

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use converge_service::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, ValueFlow};
+use converge_service::store::operations::ClaimedOperation;
 use converge_service::store::reactors::ClaimedDelivery;
 use converge_service::store::work::{self, ClaimedTask, TaskResult};
 use converge_service::testing::TestDatabase;
@@ -188,6 +189,35 @@ async fn the_delivery_row_is_the_claimed_delivery_type() -> anyhow::Result<()> {
         assert!(
             returning.contains(function),
             "{function} does not return SETOF claimed_delivery"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_operation_row_is_the_claimed_operation_type() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    let attributes = attributes(pool, "claimed_operation").await?;
+    let names: Vec<&str> = attributes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ClaimedOperation::COLUMNS,
+        "the attributes of claimed_operation (0014) and the fields of ClaimedOperation differ"
+    );
+    let row = sqlx::query("SELECT (NULL::claimed_operation).*")
+        .fetch_one(pool)
+        .await?;
+    let problems = ClaimedOperation::mismatched_columns(&row);
+    assert!(
+        problems.is_empty(),
+        "claimed_operation against ClaimedOperation: {problems:?}"
+    );
+    let returning = functions_returning(pool, "claimed_operation").await?;
+    for function in ["claim_operations", "adopt_operations"] {
+        assert!(
+            returning.contains(function),
+            "{function} does not return SETOF claimed_operation"
         );
     }
     Ok(())

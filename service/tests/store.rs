@@ -312,6 +312,7 @@ async fn the_sweeper_enforces_age_and_timeline_limits() -> anyhow::Result<()> {
         event_max_age_secs: 7 * 24 * 3600,
         change_log_max_age_secs: 24 * 3600,
         request_id_max_age_secs: 24 * 3600,
+        operation_max_age_secs: 7 * 24 * 3600,
     };
     // Without the once-per-process timeline backstop only age counts.
     let report = retention::sweep(pool, &retention_args, false).await?;

@@ -63,27 +63,20 @@ func TestListClusterMembers(t *testing.T) {
 	}
 }
 
-// unimplementedMethod is a method the server still answers UNIMPLEMENTED
-// (google.rpc.ErrorInfo reason NOT_IMPLEMENTED). Move to another one once this gets
-// implemented.
-const unimplementedMethod = "converge.v1.OperationService/GetOperation"
-
-func TestUnimplementedCarriesErrorInfo(t *testing.T) {
+// An operation uid that is not a UUID: InvalidArgument with reason INVALID_FIELD.
+func TestMalformedOperationUIDCarriesErrorInfo(t *testing.T) {
 	c, ctx := client(t)
 	_, err := c.Operation.GetOperation(ctx, &convergev1.GetOperationRequest{Uid: "y"})
-	if code := status.Code(err); code != codes.Unimplemented {
-		t.Fatalf("GetOperation: got %v (%v), want Unimplemented", code, err)
+	if code := status.Code(err); code != codes.InvalidArgument {
+		t.Fatalf("GetOperation: got %v (%v), want InvalidArgument", code, err)
 	}
 	// Also through a wrapping error.
 	info := converge.ErrorInfo(fmt.Errorf("get operation: %w", err))
 	if info == nil {
 		t.Fatalf("no google.rpc.ErrorInfo in %v", err)
 	}
-	if info.GetReason() != "NOT_IMPLEMENTED" || info.GetDomain() != converge.ErrorDomain {
-		t.Errorf("ErrorInfo = %v, want reason NOT_IMPLEMENTED domain %s", info, converge.ErrorDomain)
-	}
-	if got := info.GetMetadata()["method"]; got != unimplementedMethod {
-		t.Errorf("ErrorInfo metadata method = %q, want %q", got, unimplementedMethod)
+	if info.GetReason() != "INVALID_FIELD" || info.GetDomain() != converge.ErrorDomain {
+		t.Errorf("ErrorInfo = %v, want reason INVALID_FIELD domain %s", info, converge.ErrorDomain)
 	}
 }
 

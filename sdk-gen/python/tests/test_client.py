@@ -38,21 +38,16 @@ def test_list_cluster_members(client):
     assert resp.members[0].member_id
 
 
-# A method the server still answers UNIMPLEMENTED (google.rpc.ErrorInfo reason
-# NOT_IMPLEMENTED). Move to another one once this gets implemented.
-UNIMPLEMENTED_METHOD = "converge.v1.OperationService/GetOperation"
-
-
-def test_unimplemented_carries_error_info(client):
+def test_malformed_operation_uid_carries_error_info(client):
+    # An operation uid that is not a UUID: INVALID_ARGUMENT with reason INVALID_FIELD.
     with pytest.raises(grpc.RpcError) as excinfo:
         client.operation.GetOperation(operation_service_pb2.GetOperationRequest(uid="y"), timeout=TIMEOUT)
     err = excinfo.value
-    assert err.code() == grpc.StatusCode.UNIMPLEMENTED, err
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
     info = error_info(err)
     assert info is not None, f"no google.rpc.ErrorInfo in {err!r}"
-    assert info.reason == "NOT_IMPLEMENTED"
+    assert info.reason == "INVALID_FIELD"
     assert info.domain == ERROR_DOMAIN
-    assert info.metadata["method"] == UNIMPLEMENTED_METHOD, dict(info.metadata)
 
 
 def test_get_missing_resource_carries_error_info(client):

@@ -26,22 +26,18 @@ describe("converge client", { skip }, () => {
     assert.notEqual(resp.members[0].memberId, "");
   });
 
-  // A method the server still answers UNIMPLEMENTED (ErrorInfo reason NOT_IMPLEMENTED).
-  // Move to another one once this gets implemented.
-  const unimplementedMethod = "converge.v1.OperationService/GetOperation";
-
-  it("an unimplemented method carries google.rpc.ErrorInfo", async () => {
+  // An operation uid that is not a UUID: INVALID_ARGUMENT with reason INVALID_FIELD.
+  it("a malformed operation uid carries google.rpc.ErrorInfo", async () => {
     const err = await converge.operation.getOperation({ uid: "y" }, { timeoutMs }).then(
       (resp) => assert.fail(`expected an error, got ${JSON.stringify(resp)}`),
       (e: unknown) => e,
     );
     assert.ok(err instanceof ConnectError, `not a ConnectError: ${String(err)}`);
-    assert.equal(err.code, Code.Unimplemented, err.message);
+    assert.equal(err.code, Code.InvalidArgument, err.message);
     const info = errorInfo(err);
     assert.ok(info, `no google.rpc.ErrorInfo in ${err.message}`);
-    assert.equal(info.reason, "NOT_IMPLEMENTED");
+    assert.equal(info.reason, "INVALID_FIELD");
     assert.equal(info.domain, ERROR_DOMAIN);
-    assert.equal(info.metadata.method, unimplementedMethod);
   });
 
   // A resource that does not exist: NOT_FOUND with reason RESOURCE_NOT_FOUND.

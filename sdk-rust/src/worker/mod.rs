@@ -78,7 +78,7 @@ pub use config::{
     DEFAULT_HEALTHY_SESSION, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_PARALLEL, DEFAULT_READINESS_POLL_INTERVAL,
     DEFAULT_RESULT_BUFFER_CAPACITY, DEFAULT_RPC_TIMEOUT, WorkerBuilder,
 };
-pub use outcome::{HandlerError, Outcome};
+pub use outcome::{DEADLINE_EXCEEDED_REASON, HandlerError, Outcome};
 pub use provider::Provider;
 pub use request::{ReactionRequest, merge_json};
 pub use runtime::{Worker, WorkerError, WorkerHandle, WorkerStats};

@@ -87,6 +87,11 @@ impl Outcome {
     }
 }
 
+/// The reason of a failure caused by the task deadline. The runtime gives
+/// it to a handler it cut off; the server reports an operation whose last
+/// attempt failed with it as DEADLINE_EXCEEDED.
+pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
+
 /// A failed handler run.
 ///
 /// Transient errors are retried by the broker with backoff; terminal errors

@@ -100,9 +100,9 @@ async fn execute(
         }
     };
     match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, run)
-            .await
-            .unwrap_or_else(|_| Err(HandlerError::transient(DEADLINE_EXCEEDED))),
+        Some(deadline) => tokio::time::timeout_at(deadline, run).await.unwrap_or_else(|_| {
+            Err(HandlerError::transient(DEADLINE_EXCEEDED).with_reason(super::DEADLINE_EXCEEDED_REASON))
+        }),
         None => run.await,
     }
 }

@@ -135,6 +135,7 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
                 )),
             }
         }
+        let input_schema = optional_struct_to_json(&format!("/manifest/reactions/{i}/input_schema"), r.input_schema)?;
         if let Some(trigger) = trigger {
             reactions.push(Reaction {
                 name: r.name,
@@ -142,6 +143,7 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
                 emits,
                 verb: non_empty(&r.verb),
                 finalizer: non_empty(&r.finalizer),
+                input_schema,
             });
         }
     }
@@ -187,6 +189,7 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
                 emits: r.emits.into_iter().map(|e| emit_to_proto(e).into()).collect(),
                 verb: r.verb.unwrap_or_default(),
                 finalizer: r.finalizer.unwrap_or_default(),
+                input_schema: r.input_schema.as_ref().and_then(json_to_struct),
             })
             .collect(),
         finalizer_name: m.finalizer_name.unwrap_or_default(),

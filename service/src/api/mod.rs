@@ -1,6 +1,7 @@
 //! The gRPC surface: one file per service, mapping proto messages to domain
 //! calls and domain errors to statuses (in [`crate::contract::status`]).
 
+pub mod caller;
 pub mod cluster;
 pub mod kind;
 pub mod limits;
@@ -143,7 +144,7 @@ where
         }};
     }
     let resource = service!(api, ResourceServiceServer, resource::ResourceApi::new(state.clone()));
-    let operation = service!(api, OperationServiceServer, operation::OperationApi);
+    let operation = service!(api, OperationServiceServer, operation::OperationApi::new(state.clone()));
     let kind = service!(api, KindServiceServer, kind::KindApi::new(state.clone()));
     let provider_config = service!(
         api,

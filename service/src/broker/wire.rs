@@ -14,6 +14,7 @@ use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, Stage, ValueF
 use crate::domain::provider_config::ProviderConfig;
 use crate::domain::reactor::Transition;
 use crate::domain::violation::Violation;
+use crate::store::operations::ClaimedOperation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
 use crate::store::reactors::ClaimedDelivery;
 use crate::store::work::{CONFIG_CHANGE, ClaimedTask};
@@ -131,10 +132,9 @@ fn reconcile_trigger(task: &ClaimedTask) -> wpb::Trigger {
     }
 }
 
-/// The StageTask of a reactor delivery: STAGE_REACT for the reactor kind,
-/// with the watched resource as it was at the transition.
-pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStreamResponse {
-    let row = &delivery.resource.0;
+/// A resource as a worker sees it, from its row as JSON (a
+/// `resource_snapshot`, with `ownerRef` and `rootRef`).
+fn resource_of_row(row: &Value) -> wpb::Resource {
     let text = |key: &str| row.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     let int = |key: &str| row.get(key).and_then(Value::as_i64).unwrap_or_default();
     let reference = |key: &str| {
@@ -160,7 +160,7 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
                 .collect()
         })
         .unwrap_or_default();
-    let resource = wpb::Resource {
+    wpb::Resource {
         uid: text("id"),
         kind: text("kind"),
         kind_version: i32::try_from(int("kind_version")).unwrap_or(1),
@@ -182,7 +182,12 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
         delete_time: time("deletion_requested_at"),
         orphan_expire_time: if quarantined { None } else { time("frozen_until") },
         quarantined,
-    };
+    }
+}
+
+/// The StageTask of a reactor delivery: STAGE_REACT for the reactor kind,
+/// with the watched resource as it was at the transition.
+pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStreamResponse {
     let transition = match Transition::from_db(&delivery.transition) {
         Some(Transition::Created) => wpb::Transition::Created,
         Some(Transition::Synced) => wpb::Transition::Synced,
@@ -196,7 +201,7 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
             stage: wpb::Stage::React.into(),
             kind: delivery.reactor.clone(),
             kind_version: delivery.reactor_version,
-            resource: Some(resource),
+            resource: Some(resource_of_row(&delivery.resource.0)),
             generation: delivery.generation,
             reaction: reaction.to_owned(),
             trigger: wpb::Trigger::Reactor.into(),
@@ -211,6 +216,38 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
                 transition: transition.into(),
                 dedup_token: delivery.dedup_token.clone(),
                 binding: delivery.binding.clone(),
+            })),
+        })),
+    }
+}
+
+/// The StageTask of an operation: STAGE_OPERATE running `reaction` (the
+/// verb's) on the resource as it was at the claim, with its override.
+pub fn operate_task(operation: &ClaimedOperation, reaction: &str) -> wpb::WorkStreamResponse {
+    wpb::WorkStreamResponse {
+        payload: Some(Down::Task(wpb::StageTask {
+            stage: wpb::Stage::Operate.into(),
+            kind: operation.kind.clone(),
+            kind_version: operation.kind_version,
+            resource: Some(resource_of_row(&operation.resource.0)),
+            generation: operation.generation,
+            reaction: reaction.to_owned(),
+            trigger: wpb::Trigger::Operation.into(),
+            lease_token: operation.lease_token.to_string(),
+            claim_epoch: operation.claim_epoch,
+            manifest_version: operation.manifest_version,
+            task_deadline: operation.deadline_secs.map(duration),
+            attempt: operation.attempts,
+            provider_config: operation.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
+            provider_bundle: operation.config_data.clone().unwrap_or_default(),
+            input: Some(wpb::stage_task::Input::OperateInput(wpb::OperateInput {
+                operation: Some(wpb::Operation {
+                    uid: operation.operation_id.to_string(),
+                    verb: operation.verb.clone(),
+                    input: operation.input.as_ref().and_then(|i| json_to_struct(&i.0)),
+                    attempts: operation.attempts,
+                    requested_by: operation.requested_by.clone(),
+                }),
             })),
         })),
     }

@@ -200,6 +200,11 @@ pub struct RetentionArgs {
     #[arg(long, env = "REQUEST_ID_RETENTION_SECS", default_value_t = 24 * 3600, global = true,
           value_parser = clap::value_parser!(i64).range(60..=30 * 24 * 3600))]
     pub request_id_max_age_secs: i64,
+
+    /// Age in seconds after which finished operations (succeeded or failed) are deleted.
+    #[arg(long, env = "OPERATION_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true,
+          value_parser = clap::value_parser!(i64).range(60..=10 * 365 * 24 * 3600))]
+    pub operation_max_age_secs: i64,
 }
 
 impl Default for RetentionArgs {
@@ -209,6 +214,7 @@ impl Default for RetentionArgs {
             event_max_age_secs: 7 * 24 * 3600,
             change_log_max_age_secs: 24 * 3600,
             request_id_max_age_secs: 24 * 3600,
+            operation_max_age_secs: 7 * 24 * 3600,
         }
     }
 }

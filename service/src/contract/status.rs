@@ -91,6 +91,12 @@ reasons! {
     ReactorBindingNotFound => "REACTOR_BINDING_NOT_FOUND",
     /// The resource has no retained revision at that generation.
     RevisionNotFound => "REVISION_NOT_FOUND",
+    /// No such operation (never invoked, or past the retention window).
+    OperationNotFound => "OPERATION_NOT_FOUND",
+    /// The resource's kind declares no operation reaction for the verb.
+    UnknownVerb => "UNKNOWN_VERB",
+    /// An operation's input is too large or rejected by its verb's input schema.
+    InvalidOperationInput => "INVALID_OPERATION_INPUT",
     /// A binding names a reactor kind that is not one (no REACTOR reaction),
     /// or watches a reactor kind (which has no resources).
     NotAReactor => "NOT_A_REACTOR",
@@ -125,8 +131,6 @@ reasons! {
     /// The database aborted the transaction to resolve a conflict with a
     /// concurrent one; retrying is safe.
     ConcurrentModification => "CONCURRENT_MODIFICATION",
-    /// The method's capability is not built yet.
-    NotImplemented => "NOT_IMPLEMENTED",
     /// PostgreSQL is unreachable.
     DatabaseUnavailable => "DATABASE_UNAVAILABLE",
     /// The server is draining.
@@ -150,6 +154,8 @@ impl Reason {
             | Reason::ConfigSchemaViolation
             | Reason::ProviderConfigKindMismatch
             | Reason::NotAReactor
+            | Reason::UnknownVerb
+            | Reason::InvalidOperationInput
             | Reason::RequestIdReused
             | Reason::NestingTooDeep
             | Reason::MalformedRequest => Code::InvalidArgument,
@@ -157,7 +163,8 @@ impl Reason {
             | Reason::ResourceNotFound
             | Reason::ProviderConfigNotFound
             | Reason::ReactorBindingNotFound
-            | Reason::RevisionNotFound => Code::NotFound,
+            | Reason::RevisionNotFound
+            | Reason::OperationNotFound => Code::NotFound,
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned
@@ -173,7 +180,6 @@ impl Reason {
                 Code::ResourceExhausted
             }
             Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
-            Reason::NotImplemented => Code::Unimplemented,
             Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,
             Reason::Internal => Code::Internal,
         }
@@ -192,14 +198,6 @@ pub enum ApiError {
         message: String,
         /// The offending fields (invalid input) or state (preconditions).
         violations: Vec<Violation>,
-    },
-    /// The method exists in the contract but its capability is not built yet.
-    #[error("{method} is not implemented yet: {capability}")]
-    NotImplemented {
-        /// Fully-qualified method name.
-        method: &'static str,
-        /// The missing capability.
-        capability: &'static str,
     },
     /// The database cannot be reached; the caller should retry.
     #[error("the database is unavailable; retry shortly")]
@@ -264,20 +262,9 @@ impl ApiError {
     pub fn reason(&self) -> Reason {
         match self {
             ApiError::Refused { reason, .. } => *reason,
-            ApiError::NotImplemented { .. } => Reason::NotImplemented,
             ApiError::DatabaseUnavailable(_) => Reason::DatabaseUnavailable,
             ApiError::ShuttingDown => Reason::ShuttingDown,
             ApiError::Internal(_) => Reason::Internal,
-        }
-    }
-
-    fn metadata(&self) -> HashMap<String, String> {
-        match self {
-            ApiError::NotImplemented { method, capability } => HashMap::from([
-                ("method".to_owned(), (*method).to_owned()),
-                ("capability".to_owned(), (*capability).to_owned()),
-            ]),
-            _ => HashMap::new(),
         }
     }
 
@@ -374,9 +361,6 @@ const MAX_MESSAGE_BYTES: usize = 512;
 const MAX_VIOLATIONS: usize = 20;
 const MAX_VIOLATION_BYTES: usize = 2048;
 
-/// Longest ErrorInfo metadata value sent, in bytes.
-const MAX_METADATA_BYTES: usize = 256;
-
 /// The violations a status lists: within [`MAX_VIOLATIONS`] and
 /// [`MAX_VIOLATION_BYTES`], the rest counted in a last field-less entry.
 fn bounded(violations: &[Violation]) -> Vec<Violation> {
@@ -403,12 +387,7 @@ impl From<ApiError> for Status {
             tracing::error!(detail, "internal error answered to a caller");
         }
         let reason = error.reason();
-        let metadata: HashMap<String, String> = error
-            .metadata()
-            .into_iter()
-            .map(|(k, v)| (k, clip(v, MAX_METADATA_BYTES)))
-            .collect();
-        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
+        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, HashMap::new());
         if let Some(delay) = error.retry_after() {
             details.set_retry_info(Some(delay));
         }
@@ -466,11 +445,6 @@ pub fn undecodable(message: &str) -> ApiError {
 /// Whether a status a stream yielded is the decoder's refusal of a message.
 pub fn is_undecodable(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Internal && status.message().starts_with(TONIC_UNDECODABLE)
-}
-
-/// The answer of a contract method whose capability is not built yet.
-pub fn not_implemented(method: &'static str, capability: &'static str) -> Status {
-    ApiError::NotImplemented { method, capability }.into()
 }
 
 #[cfg(test)]
@@ -594,14 +568,13 @@ mod tests {
 
     #[test]
     fn every_status_carries_one_error_info() {
-        let status = not_implemented("converge.v1.X/Y", "widgets");
-        assert_eq!(status.code(), Code::Unimplemented);
+        let status: Status = ApiError::refused(Reason::UnknownVerb, "kind \"db\" declares no operation \"x\"").into();
+        assert_eq!(status.code(), Code::InvalidArgument);
         let details = status.get_error_details();
         let info = details.error_info().expect("error info");
-        assert_eq!(info.reason, "NOT_IMPLEMENTED");
+        assert_eq!(info.reason, "UNKNOWN_VERB");
         assert_eq!(info.domain, ERROR_DOMAIN);
-        assert_eq!(info.metadata.get("capability").map(String::as_str), Some("widgets"));
-        assert!(status.message().contains("widgets"));
+        assert!(status.message().contains("declares no operation"));
     }
 
     #[test]

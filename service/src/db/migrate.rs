@@ -31,7 +31,7 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// The repeatable function files of this build, in the order they are
 /// applied (a SQL-language function's body is checked when it is created, so
 /// a file comes after the files whose functions it calls).
-pub static FUNCTION_FILES: [(&str, &str); 19] = [
+pub static FUNCTION_FILES: [(&str, &str); 20] = [
     ("cluster.sql", include_str!("../../../migrations/functions/cluster.sql")),
     ("notify.sql", include_str!("../../../migrations/functions/notify.sql")),
     ("jsonb.sql", include_str!("../../../migrations/functions/jsonb.sql")),
@@ -74,6 +74,10 @@ pub static FUNCTION_FILES: [(&str, &str); 19] = [
     (
         "revisions.sql",
         include_str!("../../../migrations/functions/revisions.sql"),
+    ),
+    (
+        "operations.sql",
+        include_str!("../../../migrations/functions/operations.sql"),
     ),
 ];
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::labels::validate_labels;
 use super::manifest::{Emit, Reaction, Trigger};
 use super::names::{validate_kind_name, validate_kind_version, validate_resource_name};
+use super::operation::{VerbReaction, verbs_of};
 use super::provider_config::{ConfigContent, MAX_COMPOSED_CONFIGS};
 use super::violation::Violation;
 
@@ -60,6 +61,8 @@ pub struct StagePlan {
     pub teardowns: Vec<Teardown>,
     /// The reactor reaction, on a reactor kind (which has no other stage).
     pub react: Option<String>,
+    /// The operation reactions, one per verb.
+    pub verbs: Vec<VerbReaction>,
 }
 
 impl StagePlan {
@@ -90,7 +93,13 @@ impl StagePlan {
                 .or_else(|| find(&|r| r.trigger == Trigger::SpecChange && !r.emits.contains(&Emit::Children))),
             rollup: find(&|r| r.trigger == Trigger::ChildrenSettled && r.emits.contains(&Emit::Status)),
             react: find(&|r| r.trigger == Trigger::Reactor),
+            verbs: verbs_of(reactions),
         }
+    }
+
+    /// The operation reaction of `verb`, if the kind declares one.
+    pub fn verb(&self, verb: &str) -> Option<&VerbReaction> {
+        self.verbs.iter().find(|v| v.verb == verb)
     }
 
     /// The first stage of a reconcile: compose when the spec moved past the
@@ -483,6 +492,7 @@ mod tests {
             emits: emits.to_vec(),
             verb: None,
             finalizer: None,
+            input_schema: None,
         }
     }
 

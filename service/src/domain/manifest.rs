@@ -101,6 +101,9 @@ pub struct Reaction {
     /// The finalizer cleared; only for [`Trigger::DeleteRequested`] (absent = the manifest's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalizer: Option<String>,
+    /// JSON Schema of an operation's input; only for [`Trigger::Operation`] (absent = any).
+    #[serde(default, rename = "inputSchema", skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
 }
 
 /// Operational policy seeds of a manifest (see `KindPolicy` in `kind.proto`).
@@ -154,6 +157,8 @@ pub struct CompiledKind {
     pub spec: Option<CompiledSchema>,
     /// The compiled provider-config schema; `None` when configs are untyped.
     pub config: Option<CompiledSchema>,
+    /// The compiled input schemas of the verbs that declare one, by verb.
+    pub inputs: HashMap<String, CompiledSchema>,
 }
 
 /// Longest accepted description, in bytes.
@@ -184,7 +189,7 @@ fn non_empty(value: Option<&str>) -> Option<&str> {
 }
 
 /// Reaction names and verbs: 1-63 ASCII letters, digits, '_', '-', ':' and '.'.
-fn is_handle(s: &str) -> bool {
+pub fn is_handle(s: &str) -> bool {
     (1..=MAX_NAME_CHARS).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':' | b'.'))
@@ -294,6 +299,32 @@ pub fn validate_reactions(reactions: &[Reaction], finalizer_name: Option<&str>) 
                 at("verb"),
                 format!(
                     "a verb is only allowed on operation reactions, not on {}",
+                    reaction.trigger.as_str()
+                ),
+            ));
+        }
+
+        // R11: what an operation may emit, and an input schema only there.
+        if reaction.trigger == Trigger::Operation {
+            for (j, emit) in reaction.emits.iter().enumerate() {
+                if !matches!(
+                    emit,
+                    Emit::OperationOutput | Emit::Status | Emit::Conditions | Emit::SideEffect
+                ) {
+                    out.push(Violation::new(
+                        at(&format!("emits/{j}")),
+                        format!(
+                            "an operation reaction emits only operationOutput, status, conditions or sideEffect, not {}",
+                            emit.as_str()
+                        ),
+                    ));
+                }
+            }
+        } else if reaction.input_schema.is_some() {
+            out.push(Violation::new(
+                at("input_schema"),
+                format!(
+                    "an input schema is only allowed on operation reactions, not on {}",
                     reaction.trigger.as_str()
                 ),
             ));
@@ -467,6 +498,10 @@ pub fn manifest_version(m: &KindManifest) -> i64 {
             );
             object.insert("verb".into(), optional_string(r.verb.as_deref()));
             object.insert("finalizer".into(), optional_string(r.finalizer.as_deref()));
+            // Only when present, so manifests without input schemas keep their versions.
+            if let Some(schema) = &r.input_schema {
+                object.insert("input_schema".into(), schema.clone());
+            }
             Value::Object(object)
         })
         .collect();
@@ -557,6 +592,14 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
     let spec = compile_axis("/manifest/spec_schema", m.spec_schema.as_ref());
     compile_axis("/manifest/status_schema", m.status_schema.as_ref());
     let config = compile_axis("/manifest/config_schema", m.config_schema.as_ref());
+    let mut inputs = HashMap::new();
+    for (i, reaction) in m.reactions.iter().enumerate() {
+        if let (Some(schema), Some(verb)) = (&reaction.input_schema, non_empty(reaction.verb.as_deref()))
+            && let Some(compiled) = compile_axis(&format!("{REACTIONS}/{i}/input_schema"), Some(schema))
+        {
+            inputs.insert(verb.to_owned(), compiled);
+        }
+    }
     if let Err(violations) = validate_reactions(&m.reactions, m.finalizer_name.as_deref()) {
         out.extend(violations);
     }
@@ -572,6 +615,7 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
         manifest_version,
         spec,
         config,
+        inputs,
     })
 }
 
@@ -587,6 +631,7 @@ mod tests {
             emits: emits.to_vec(),
             verb: None,
             finalizer: None,
+            input_schema: None,
         }
     }
 

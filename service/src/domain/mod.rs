@@ -6,6 +6,7 @@ pub mod graph;
 pub mod labels;
 pub mod manifest;
 pub mod names;
+pub mod operation;
 pub mod page_token;
 pub mod position;
 pub mod provider_config;

@@ -1,6 +1,7 @@
 //! The reaper: the engine's backstops, run on every control pod (each
 //! statement is idempotent and locks with SKIP LOCKED, so pods share it).
-//! Frees leases whose holders stopped attesting them, fails tasks past their
+//! Frees leases whose holders stopped attesting them (of tasks, reactor
+//! deliveries and operations), fails tasks and operations past their
 //! deadline, re-queues lagging resources that lost their task (a walk over
 //! resources, a slice per pass, and the whole table at once after a crash
 //! empties the unlogged queue), drops tasks of deleted or frozen resources (a
@@ -17,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::store::work::{self, ReapReport, Sweeps};
-use crate::store::{StoreError, reactors};
+use crate::store::{StoreError, operations, reactors};
 
 /// Reaper timing.
 #[derive(Debug, Clone, Copy)]
@@ -62,13 +63,17 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
                     let pass = async {
                         let report = work::reap(&pool, stale_secs, config.batch, &mut sweeps).await?;
                         let deliveries = reactors::reap(&pool, stale_secs, config.batch).await?;
-                        Ok::<_, StoreError>((report, deliveries))
+                        let operations = operations::reap(&pool, stale_secs, config.batch).await?;
+                        Ok::<_, StoreError>((report, deliveries, operations))
                     };
                     let chosen = match pass.await {
-                        Ok((report, deliveries))
-                            if report != ReapReport::default() || deliveries > 0 || sweeps.lagging.recovering =>
+                        Ok((report, deliveries, operations))
+                            if report != ReapReport::default()
+                                || deliveries > 0
+                                || operations > 0
+                                || sweeps.lagging.recovering =>
                         {
-                            tracing::debug!(?report, deliveries, "reaper pass");
+                            tracing::debug!(?report, deliveries, operations, "reaper pass");
                             config.busy_interval
                         }
                         Ok(_) => config.interval,

@@ -1,6 +1,6 @@
-//! Trims event runs, the change log and idempotency records by age (and
-//! event timelines by length), in small batches so a sweep never holds locks
-//! for long.
+//! Trims event runs, the change log, idempotency records, failed reactor
+//! deliveries and finished operations by age (and event timelines by
+//! length), in small batches so a sweep never holds locks for long.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::RetentionArgs;
-use crate::store::{StoreError, changes, events, reactors, requests};
+use crate::store::{StoreError, changes, events, operations, reactors, requests};
 
 /// Rows deleted per statement.
 const BATCH: i64 = 5_000;
@@ -29,6 +29,8 @@ pub struct SweepReport {
     pub requests: u64,
     /// Failed reactor deliveries deleted (kept as long as events).
     pub failed_deliveries: u64,
+    /// Finished operations deleted.
+    pub operations: u64,
 }
 
 /// Runs one sweep. `timelines` includes the per-timeline backstop: it ranks
@@ -50,6 +52,8 @@ pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) ->
         let max_age = retention.event_max_age_secs as f64;
         report.failed_deliveries = drain(|| reactors::trim_failed(pool, max_age, BATCH)).await?;
     }
+    let max_age = retention.operation_max_age_secs as f64;
+    report.operations = drain(|| operations::trim_finished(pool, max_age, BATCH)).await?;
     Ok(report)
 }
 

@@ -75,10 +75,7 @@ impl ManifestRow {
     }
 }
 
-fn small(kind_version: i32) -> i16 {
-    // Versions are validated to fit before any query; saturate defensively.
-    i16::try_from(kind_version).unwrap_or(i16::MAX)
-}
+use super::small_version as small;
 
 /// Takes the kind version's advisory lock exclusively until the transaction
 /// ends: resource writes of that version wait, and this transaction sees

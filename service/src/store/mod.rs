@@ -53,6 +53,7 @@ pub mod error;
 pub mod events;
 pub mod graph;
 pub mod kinds;
+pub mod operations;
 pub mod pipeline;
 pub mod provider_configs;
 pub mod reactors;
@@ -68,3 +69,9 @@ pub use retry::RetryPolicy;
 
 /// The result of a store operation; [`StoreError`] says what went wrong.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A kind version as the database stores it (`smallint`). Versions are
+/// validated to fit before any query; this saturates defensively.
+pub(crate) fn small_version(kind_version: i32) -> i16 {
+    i16::try_from(kind_version).unwrap_or(i16::MAX)
+}

@@ -53,10 +53,7 @@ impl ConfigRow {
     }
 }
 
-fn small(kind_version: i32) -> i16 {
-    // Versions are validated to fit before any query; saturate defensively.
-    i16::try_from(kind_version).unwrap_or(i16::MAX)
-}
+use super::small_version as small;
 
 /// Reads one config by name.
 pub async fn get(conn: &mut PgConnection, name: &str) -> StoreResult<Option<ProviderConfig>> {

@@ -14,10 +14,7 @@ use super::StoreResult;
 use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
 use crate::domain::shard::ShardRange;
 
-fn small(version: i32) -> i16 {
-    // Versions are validated to fit before any query; saturate defensively.
-    i16::try_from(version).unwrap_or(i16::MAX)
-}
+use super::small_version as small;
 
 const SELECT: &str = "SELECT b.name, b.watch_kind, b.watch_kind_version::int4 AS watch_kind_version, b.transition, \
      b.label_match, b.reactor, b.reactor_version::int4 AS reactor_version, b.enabled, b.revision, b.created_at, \

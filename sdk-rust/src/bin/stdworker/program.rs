@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, async_trait};
+use converge_sdk::worker::{
+    DEADLINE_EXCEEDED_REASON, HandlerError, KindVersion, Outcome, Provider, ReactionRequest, async_trait,
+};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
@@ -205,7 +207,8 @@ impl ProgramProvider {
             Err(_) => Err(HandlerError::transient(format!(
                 "program {} timed out (task deadline); killed",
                 self.program.display()
-            ))),
+            ))
+            .with_reason(DEADLINE_EXCEEDED_REASON)),
         }
     }
 }

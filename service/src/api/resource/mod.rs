@@ -130,7 +130,7 @@ fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-fn resource_not_found(kind: &str, name: &str) -> ApiError {
+pub(crate) fn resource_not_found(kind: &str, name: &str) -> ApiError {
     ApiError::refused(Reason::ResourceNotFound, format!("{kind}/{name} does not exist"))
 }
 
@@ -218,7 +218,7 @@ async fn quarantine_in(
 }
 
 /// Checks the kind and name a call addresses a resource by.
-fn check_key(kind: &str, name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_key(kind: &str, name: &str) -> Result<(), ApiError> {
     let mut violations = Vec::new();
     violations.extend(validate_kind_name("/kind", kind).err());
     violations.extend(validate_resource_name("/name", name).err());

@@ -184,7 +184,8 @@ func (Emit) EnumDescriptor() ([]byte, []int) {
 // reaction emitting STATUS (the rollup); at most one REACTOR reaction, which
 // emits SIDE_EFFECT and nothing else; DELETE_REQUESTED needs a finalizer (on
 // the reaction or the manifest); OPERATION needs a verb, unique within the
-// manifest. A kind whose reactions are all REACTOR is a reactor kind: it
+// manifest, and emits only OPERATION_OUTPUT, STATUS, CONDITIONS or
+// SIDE_EFFECT; only OPERATION may declare an input_schema. A kind whose reactions are all REACTOR is a reactor kind: it
 // owns no resources and runs only through reactor bindings.
 type Reaction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -203,7 +204,12 @@ type Reaction struct {
 	Verb string `protobuf:"bytes,4,opt,name=verb,proto3" json:"verb,omitempty"`
 	// The finalizer this teardown reaction clears. Only for trigger
 	// DELETE_REQUESTED; empty = the manifest's finalizer_name.
-	Finalizer     string `protobuf:"bytes,5,opt,name=finalizer,proto3" json:"finalizer,omitempty"`
+	Finalizer string `protobuf:"bytes,5,opt,name=finalizer,proto3" json:"finalizer,omitempty"`
+	// Optional. JSON Schema (draft 2020-12) that the input of an operation of
+	// this verb must satisfy; InvokeOperation reports what it rejects as field
+	// violations under /input. Only for trigger OPERATION. Absent = any input
+	// (or none) is accepted.
+	InputSchema   *structpb.Struct `protobuf:"bytes,6,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +277,13 @@ func (x *Reaction) GetFinalizer() string {
 		return x.Finalizer
 	}
 	return ""
+}
+
+func (x *Reaction) GetInputSchema() *structpb.Struct {
+	if x != nil {
+		return x.InputSchema
+	}
+	return nil
 }
 
 // Operational policy seeds of a manifest. They initialise the kind's
@@ -690,13 +703,14 @@ var File_converge_v1_kind_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_proto_rawDesc = "" +
 	"\n" +
-	"\x16converge/v1/kind.proto\x12\vconverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x01\n" +
+	"\x16converge/v1/kind.proto\x12\vconverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n" +
 	"\bReaction\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\atrigger\x18\x02 \x01(\x0e2\x14.converge.v1.TriggerR\atrigger\x12'\n" +
 	"\x05emits\x18\x03 \x03(\x0e2\x11.converge.v1.EmitR\x05emits\x12\x12\n" +
 	"\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n" +
-	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\"\x9e\x02\n" +
+	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12:\n" +
+	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\x9e\x02\n" +
 	"\n" +
 	"KindPolicy\x12!\n" +
 	"\fmax_inflight\x18\x01 \x01(\x05R\vmaxInflight\x12,\n" +
@@ -786,19 +800,20 @@ var file_converge_v1_kind_proto_goTypes = []any{
 var file_converge_v1_kind_proto_depIdxs = []int32{
 	0,  // 0: converge.v1.Reaction.trigger:type_name -> converge.v1.Trigger
 	1,  // 1: converge.v1.Reaction.emits:type_name -> converge.v1.Emit
-	6,  // 2: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
-	6,  // 3: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
-	6,  // 4: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
-	2,  // 5: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
-	3,  // 6: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
-	7,  // 7: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
-	7,  // 8: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
+	6,  // 3: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
+	6,  // 4: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
+	6,  // 5: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
+	2,  // 6: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
+	3,  // 7: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
+	7,  // 8: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
+	7,  // 10: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_kind_proto_init() }

@@ -31,7 +31,8 @@ const (
 	// Not set. Never returned; as a filter it means "any state".
 	OperationState_OPERATION_STATE_UNSPECIFIED OperationState = 0
 	// Recorded and waiting for a worker of the resource's kind to pick it up
-	// (including while waiting to be retried after a transient failure).
+	// (including while waiting to be retried after a transient failure, and
+	// while the resource is quarantined); pending_reason says which.
 	OperationState_OPERATION_STATE_PENDING OperationState = 1
 	// A worker is running the verb.
 	OperationState_OPERATION_STATE_RUNNING OperationState = 2
@@ -107,10 +108,14 @@ type Operation struct {
 	Output *structpb.Struct `protobuf:"bytes,6,opt,name=output,proto3" json:"output,omitempty"`
 	// Output only. Current state.
 	State OperationState `protobuf:"varint,7,opt,name=state,proto3,enum=converge.v1.OperationState" json:"state,omitempty"`
-	// Output only. Why the operation failed; set only in state FAILED. For an
-	// error returned by the worker's handler the message is the worker's
-	// message; DEADLINE_EXCEEDED means the last attempt ran out of its task
-	// deadline.
+	// Output only. Why the operation failed; set only in state FAILED. Codes:
+	// UNKNOWN for a failure the worker's handler reported (the message is the
+	// worker's), DEADLINE_EXCEEDED when the last attempt ran out of the kind's
+	// task deadline, FAILED_PRECONDITION when the resource started its
+	// deletion before the verb ran or its manifest no longer declares the
+	// verb. Details carry one google.rpc.ErrorInfo (domain "converge.dev")
+	// whose reason is the worker's reason when it gave one, and whose metadata
+	// holds "attempts" and "terminal".
 	Error *status.Status `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	// Output only. Number of times a worker has been handed the operation
 	// (0 while never dispatched).
@@ -122,9 +127,19 @@ type Operation struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. When the operation reached SUCCEEDED or FAILED; absent
 	// before.
-	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// Output only. Why a PENDING operation is not running, read at the time of
+	// the call: "Quarantined" (the resource is quarantined; the operation
+	// waits until it is released), "RetryBackoff" (waiting out the backoff
+	// after a transient failure or a requested requeue, until
+	// next_attempt_time), "WaitingForWorker" (due; no worker of the resource's
+	// kind version has taken it yet). Empty in other states.
+	PendingReason string `protobuf:"bytes,13,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	// Output only. Earliest time of the next dispatch of a PENDING operation;
+	// absent in other states.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -241,11 +256,25 @@ func (x *Operation) GetCompleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Operation) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
+}
+
+func (x *Operation) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
 var File_converge_v1_operation_proto protoreflect.FileDescriptor
 
 const file_converge_v1_operation_proto_rawDesc = "" +
 	"\n" +
-	"\x1bconverge/v1/operation.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x84\x04\n" +
+	"\x1bconverge/v1/operation.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf3\x04\n" +
 	"\tOperation\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x124\n" +
 	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefR\bresource\x12!\n" +
@@ -260,7 +289,9 @@ const file_converge_v1_operation_proto_rawDesc = "" +
 	" \x01(\tR\vrequestedBy\x12;\n" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12?\n" +
-	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime*\xa6\x01\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12%\n" +
+	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\x12F\n" +
+	"\x11next_attempt_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime*\xa6\x01\n" +
 	"\x0eOperationState\x12\x1f\n" +
 	"\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n" +
@@ -299,11 +330,12 @@ var file_converge_v1_operation_proto_depIdxs = []int32{
 	4, // 4: converge.v1.Operation.error:type_name -> google.rpc.Status
 	5, // 5: converge.v1.Operation.create_time:type_name -> google.protobuf.Timestamp
 	5, // 6: converge.v1.Operation.complete_time:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	5, // 7: converge.v1.Operation.next_attempt_time:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_operation_proto_init() }

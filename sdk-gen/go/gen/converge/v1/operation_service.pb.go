@@ -32,7 +32,8 @@ type InvokeOperationRequest struct {
 	// Required. Verb to run; must be declared by an OPERATION reaction of the
 	// resource's kind manifest.
 	Verb string `protobuf:"bytes,3,opt,name=verb,proto3" json:"verb,omitempty"`
-	// Optional. Input document handed to the worker. Absent means none.
+	// Optional. Input document handed to the worker (at most 256 KiB as
+	// JSON). Absent means none.
 	Input *structpb.Struct `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
 	// Optional. Idempotency key (at most 128 bytes; a UUID is recommended). A
 	// retry with the same key returns the operation recorded by the first call

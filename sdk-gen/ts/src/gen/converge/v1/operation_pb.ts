@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/operation.proto.
  */
 export const file_converge_v1_operation: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb252ZXJnZS92MS9vcGVyYXRpb24ucHJvdG8SC2NvbnZlcmdlLnYxIpQDCglPcGVyYXRpb24SCwoDdWlkGAEgASgJEioKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSFAoMcmVzb3VyY2VfdWlkGAMgASgJEgwKBHZlcmIYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKBm91dHB1dBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoFc3RhdGUYByABKA4yGy5jb252ZXJnZS52MS5PcGVyYXRpb25TdGF0ZRIhCgVlcnJvchgIIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzEhAKCGF0dGVtcHRzGAkgASgFEhQKDHJlcXVlc3RlZF9ieRgKIAEoCRIvCgtjcmVhdGVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNY29tcGxldGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqpgEKDk9wZXJhdGlvblN0YXRlEh8KG09QRVJBVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhsKF09QRVJBVElPTl9TVEFURV9QRU5ESU5HEAESGwoXT1BFUkFUSU9OX1NUQVRFX1JVTk5JTkcQAhIdChlPUEVSQVRJT05fU1RBVEVfU1VDQ0VFREVEEAMSGgoWT1BFUkFUSU9OX1NUQVRFX0ZBSUxFRBAEQp4BCg9jb20uY29udmVyZ2UudjFCDk9wZXJhdGlvblByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("Chtjb252ZXJnZS92MS9vcGVyYXRpb24ucHJvdG8SC2NvbnZlcmdlLnYxIuMDCglPcGVyYXRpb24SCwoDdWlkGAEgASgJEioKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSFAoMcmVzb3VyY2VfdWlkGAMgASgJEgwKBHZlcmIYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKBm91dHB1dBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoFc3RhdGUYByABKA4yGy5jb252ZXJnZS52MS5PcGVyYXRpb25TdGF0ZRIhCgVlcnJvchgIIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzEhAKCGF0dGVtcHRzGAkgASgFEhQKDHJlcXVlc3RlZF9ieRgKIAEoCRIvCgtjcmVhdGVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNY29tcGxldGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcGVuZGluZ19yZWFzb24YDSABKAkSNQoRbmV4dF9hdHRlbXB0X3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKqYBCg5PcGVyYXRpb25TdGF0ZRIfChtPUEVSQVRJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIbChdPUEVSQVRJT05fU1RBVEVfUEVORElORxABEhsKF09QRVJBVElPTl9TVEFURV9SVU5OSU5HEAISHQoZT1BFUkFUSU9OX1NUQVRFX1NVQ0NFRURFRBADEhoKFk9QRVJBVElPTl9TVEFURV9GQUlMRUQQBEKeAQoPY29tLmNvbnZlcmdlLnYxQg5PcGVyYXRpb25Qcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * A durable record of one invocation of a verb (an imperative subresource
@@ -78,10 +78,14 @@ export type Operation = Message<"converge.v1.Operation"> & {
   state: OperationState;
 
   /**
-   * Output only. Why the operation failed; set only in state FAILED. For an
-   * error returned by the worker's handler the message is the worker's
-   * message; DEADLINE_EXCEEDED means the last attempt ran out of its task
-   * deadline.
+   * Output only. Why the operation failed; set only in state FAILED. Codes:
+   * UNKNOWN for a failure the worker's handler reported (the message is the
+   * worker's), DEADLINE_EXCEEDED when the last attempt ran out of the kind's
+   * task deadline, FAILED_PRECONDITION when the resource started its
+   * deletion before the verb ran or its manifest no longer declares the
+   * verb. Details carry one google.rpc.ErrorInfo (domain "converge.dev")
+   * whose reason is the worker's reason when it gave one, and whose metadata
+   * holds "attempts" and "terminal".
    *
    * @generated from field: google.rpc.Status error = 8;
    */
@@ -117,6 +121,26 @@ export type Operation = Message<"converge.v1.Operation"> & {
    * @generated from field: google.protobuf.Timestamp complete_time = 12;
    */
   completeTime?: Timestamp | undefined;
+
+  /**
+   * Output only. Why a PENDING operation is not running, read at the time of
+   * the call: "Quarantined" (the resource is quarantined; the operation
+   * waits until it is released), "RetryBackoff" (waiting out the backoff
+   * after a transient failure or a requested requeue, until
+   * next_attempt_time), "WaitingForWorker" (due; no worker of the resource's
+   * kind version has taken it yet). Empty in other states.
+   *
+   * @generated from field: string pending_reason = 13;
+   */
+  pendingReason: string;
+
+  /**
+   * Output only. Earliest time of the next dispatch of a PENDING operation;
+   * absent in other states.
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_time = 14;
+   */
+  nextAttemptTime?: Timestamp | undefined;
 };
 
 /**
@@ -141,7 +165,8 @@ export enum OperationState {
 
   /**
    * Recorded and waiting for a worker of the resource's kind to pick it up
-   * (including while waiting to be retried after a transient failure).
+   * (including while waiting to be retried after a transient failure, and
+   * while the resource is quarantined); pending_reason says which.
    *
    * @generated from enum value: OPERATION_STATE_PENDING = 1;
    */

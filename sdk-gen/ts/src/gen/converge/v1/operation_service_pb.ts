@@ -44,7 +44,8 @@ export type InvokeOperationRequest = Message<"converge.v1.InvokeOperationRequest
   verb: string;
 
   /**
-   * Optional. Input document handed to the worker. Absent means none.
+   * Optional. Input document handed to the worker (at most 256 KiB as
+   * JSON). Absent means none.
    *
    * @generated from field: google.protobuf.Struct input = 4;
    */
@@ -235,10 +236,25 @@ export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = 
 export const OperationService: GenService<{
   /**
    * Records an invocation of a verb on a resource and queues it for a
-   * worker. Fails with NOT_FOUND for an unknown resource, INVALID_ARGUMENT
-   * when the resource's kind manifest declares no operation reaction for the
-   * verb, and FAILED_PRECONDITION (DELETION_PENDING) for a resource being
-   * deleted.
+   * worker serving the resource's kind version. Fails with NOT_FOUND for an
+   * unknown resource, INVALID_ARGUMENT (UNKNOWN_VERB, naming the declared
+   * verbs) when the resource's kind manifest declares no operation reaction
+   * for the verb, INVALID_ARGUMENT (INVALID_OPERATION_INPUT, one field
+   * violation per problem) when the reaction's input_schema rejects the
+   * input, and FAILED_PRECONDITION (DELETION_PENDING) for a resource being
+   * deleted. On a quarantined resource the operation is recorded and waits
+   * (PENDING, pending_reason "Quarantined") until the resource is released.
+   * A pending operation whose resource starts its deletion fails with
+   * FAILED_PRECONDITION. Operations run independently of reconciles, under
+   * the kind's max_inflight (shared with its tasks) and task deadline;
+   * transient failures are retried with backoff up to the kind's
+   * max_transient_attempts (10 when that is 0, so a verb is never retried
+   * forever). When the verb's reaction emits STATUS or CONDITIONS, a
+   * success writes them to the resource; a status replaces the resource's
+   * status document as a reconcile's result does (the last write wins), so
+   * a handler should start from the status in its task. Finished operations
+   * are kept for the server's operation retention window (7 days by
+   * default) and removed with their resource.
    *
    * @generated from rpc converge.v1.OperationService.InvokeOperation
    */
@@ -258,7 +274,8 @@ export const OperationService: GenService<{
     output: typeof GetOperationResponseSchema;
   },
   /**
-   * Lists the operations of one resource, newest first.
+   * Lists the operations of one resource (the incarnation that currently
+   * has the name), newest first.
    *
    * @generated from rpc converge.v1.OperationService.ListOperations
    */

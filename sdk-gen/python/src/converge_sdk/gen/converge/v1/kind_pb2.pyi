@@ -50,18 +50,20 @@ EMIT_OPERATION_OUTPUT: Emit
 EMIT_SIDE_EFFECT: Emit
 
 class Reaction(_message.Message):
-    __slots__ = ("name", "trigger", "emits", "verb", "finalizer")
+    __slots__ = ("name", "trigger", "emits", "verb", "finalizer", "input_schema")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     EMITS_FIELD_NUMBER: _ClassVar[int]
     VERB_FIELD_NUMBER: _ClassVar[int]
     FINALIZER_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     name: str
     trigger: Trigger
     emits: _containers.RepeatedScalarFieldContainer[Emit]
     verb: str
     finalizer: str
-    def __init__(self, name: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., emits: _Optional[_Iterable[_Union[Emit, str]]] = ..., verb: _Optional[str] = ..., finalizer: _Optional[str] = ...) -> None: ...
+    input_schema: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., emits: _Optional[_Iterable[_Union[Emit, str]]] = ..., verb: _Optional[str] = ..., finalizer: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class KindPolicy(_message.Message):
     __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts")

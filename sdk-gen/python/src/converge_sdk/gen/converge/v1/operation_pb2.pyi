@@ -26,7 +26,7 @@ OPERATION_STATE_SUCCEEDED: OperationState
 OPERATION_STATE_FAILED: OperationState
 
 class Operation(_message.Message):
-    __slots__ = ("uid", "resource", "resource_uid", "verb", "input", "output", "state", "error", "attempts", "requested_by", "create_time", "complete_time")
+    __slots__ = ("uid", "resource", "resource_uid", "verb", "input", "output", "state", "error", "attempts", "requested_by", "create_time", "complete_time", "pending_reason", "next_attempt_time")
     UID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_UID_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,8 @@ class Operation(_message.Message):
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
     uid: str
     resource: _resource_pb2.ResourceRef
     resource_uid: str
@@ -51,4 +53,6 @@ class Operation(_message.Message):
     requested_by: str
     create_time: _timestamp_pb2.Timestamp
     complete_time: _timestamp_pb2.Timestamp
-    def __init__(self, uid: _Optional[str] = ..., resource: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., resource_uid: _Optional[str] = ..., verb: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[OperationState, str]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., attempts: _Optional[int] = ..., requested_by: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., complete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pending_reason: str
+    next_attempt_time: _timestamp_pb2.Timestamp
+    def __init__(self, uid: _Optional[str] = ..., resource: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., resource_uid: _Optional[str] = ..., verb: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., state: _Optional[_Union[OperationState, str]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., attempts: _Optional[int] = ..., requested_by: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., complete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_reason: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -66,10 +66,25 @@ class OperationServiceServicer:
 
     def InvokeOperation(self, request, context):
         """Records an invocation of a verb on a resource and queues it for a
-        worker. Fails with NOT_FOUND for an unknown resource, INVALID_ARGUMENT
-        when the resource's kind manifest declares no operation reaction for the
-        verb, and FAILED_PRECONDITION (DELETION_PENDING) for a resource being
-        deleted.
+        worker serving the resource's kind version. Fails with NOT_FOUND for an
+        unknown resource, INVALID_ARGUMENT (UNKNOWN_VERB, naming the declared
+        verbs) when the resource's kind manifest declares no operation reaction
+        for the verb, INVALID_ARGUMENT (INVALID_OPERATION_INPUT, one field
+        violation per problem) when the reaction's input_schema rejects the
+        input, and FAILED_PRECONDITION (DELETION_PENDING) for a resource being
+        deleted. On a quarantined resource the operation is recorded and waits
+        (PENDING, pending_reason "Quarantined") until the resource is released.
+        A pending operation whose resource starts its deletion fails with
+        FAILED_PRECONDITION. Operations run independently of reconciles, under
+        the kind's max_inflight (shared with its tasks) and task deadline;
+        transient failures are retried with backoff up to the kind's
+        max_transient_attempts (10 when that is 0, so a verb is never retried
+        forever). When the verb's reaction emits STATUS or CONDITIONS, a
+        success writes them to the resource; a status replaces the resource's
+        status document as a reconcile's result does (the last write wins), so
+        a handler should start from the status in its task. Finished operations
+        are kept for the server's operation retention window (7 days by
+        default) and removed with their resource.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,7 +98,8 @@ class OperationServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOperations(self, request, context):
-        """Lists the operations of one resource, newest first.
+        """Lists the operations of one resource (the incarnation that currently
+        has the name), newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

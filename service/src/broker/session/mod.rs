@@ -1,7 +1,11 @@
 //! One worker stream: claims tasks for the pairs the worker serves, walks
 //! each reconcile task through its pipeline (compose → work → rollup), runs
 //! teardown tasks as a single delete stage, and hands the final results to
-//! the outbox in batches.
+//! the outbox in batches. Reactor deliveries and operations, which run
+//! beside reconciles, have their own modules.
+
+mod deliveries;
+mod operations;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -22,13 +26,14 @@ use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
-use crate::domain::shard::ShardRange;
 use crate::domain::violation::Violation;
+use crate::store::operations as operation_store;
 use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
 use crate::store::reactors::{self, ClaimedDelivery};
 use crate::store::work::{self, ClaimedTask, TaskResult};
 use crate::store::{StoreError, StoreResult};
+use operations::HeldOperation;
 
 /// Failsafe interval between claim attempts when idle.
 const CLAIM_POLL: Duration = Duration::from_millis(500);
@@ -88,6 +93,11 @@ pub(super) struct Session {
     /// Deliveries that succeeded, not yet acknowledged in the database
     /// (written with the batch, like results).
     delivered: Vec<(Uuid, i64)>,
+    /// Operations this stream holds, keyed by their lease.
+    operations: HashMap<Uuid, HeldOperation>,
+    /// When the next claim round looks for operations (now after a wake-up
+    /// or a completion; an idle poll later after a claim found none).
+    operations_due: tokio::time::Instant,
     /// Final results not yet written to the outbox.
     results: Vec<TaskResult>,
     /// How many tasks this stream last counted into the broker's gauge.
@@ -111,6 +121,8 @@ impl Session {
             plans: HashMap::new(),
             deliveries: HashMap::new(),
             delivered: Vec::new(),
+            operations: HashMap::new(),
+            operations_due: tokio::time::Instant::now(),
             results: Vec::new(),
             counted: 0,
             out,
@@ -171,7 +183,10 @@ impl Session {
                     self.flush().await;
                     busy_until = tokio::time::Instant::now() + LINGER;
                 },
-                _ = wake.changed() => busy_until = tokio::time::Instant::now() + LINGER,
+                _ = wake.changed() => {
+                    busy_until = tokio::time::Instant::now() + LINGER;
+                    self.operations_due = tokio::time::Instant::now();
+                }
                 update = config_updates.recv() => match update {
                     Ok(update) => {
                         if !self.push_config(&update).await {
@@ -200,6 +215,10 @@ impl Session {
         let tokens: Vec<Uuid> = self.deliveries.keys().copied().collect();
         if let Err(e) = reactors::release(&pool, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the deliveries of a closed stream; the reaper frees them");
+        }
+        let tokens: Vec<Uuid> = self.operations.keys().copied().collect();
+        if let Err(e) = operation_store::release(&pool, &self.broker.member_id, &tokens).await {
+            tracing::warn!(error = %e, "could not release the operations of a closed stream; the reaper frees them");
         }
     }
 
@@ -249,9 +268,10 @@ impl Session {
         self.counted = now;
     }
 
-    /// Tasks and deliveries this stream holds (against the worker's max).
+    /// Tasks, deliveries and operations this stream holds (against the
+    /// worker's max).
     fn held(&self) -> usize {
-        self.tasks.len() + self.deliveries.len()
+        self.tasks.len() + self.deliveries.len() + self.operations.len()
     }
 
     /// Takes over the leases a reconnecting worker still holds.
@@ -260,6 +280,19 @@ impl Session {
         let others: Vec<(Uuid, i64)> = resumed.iter().filter(|(t, _)| !adopted.contains(t)).copied().collect();
         for delivery in reactors::adopt(&self.broker.pool, &self.broker.member_id, &others).await? {
             self.deliveries.insert(delivery.lease_token, delivery);
+        }
+        let others: Vec<(Uuid, i64)> = others
+            .into_iter()
+            .filter(|(t, _)| !self.deliveries.contains_key(t))
+            .collect();
+        for operation in operation_store::adopt(&self.broker.pool, &self.broker.member_id, &others).await? {
+            let plan = self.plan(&operation.kind, operation.kind_version).await;
+            // A verb the manifest dropped meanwhile: the lease lapses and
+            // the next claim ends the operation.
+            if let Some(verb) = plan.verb(&operation.verb).cloned() {
+                self.operations
+                    .insert(operation.lease_token, HeldOperation { operation, verb });
+            }
         }
         for task in work::leased(&self.broker.pool, &adopted).await? {
             let plan = self.plan(&task.kind, task.kind_version).await;
@@ -385,6 +418,8 @@ impl Session {
     async fn dispatch(&mut self) -> Result<usize, StoreError> {
         let ready: Vec<(String, i32)> = self.ready.iter().cloned().collect();
         let shards = *self.broker.shards.borrow();
+        let probe_operations = tokio::time::Instant::now() >= self.operations_due;
+        let mut more_operations = false;
         let mut sent = 0;
         for (kind, version) in ready {
             let free = self.max.saturating_sub(self.held());
@@ -392,6 +427,19 @@ impl Session {
                 return Ok(sent);
             }
             let plan = self.plan(&kind, version).await;
+            if probe_operations && !plan.verbs.is_empty() {
+                match self.dispatch_operations(&kind, version, &plan, free).await? {
+                    Some((n, full)) => {
+                        sent += n;
+                        more_operations |= full;
+                    }
+                    None => return Ok(sent),
+                }
+            }
+            let free = self.max.saturating_sub(self.held());
+            if free == 0 {
+                return Ok(sent);
+            }
             if let Some(reaction) = plan.react.clone() {
                 match self
                     .dispatch_deliveries(&kind, version, &reaction, free, shards)
@@ -467,94 +515,10 @@ impl Session {
                 }
             }
         }
+        if probe_operations && !more_operations {
+            self.operations_due = tokio::time::Instant::now() + CLAIM_POLL;
+        }
         Ok(sent)
-    }
-
-    /// Claims and sends up to `free` deliveries to the reactor kind
-    /// (kind, version); returns how many, or `None` if the stream is gone.
-    async fn dispatch_deliveries(
-        &mut self,
-        kind: &str,
-        version: i32,
-        reaction: &str,
-        free: usize,
-        shards: Option<ShardRange>,
-    ) -> Result<Option<usize>, StoreError> {
-        let claimed = reactors::claim(
-            &self.broker.pool,
-            &self.broker.member_id,
-            kind,
-            version,
-            i64::try_from(free).unwrap_or(i64::MAX),
-            shards,
-        )
-        .await?;
-        let mut sent = 0;
-        for delivery in claimed {
-            let message = wire::react_task(&delivery, reaction);
-            // Tracked before sending: if the stream is gone, it is released with the others.
-            self.deliveries.insert(delivery.lease_token, delivery);
-            if self.out.send(Ok(message)).await.is_err() {
-                return Ok(None);
-            }
-            self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
-            sent += 1;
-        }
-        Ok(Some(sent))
-    }
-
-    /// Acknowledges the deliveries that succeeded since the last flush, in
-    /// one statement; if it fails their leases lapse and they are made again
-    /// (at least once).
-    async fn flush_deliveries(&mut self) {
-        if self.delivered.is_empty() {
-            return;
-        }
-        let delivered = std::mem::take(&mut self.delivered);
-        let stats = &self.broker.stats;
-        match reactors::acknowledge(&self.broker.pool, &delivered).await {
-            Ok(accepted) => {
-                stats.applied.fetch_add(accepted, Ordering::Relaxed);
-                stats
-                    .stale
-                    .fetch_add((delivered.len() as u64).saturating_sub(accepted), Ordering::Relaxed);
-            }
-            Err(e) => tracing::warn!(error = %e, deliveries = delivered.len(), "could not acknowledge deliveries"),
-        }
-    }
-
-    /// Applies the outcome of a delivery through its fence: a success is
-    /// acknowledged with the next flush, a failure at once.
-    async fn delivered(&mut self, delivery: ClaimedDelivery, complete: &wpb::StageComplete) -> Result<(), StoreError> {
-        if complete.error.is_none() {
-            self.delivered.push((delivery.lease_token, delivery.claim_epoch));
-            return Ok(());
-        }
-        let error = complete.error.as_ref().map(|e| {
-            if e.message.is_empty() {
-                "the worker reported a failure without a message".to_owned()
-            } else {
-                wire::text(&e.message)
-            }
-        });
-        let reason = complete
-            .error
-            .as_ref()
-            .map(|e| wire::text(&e.reason))
-            .filter(|r| !r.is_empty());
-        let outcome = reactors::DeliveryOutcome {
-            lease: delivery.lease_token,
-            epoch: delivery.claim_epoch,
-            error: error.as_deref(),
-            reason: reason.as_deref(),
-            terminal: complete.error.as_ref().is_some_and(|e| e.terminal),
-        };
-        let stats = &self.broker.stats;
-        match reactors::complete(&self.broker.pool, &outcome).await? {
-            true => stats.failed.fetch_add(1, Ordering::Relaxed),
-            false => stats.stale.fetch_add(1, Ordering::Relaxed),
-        };
-        Ok(())
     }
 
     /// Sends a teardown task (STAGE_DELETE running the reaction that clears
@@ -653,6 +617,9 @@ impl Session {
                 if !self.deliveries.is_empty() {
                     reactors::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
                 }
+                if !self.operations.is_empty() {
+                    operation_store::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                }
                 Ok(())
             }
             Some(Up::Interest(interest)) => {
@@ -690,6 +657,16 @@ impl Session {
         {
             if let Some(delivery) = self.deliveries.remove(&token) {
                 self.delivered(delivery, &complete).await?;
+            }
+            return Ok(());
+        }
+        if self
+            .operations
+            .get(&token)
+            .is_some_and(|held| held.operation.claim_epoch == complete.claim_epoch)
+        {
+            if let Some(held) = self.operations.remove(&token) {
+                self.operated(held, &complete).await?;
             }
             return Ok(());
         }
