@@ -101,14 +101,23 @@ mod tests {
                     ]
                 );
             } else {
-                assert_eq!(
-                    reactions,
-                    [(
-                        "work",
-                        spec_change,
-                        &[emit(pb::Emit::Status), emit(pb::Emit::Conditions)][..]
-                    )]
+                let work = (
+                    "work",
+                    spec_change,
+                    &[emit(pb::Emit::Status), emit(pb::Emit::Conditions)][..],
                 );
+                if m.kind == "account" {
+                    let rotate = (
+                        bom::ROTATE_CREDENTIALS_REACTION,
+                        pb::Trigger::Operation as i32,
+                        &[emit(pb::Emit::OperationOutput), emit(pb::Emit::Status)][..],
+                    );
+                    assert_eq!(reactions, [work, rotate]);
+                    assert_eq!(m.reactions[1].verb, bom::ROTATE_CREDENTIALS);
+                    assert!(m.reactions[1].input_schema.is_some());
+                } else {
+                    assert_eq!(reactions, [work]);
+                }
             }
         }
     }

@@ -81,6 +81,12 @@ pub fn tgw_id(name: &str) -> String {
     format!("tgw-{:012x}", fingerprint("tgw", name) & 0xffff_ffff_ffff)
 }
 
+/// `key-` and 16 hex digits: the access key an operation issues for an
+/// account (the same on every run of that operation).
+pub fn access_key_id(account: &str, operation: &str) -> String {
+    format!("key-{:016x}", fingerprint(account, operation))
+}
+
 /// `rtb-` and 12 hex digits.
 pub fn route_id(name: &str) -> String {
     format!("rtb-{:012x}", fingerprint("route", name) & 0xffff_ffff_ffff)

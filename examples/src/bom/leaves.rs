@@ -1,4 +1,5 @@
-//! The leaf handlers: `account`, `vpc`, `tgw` and `route`.
+//! The leaf handlers: `account` (and its `rotate_credentials` verb), `vpc`,
+//! `tgw` and `route`.
 //!
 //! Each sleeps the simulated latency and answers with its status (a
 //! deterministic id plus the values it was given) and `Ready=True`. A field
@@ -7,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use converge_sdk::worker::{Condition, ConditionStatus, HandlerError, Outcome, ReactionRequest};
+use converge_sdk::worker::{Condition, ConditionStatus, HandlerError, Outcome, ReactionRequest, StageInput};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::sim::{self, Latency};
 
@@ -82,7 +83,37 @@ pub(super) async fn account(request: &ReactionRequest, latency: Latency) -> Resu
     if !config.tags.is_empty() {
         status["tags"] = json!(config.tags);
     }
+    // The key belongs to the last rotation, not to the spec: keep it.
+    if let Some(credentials) = request.resource.status.as_ref().and_then(|s| s.get("credentials")) {
+        status["credentials"] = credentials.clone();
+    }
     Ok(provisioned(status, message))
+}
+
+/// Runs `rotate_credentials` on an `account`: issues a new access key
+/// (derived from the operation, so a retried run issues the same one),
+/// records it in the status and returns it as the output.
+pub(super) async fn rotate_credentials(request: &ReactionRequest, latency: Latency) -> Result<Outcome, HandlerError> {
+    let StageInput::Operate(input) = &request.input else {
+        return Err(HandlerError::terminal(
+            "an operation task arrived without its operation",
+        ));
+    };
+    let operation = &input.operation;
+    let reason = operation
+        .input
+        .as_ref()
+        .and_then(|i| i.get("reason"))
+        .and_then(Value::as_str)
+        .unwrap_or("unspecified")
+        .to_owned();
+    latency.wait().await;
+    let key_id = sim::access_key_id(&request.resource.name, &operation.uid);
+    let mut status = request.resource.status.clone().unwrap_or_else(|| json!({}));
+    status["credentials"] = json!({"keyId": key_id, "operation": operation.uid});
+    Ok(Outcome::new()
+        .with_status(status)
+        .with_operation_output(json!({"keyId": key_id, "reason": reason, "requestedBy": operation.requested_by})))
 }
 
 /// Works a `vpc`.

@@ -44,6 +44,10 @@ pub const COMPOSE: &str = "compose";
 pub const ROLLUP: &str = "rollup";
 /// The reaction of every leaf kind.
 pub const WORK: &str = "work";
+/// The verb of `account` that issues a new access key.
+pub const ROTATE_CREDENTIALS: &str = "rotate_credentials";
+/// The reaction of that verb.
+pub const ROTATE_CREDENTIALS_REACTION: &str = "operate:rotate_credentials";
 
 /// The manifest files, `(path under examples/, content)`, in the order to
 /// apply them.
@@ -141,6 +145,9 @@ impl Provider for LeafProvider {
     }
 
     async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
+        if self.kind == ACCOUNT && request.reaction == ROTATE_CREDENTIALS_REACTION {
+            return leaves::rotate_credentials(&request, self.latency).await;
+        }
         if request.reaction != WORK {
             return Err(HandlerError::unknown_reaction(&request.reaction, &self.kind()));
         }
@@ -157,7 +164,9 @@ impl Provider for LeafProvider {
 mod tests {
     use std::collections::BTreeMap;
 
-    use converge_sdk::worker::{ConditionStatus, Resource, RollupInput, Stage, Trigger, WorkInput};
+    use converge_sdk::worker::{
+        ConditionStatus, OperateInput, Operation, Resource, RollupInput, Stage, Trigger, WorkInput,
+    };
     use serde_json::{Value, json};
 
     use super::*;
@@ -241,6 +250,63 @@ mod tests {
             .await
             .unwrap_err();
         assert!(bad.is_terminal(), "{bad:?}");
+    }
+
+    #[tokio::test]
+    async fn rotate_credentials_issues_a_key_per_operation_and_keeps_it_in_the_status() {
+        let mut account = resource(ACCOUNT, "demo-payments", json!({"team": "payments", "region": "r"}));
+        account.status = Some(json!({"accountId": sim::account_id("demo-payments")}));
+        let operate = |uid: &str, account: Resource| {
+            let mut request = request(
+                ROTATE_CREDENTIALS_REACTION,
+                Stage::Operate,
+                account,
+                StageInput::Operate(OperateInput {
+                    operation: Operation {
+                        uid: uid.into(),
+                        verb: ROTATE_CREDENTIALS.into(),
+                        input: Some(json!({"reason": "quarterly"})),
+                        attempts: 1,
+                        requested_by: "anonymous".into(),
+                    },
+                }),
+            );
+            request.trigger = Trigger::Operation;
+            request
+        };
+        let out = leaf(ACCOUNT).handle(operate("op-1", account.clone())).await.unwrap();
+        let key = sim::access_key_id("demo-payments", "op-1");
+        assert_eq!(
+            out.operation_output,
+            Some(json!({"keyId": key, "reason": "quarterly", "requestedBy": "anonymous"}))
+        );
+        let status = out.status.unwrap();
+        assert_eq!(status["credentials"], json!({"keyId": key, "operation": "op-1"}));
+        assert_eq!(status["accountId"], json!(sim::account_id("demo-payments")));
+        // A retried run of the same operation issues the same key; another one a new key.
+        let again = leaf(ACCOUNT).handle(operate("op-1", account.clone())).await.unwrap();
+        assert_eq!(again.operation_output, out.operation_output);
+        let other = leaf(ACCOUNT).handle(operate("op-2", account.clone())).await.unwrap();
+        assert_ne!(other.operation_output, out.operation_output);
+        // The next reconcile keeps the key.
+        account.status = Some(status);
+        let worked = leaf(ACCOUNT)
+            .handle(request(
+                WORK,
+                Stage::Work,
+                account,
+                StageInput::Work(WorkInput::default()),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(worked.status.unwrap()["credentials"]["keyId"], json!(key));
+        // Other leaves have no verbs.
+        assert!(
+            leaf(VPC)
+                .handle(operate("op-3", resource(VPC, "v", json!({}))))
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]

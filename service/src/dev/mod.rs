@@ -373,6 +373,16 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
         "spec": {"tags": {"cost-center": "cc-200"}}
     }});
     let configs = format!("http://{addr}/converge.v1.ProviderConfigService");
+    let first_team = args
+        .teams
+        .first()
+        .cloned()
+        .unwrap_or_else(|| bom::NETWORK_TEAM.to_owned());
+    let rotate = json!({
+        "kind": bom::ACCOUNT, "name": format!("{}-{first_team}", args.bom_name),
+        "verb": bom::ROTATE_CREDENTIALS, "input": {"reason": "demo"}
+    });
+    let operations = format!("http://{addr}/converge.v1.OperationService");
     format!(
         "\nconverge keeps serving on {addr} (Ctrl-C stops it). Talk to it:\n\
          \x20 BUF=\"node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge\"\n\
@@ -380,7 +390,8 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
          \x20 $BUF -d '{list}' {url}/ListResources\n\
          \x20 $BUF -d '{get}' {url}/GetResourceGraph\n\
          \x20 $BUF -d '{apply}' {url}/ApplyResource   # add a team\n\
-         \x20 $BUF -d '{retag}' {configs}/ApplyProviderConfig   # retag the accounts live\n\n"
+         \x20 $BUF -d '{retag}' {configs}/ApplyProviderConfig   # retag the accounts live\n\
+         \x20 $BUF -d '{rotate}' {operations}/InvokeOperation   # rotate a key (then GetOperation by uid)\n\n"
     )
 }
 
@@ -469,6 +480,7 @@ mod tests {
         let trigger = |raw: i32| match pb::Trigger::try_from(raw).unwrap() {
             pb::Trigger::SpecChange => Trigger::SpecChange,
             pb::Trigger::ChildrenSettled => Trigger::ChildrenSettled,
+            pb::Trigger::Operation => Trigger::Operation,
             other => panic!("unexpected trigger {other:?}"),
         };
         let emit = |raw: i32| match pb::Emit::try_from(raw).unwrap() {
@@ -476,6 +488,7 @@ mod tests {
             pb::Emit::Edges => Emit::Edges,
             pb::Emit::Status => Emit::Status,
             pb::Emit::Conditions => Emit::Conditions,
+            pb::Emit::OperationOutput => Emit::OperationOutput,
             other => panic!("unexpected emit {other:?}"),
         };
         let mut compiled = std::collections::HashMap::new();
@@ -495,8 +508,9 @@ mod tests {
                         name: r.name.clone(),
                         trigger: trigger(r.trigger),
                         emits: r.emits.iter().map(|e| emit(*e)).collect(),
-                        verb: None,
+                        verb: Some(r.verb.clone()).filter(|v| !v.is_empty()),
                         finalizer: None,
+                        input_schema: r.input_schema.clone().map(struct_to_json),
                     })
                     .collect(),
                 finalizer_name: None,
@@ -569,6 +583,10 @@ mod tests {
         assert!(text.contains(r#""teams":["risk","risk2"]"#), "{text}");
         assert!(
             text.contains(r#""name":"x-accounts""#) && text.contains("ProviderConfigService/ApplyProviderConfig"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""name":"x-risk""#) && text.contains("OperationService/InvokeOperation"),
             "{text}"
         );
     }
