@@ -15,6 +15,9 @@
 //! target/release/converge-load --mode bom --trees 2000
 //! ```
 //!
+//! `--verb` declares a verb on the flat kind (unused: its cost when idle);
+//! `--operations N` also invokes it on N resources after the run.
+//!
 //! `--database-url` uses an existing database (converge migrates it) and
 //! `--target` an already running converge (then nothing is started and RSS
 //! is not reported). `--json FILE` writes the results for comparison across
@@ -33,7 +36,8 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_proto::v1::{
-    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, ProviderConfig,
+    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, Emit, InvokeOperationRequest,
+    ProviderConfig, Reaction, Trigger,
 };
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
@@ -109,6 +113,15 @@ struct Args {
     /// deliveries took to drain (`deliveries`).
     #[arg(long)]
     binding: bool,
+    /// Flat mode: the loaded kind declares a verb (an OPERATION reaction),
+    /// so the run shows what a declared but unused verb costs.
+    #[arg(long)]
+    verb: bool,
+    /// Flat mode: after the run, invoke the verb (implies --verb) on this many
+    /// resources, `--writers` calls at a time, and report the invoke rate and
+    /// how long until every operation finished (`operations`).
+    #[arg(long, default_value_t = 0)]
+    operations: usize,
     /// Profile the run: pg_stat_statements top statements and sampled wait
     /// events (embedded database only), and, when `perf` is installed, a CPU
     /// profile of the server written to this file (`perf report -i FILE`).
@@ -203,7 +216,17 @@ async fn main() -> anyhow::Result<()> {
 
     let (worker_bin, total) = match args.mode {
         Mode::Flat => {
-            apply_kind(&client, work_manifest("noop")).await?;
+            let mut manifest = work_manifest("noop");
+            if args.verb || args.operations > 0 {
+                manifest.reactions.push(Reaction {
+                    name: format!("operate:{LOAD_VERB}"),
+                    trigger: Trigger::Operation.into(),
+                    emits: vec![Emit::OperationOutput.into()],
+                    verb: LOAD_VERB.into(),
+                    ..Default::default()
+                });
+            }
+            apply_kind(&client, manifest).await?;
             if args.config_users > 0 {
                 apply_override(&client, 1).await?;
             }
@@ -359,6 +382,12 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let operations = if args.mode == Mode::Flat && args.operations > 0 {
+        let count = args.operations.min(total);
+        Some(measure_operations(&client, &pool, count, args.writers, deadline).await?)
+    } else {
+        None
+    };
     let throughput = total as f64 / ready_secs;
     let resources = match args.mode {
         Mode::Flat => total,
@@ -391,6 +420,7 @@ async fn main() -> anyhow::Result<()> {
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "config_push": config_push,
         "deliveries": deliveries,
+        "operations": operations,
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -445,9 +475,7 @@ async fn connect(address: &str) -> anyhow::Result<Client> {
 
 /// Applies the reactor kind `noop-sink` and one binding on noop's SYNCED.
 async fn apply_binding(client: &Client) -> anyhow::Result<()> {
-    use converge_proto::v1::{
-        ApplyReactorBindingRequest, Emit, KindManifest, Reaction, ReactorBinding, Transition, Trigger,
-    };
+    use converge_proto::v1::{ApplyReactorBindingRequest, KindManifest, ReactorBinding, Transition};
     apply_kind(
         client,
         KindManifest {
@@ -512,6 +540,77 @@ async fn measure_deliveries(
         total as f64 / secs
     );
     Ok(json!({"count": total, "drained_secs": secs, "per_sec": total as f64 / secs, "failed": failed}))
+}
+
+/// The verb `--verb` declares on the loaded kind.
+const LOAD_VERB: &str = "touch";
+
+/// Invokes the load verb on the first `count` resources, `writers` calls at
+/// a time; reports the invoke rate and when the last operation finished.
+async fn measure_operations(
+    client: &Client,
+    pool: &PgPool,
+    count: usize,
+    writers: usize,
+    deadline: Instant,
+) -> anyhow::Result<serde_json::Value> {
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut invokers = tokio::task::JoinSet::new();
+    for _ in 0..writers.max(1) {
+        let (client, next) = (client.clone(), next.clone());
+        invokers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                client
+                    .operations()
+                    .invoke_operation(InvokeOperationRequest {
+                        kind: "noop".into(),
+                        name: format!("load-{i}"),
+                        verb: LOAD_VERB.into(),
+                        ..Default::default()
+                    })
+                    .await?;
+            }
+        });
+    }
+    while let Some(invoker) = invokers.join_next().await {
+        invoker??;
+    }
+    let invoke_secs = started.elapsed().as_secs_f64();
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE state IN ('pending', 'running')")
+            .fetch_one(pool)
+            .await?;
+        if left == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the operations did not finish within the timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE state = 'failed'")
+        .fetch_one(pool)
+        .await?;
+    println!(
+        "{count} operations: invoked in {invoke_secs:.1} s ({:.0}/s); all finished after {secs:.1} s ({:.0}/s); {failed} failed",
+        count as f64 / invoke_secs,
+        count as f64 / secs
+    );
+    Ok(json!({
+        "count": count,
+        "invoke_secs": invoke_secs,
+        "invoke_per_sec": count as f64 / invoke_secs,
+        "finished_secs": secs,
+        "per_sec": count as f64 / secs,
+        "failed": failed,
+    }))
 }
 
 /// The provider config the first `--config-users` resources reference.
