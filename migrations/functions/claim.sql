@@ -63,6 +63,24 @@ BEGIN
 END
 $function$;
 
+-- The free slots of a kind version capped at p_cap: the cap less its leased
+-- tasks and running operations (they share it). Takes the kind's claim lock
+-- until the transaction ends, so two brokers cannot both take the last free
+-- slot: claims of a capped kind queue up here.
+CREATE OR REPLACE FUNCTION claim_slots(p_kind text, p_kind_version smallint, p_cap integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_advisory_xact_lock(kind_lock_key(p_kind, p_kind_version) # 1);
+    RETURN greatest(p_cap
+        - (SELECT count(*)::integer FROM work_queue w
+           WHERE w.kind = p_kind AND w.kind_version = p_kind_version AND w.broker_id IS NOT NULL)
+        - (SELECT count(*)::integer FROM operations o
+           WHERE o.kind = p_kind AND o.kind_version = p_kind_version AND o.state = 'running'), 0);
+END
+$function$;
+
 -- Claims up to p_limit tasks for p_broker, never exceeding the kind's
 -- cluster-wide max_inflight: the own range p_lo..p_hi first, then the
 -- shards below and above it, so a kind whose workers all reached other
@@ -82,15 +100,7 @@ BEGIN
     SELECT c.max_inflight INTO v_cap FROM kind_config c
     WHERE c.kind = p_kind AND c.kind_version = p_kind_version;
     IF v_cap > 0 THEN
-        -- Claims of a capped kind queue up here, so two brokers cannot
-        -- both take the last free slot.
-        PERFORM pg_advisory_xact_lock(kind_lock_key(p_kind, p_kind_version) # 1);
-        -- Running operations of the kind count against the same cap.
-        v_budget := least(v_budget, greatest(v_cap
-            - (SELECT count(*)::integer FROM work_queue w
-               WHERE w.kind = p_kind AND w.kind_version = p_kind_version AND w.broker_id IS NOT NULL)
-            - (SELECT count(*)::integer FROM operations o
-               WHERE o.kind = p_kind AND o.kind_version = p_kind_version AND o.state = 'running'), 0));
+        v_budget := least(v_budget, claim_slots(p_kind, p_kind_version, v_cap));
     END IF;
     FOREACH v_range SLICE 1 IN ARRAY ARRAY[[p_lo, p_hi], [0, p_lo - 1], [p_hi + 1, 255]]::smallint[] LOOP
         EXIT WHEN v_claimed >= v_budget;

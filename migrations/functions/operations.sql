@@ -26,7 +26,7 @@ $function$;
 -- Claims up to p_limit due operations on resources of (p_kind,
 -- p_kind_version) for p_broker, oldest first, skipping quarantined and
 -- deleting resources. Operations share the kind's max_inflight with its
--- tasks (under the same lock as claim_work). With nothing pending for the
+-- tasks (claim_slots). With nothing pending for the
 -- kind this is one look at the empty partial index.
 CREATE OR REPLACE FUNCTION claim_operations(p_broker text, p_kind text, p_kind_version smallint, p_limit integer)
  RETURNS SETOF claimed_operation
@@ -47,12 +47,7 @@ BEGIN
         RETURN;
     END IF;
     IF v_cap > 0 THEN
-        PERFORM pg_advisory_xact_lock(kind_lock_key(p_kind, p_kind_version) # 1);
-        v_budget := least(v_budget, greatest(v_cap
-            - (SELECT count(*)::integer FROM work_queue w
-               WHERE w.kind = p_kind AND w.kind_version = p_kind_version AND w.broker_id IS NOT NULL)
-            - (SELECT count(*)::integer FROM operations o
-               WHERE o.kind = p_kind AND o.kind_version = p_kind_version AND o.state = 'running'), 0));
+        v_budget := least(v_budget, claim_slots(p_kind, p_kind_version, v_cap));
     END IF;
     IF v_budget <= 0 THEN
         RETURN;

@@ -507,6 +507,24 @@ async fn apply_binding(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Polls the counting query `sql` every 20 ms until it counts nothing;
+/// fails with `timeout_message` past `deadline`.
+async fn wait_for_none(
+    pool: &PgPool,
+    sql: &'static str,
+    deadline: Instant,
+    timeout_message: &str,
+) -> anyhow::Result<()> {
+    loop {
+        let left: i64 = sqlx::query_scalar(sql).fetch_one(pool).await?;
+        if left == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{timeout_message}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until every delivery the run recorded was made; reports when the
 /// last one finished relative to the run's start and the delivery rate.
 async fn measure_deliveries(
@@ -515,19 +533,13 @@ async fn measure_deliveries(
     db_started: f64,
     deadline: Instant,
 ) -> anyhow::Result<serde_json::Value> {
-    loop {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM reactor_deliveries WHERE failed_at IS NULL")
-            .fetch_one(pool)
-            .await?;
-        if left == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the deliveries did not drain within the timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_none(
+        pool,
+        "SELECT count(*) FROM reactor_deliveries WHERE failed_at IS NULL",
+        deadline,
+        "the deliveries did not drain within the timeout",
+    )
+    .await?;
     let now: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
         .fetch_one(pool)
         .await?;
@@ -581,19 +593,13 @@ async fn measure_operations(
         invoker??;
     }
     let invoke_secs = started.elapsed().as_secs_f64();
-    loop {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE state IN ('pending', 'running')")
-            .fetch_one(pool)
-            .await?;
-        if left == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the operations did not finish within the timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_none(
+        pool,
+        "SELECT count(*) FROM operations WHERE state IN ('pending', 'running')",
+        deadline,
+        "the operations did not finish within the timeout",
+    )
+    .await?;
     let secs = started.elapsed().as_secs_f64();
     let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM operations WHERE state = 'failed'")
         .fetch_one(pool)

@@ -53,6 +53,7 @@ pub mod error;
 pub mod events;
 pub mod graph;
 pub mod kinds;
+pub mod leases;
 pub mod operations;
 pub mod pipeline;
 pub mod provider_configs;

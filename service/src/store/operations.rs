@@ -253,26 +253,6 @@ pub async fn complete(pool: &PgPool, outcome: &OperationOutcome<'_>) -> StoreRes
         .map_err(Into::into)
 }
 
-/// Refreshes the heartbeat of the operation leases `broker` holds among
-/// `leases`; returns how many.
-pub async fn heartbeat(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    let done = sqlx::query(
-        "UPDATE operations o SET heartbeat_at = now()
-         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE o.lease_token = l.token AND o.claim_epoch = l.epoch AND o.broker_id = $1",
-    )
-    .bind(broker)
-    .bind(&tokens)
-    .bind(&epochs)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
-}
-
 /// Takes over the operation leases a reconnecting worker still holds and
 /// returns them as claimed.
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<ClaimedOperation>> {

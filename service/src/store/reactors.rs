@@ -291,26 +291,6 @@ pub async fn acknowledge(pool: &PgPool, leases: &[(Uuid, i64)]) -> StoreResult<u
     Ok(done.rows_affected())
 }
 
-/// Refreshes the heartbeat of the delivery leases `broker` holds among
-/// `leases`; returns how many.
-pub async fn heartbeat(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    let done = sqlx::query(
-        "UPDATE reactor_deliveries d SET heartbeat_at = now()
-         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE d.lease_token = l.token AND d.claim_epoch = l.epoch AND d.broker_id = $1",
-    )
-    .bind(broker)
-    .bind(&tokens)
-    .bind(&epochs)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
-}
-
 /// Takes over the delivery leases a reconnecting worker still holds and
 /// returns them as claimed.
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<ClaimedDelivery>> {

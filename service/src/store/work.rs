@@ -300,25 +300,6 @@ pub async fn drain_rollup_rechecks(pool: &PgPool, max: i32, range: ShardRange, w
         .map_err(Into::into)
 }
 
-/// Refreshes the leases a worker attested are still progressing.
-pub async fn heartbeat(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    let done = sqlx::query(
-        "UPDATE work_queue w SET heartbeat_at = now()
-         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch AND w.broker_id = $1",
-    )
-    .bind(broker)
-    .bind(&tokens)
-    .bind(&epochs)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
-}
-
 /// Takes over leases a reconnecting worker still holds (its tasks keep running).
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<Uuid>> {
     if leases.is_empty() {

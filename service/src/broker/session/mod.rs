@@ -27,6 +27,7 @@ use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::violation::Violation;
+use crate::store::leases::{self, Leased};
 use crate::store::operations as operation_store;
 use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
@@ -613,12 +614,13 @@ impl Session {
                     .iter()
                     .filter_map(|l| Uuid::parse_str(&l.lease_token).ok().map(|t| (t, l.claim_epoch)))
                     .collect();
-                work::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                let (pool, member) = (&self.broker.pool, &self.broker.member_id);
+                leases::heartbeat(pool, Leased::Tasks, member, &leases).await?;
                 if !self.deliveries.is_empty() {
-                    reactors::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                    leases::heartbeat(pool, Leased::Deliveries, member, &leases).await?;
                 }
                 if !self.operations.is_empty() {
-                    operation_store::heartbeat(&self.broker.pool, &self.broker.member_id, &leases).await?;
+                    leases::heartbeat(pool, Leased::Operations, member, &leases).await?;
                 }
                 Ok(())
             }
