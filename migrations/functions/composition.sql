@@ -52,7 +52,9 @@ DECLARE
     v_pair record;
 BEGIN
     SELECT * INTO v_owner FROM resources WHERE id = p_owner FOR NO KEY UPDATE;
-    IF NOT FOUND OR v_owner.generation <> p_generation OR v_owner.composed_gen >= p_generation
+    -- Composing the generation already composed is a resync's recompose (the
+    -- caller holds the task's fence); only an older generation is stale.
+    IF NOT FOUND OR v_owner.generation <> p_generation OR v_owner.composed_gen > p_generation
        OR v_owner.deletion_requested_at IS NOT NULL THEN
         RETURN jsonb_build_object('stale', true);
     END IF;

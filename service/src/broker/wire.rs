@@ -73,7 +73,11 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
             configs,
         } => (
             wpb::Stage::Compose,
-            wpb::Trigger::SpecChange,
+            if task.is_resync() {
+                wpb::Trigger::Resync
+            } else {
+                wpb::Trigger::SpecChange
+            },
             wpb::stage_task::Input::ComposeInput(wpb::ComposeInput {
                 desired: observed.iter().map(child_of).collect(),
                 observed: observed.into_iter().map(member).collect(),
@@ -124,10 +128,12 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
 }
 
 /// The trigger of a reconcile's work stage: a spec change, unless the task
-/// was queued because the resource's provider config changed.
+/// was queued because the resource's provider config changed or by the
+/// kind's periodic resync.
 fn reconcile_trigger(task: &ClaimedTask) -> wpb::Trigger {
     match task.cause.as_deref() {
         Some(CONFIG_CHANGE) => wpb::Trigger::ConfigChange,
+        _ if task.is_resync() => wpb::Trigger::Resync,
         _ => wpb::Trigger::SpecChange,
     }
 }

@@ -3,5 +3,6 @@
 
 pub mod drainer;
 pub mod reaper;
+pub mod resync;
 pub mod retention;
 pub mod statistics;

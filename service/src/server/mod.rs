@@ -291,6 +291,7 @@ async fn prepare_and_spawn(
             crate::engine::statistics::CHECK_INTERVAL,
             stop.subscribe(),
         ));
+        tasks.push(crate::engine::resync::spawn(pool.clone(), stop.subscribe()));
         tasks.push(crate::engine::drainer::spawn(
             pool.clone(),
             &notifications,

@@ -60,6 +60,7 @@ pub mod provider_configs;
 pub mod reactors;
 pub mod requests;
 pub mod resources;
+pub mod resync;
 pub mod retry;
 pub mod revisions;
 pub mod statistics;

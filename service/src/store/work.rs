@@ -116,7 +116,8 @@ row_struct! {
         /// When deletion was requested (`None` unless the resource is being deleted).
         pub deletion_requested_at: Option<chrono::DateTime<chrono::Utc>>,
         /// Why a reconcile at an unchanged generation was queued
-        /// ([`CONFIG_CHANGE`]); `None` for the stage's own trigger.
+        /// ([`CONFIG_CHANGE`], [`RESYNC`], [`RESYNC_RECOMPOSE`]); `None` for
+        /// the stage's own trigger.
         pub cause: Option<String>,
         /// Name of the resource's provider config override, if any.
         pub provider_config: Option<String>,
@@ -130,6 +131,10 @@ row_struct! {
 
 /// The `cause` of a reconcile queued because the resource's override changed.
 pub const CONFIG_CHANGE: &str = "configChange";
+/// The `cause` of a reconcile queued by the kind's periodic resync.
+pub const RESYNC: &str = "resync";
+/// The `cause` of a periodic resync that also re-runs the composer.
+pub const RESYNC_RECOMPOSE: &str = "resyncRecompose";
 
 impl ClaimedTask {
     /// Whether this is a teardown task.
@@ -141,6 +146,17 @@ impl ClaimedTask {
     /// not exist (the task cannot run with the configuration it asks for).
     pub fn missing_config(&self) -> Option<&str> {
         self.provider_config.as_deref().filter(|_| self.config_spec.is_none())
+    }
+
+    /// Whether the reconcile starts with the composer: the spec moved past
+    /// the last composition, or a resync asks to recompose.
+    pub fn needs_compose(&self) -> bool {
+        self.composed_gen < self.generation || self.cause.as_deref() == Some(RESYNC_RECOMPOSE)
+    }
+
+    /// Whether a periodic resync queued the reconcile.
+    pub fn is_resync(&self) -> bool {
+        matches!(self.cause.as_deref(), Some(RESYNC | RESYNC_RECOMPOSE))
     }
 
     /// The finalizer a teardown task clears: the resource's first one.

@@ -489,7 +489,7 @@ impl Session {
                     sent += 1;
                     continue;
                 }
-                let first = plan.first(task.composed_gen < task.generation);
+                let first = plan.first(task.needs_compose());
                 let flight = InFlight {
                     task,
                     plan: plan.clone(),

@@ -1,0 +1,58 @@
+//! Periodic resync: which kind versions have it on, and queueing the due
+//! resources of one slice.
+
+use sqlx::PgPool;
+
+use super::{StoreResult, small_version};
+
+/// A kind version whose resync is on.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ResyncPolicy {
+    /// Kind.
+    pub kind: String,
+    /// Kind version.
+    pub kind_version: i32,
+    /// Seconds between resyncs of each resource.
+    pub resync_interval_secs: i32,
+    /// Whether a resync also re-runs the composer.
+    pub resync_recomposes: bool,
+}
+
+/// The kind versions whose resync is on (a read of the small kind config
+/// table: with none, the resync duty does nothing else).
+pub async fn enabled(pool: &PgPool) -> StoreResult<Vec<ResyncPolicy>> {
+    sqlx::query_as(
+        "SELECT kind, kind_version::int4 AS kind_version, resync_interval_secs, resync_recomposes
+         FROM kind_config WHERE resync_interval_secs > 0 ORDER BY kind, kind_version",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(Into::into)
+}
+
+/// What one slice of a resync walk did.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ResyncStep {
+    /// Where the next slice starts; `None` when the walk reached the end.
+    pub next_after: Option<String>,
+    /// Resources of the kind looked at (0 when another process holds the
+    /// kind's walk right now).
+    pub scanned: i32,
+    /// Resyncs queued.
+    pub queued: i32,
+}
+
+/// Queues the due resyncs among the next `scan` resources of the policy's
+/// kind after the name `after`.
+pub async fn queue(pool: &PgPool, policy: &ResyncPolicy, after: Option<&str>, scan: i32) -> StoreResult<ResyncStep> {
+    sqlx::query_as("SELECT * FROM queue_resyncs($1, $2, $3, $4, $5, $6)")
+        .bind(&policy.kind)
+        .bind(small_version(policy.kind_version))
+        .bind(after)
+        .bind(scan)
+        .bind(f64::from(policy.resync_interval_secs))
+        .bind(policy.resync_recomposes)
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
+}
