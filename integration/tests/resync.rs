@@ -165,7 +165,9 @@ async fn resync_reobserves_settled_resources_and_reports_drift() -> anyhow::Resu
     })
     .await?;
     for name in &names {
-        let resource = get(&client, "probe", name).await?.ok_or_else(|| anyhow::anyhow!("gone"))?;
+        let resource = get(&client, "probe", name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("gone"))?;
         assert_eq!(resource.generation, 1, "{name}");
     }
 
@@ -227,7 +229,9 @@ async fn a_recomposing_resync_brings_back_a_child_deleted_out_of_band() -> anyho
     .await?;
     assert_ne!(back.uid, first.uid, "a new incarnation");
     assert!(runs(dir, "s1", "resync") >= 1, "the composer ran for a resync");
-    let root = get(&client, "stack", "s1").await?.ok_or_else(|| anyhow::anyhow!("root gone"))?;
+    let root = get(&client, "stack", "s1")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("root gone"))?;
     assert_eq!(root.generation, 1, "no generation bump");
     process.kill().await?;
     server.shutdown().await

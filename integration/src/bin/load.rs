@@ -16,7 +16,9 @@
 //! ```
 //!
 //! `--verb` declares a verb on the flat kind (unused: its cost when idle);
-//! `--operations N` also invokes it on N resources after the run.
+//! `--operations N` also invokes it on N resources after the run;
+//! `--resync-secs N` gives the flat kind a resync interval and counts the
+//! resyncs after the run.
 //!
 //! `--database-url` uses an existing database (converge migrates it) and
 //! `--target` an already running converge (then nothing is started and RSS
@@ -37,7 +39,7 @@ use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, Emit, InvokeOperationRequest,
-    ProviderConfig, Reaction, Trigger,
+    KindPolicy, ProviderConfig, Reaction, Trigger,
 };
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
@@ -122,6 +124,15 @@ struct Args {
     /// how long until every operation finished (`operations`).
     #[arg(long, default_value_t = 0)]
     operations: usize,
+    /// Flat mode: the loaded kind resyncs every N seconds (its policy's
+    /// resync interval), during the run and after it; reports the resyncs
+    /// per second over `--resync-observe-secs` after all are Ready
+    /// (`resync`). 0 = no resync.
+    #[arg(long, default_value_t = 0)]
+    resync_secs: i32,
+    /// How long to count resyncs after the run (with --resync-secs).
+    #[arg(long, default_value_t = 30)]
+    resync_observe_secs: u64,
     /// Profile the run: pg_stat_statements top statements and sampled wait
     /// events (embedded database only), and, when `perf` is installed, a CPU
     /// profile of the server written to this file (`perf report -i FILE`).
@@ -223,6 +234,12 @@ async fn main() -> anyhow::Result<()> {
                     trigger: Trigger::Operation.into(),
                     emits: vec![Emit::OperationOutput.into()],
                     verb: LOAD_VERB.into(),
+                    ..Default::default()
+                });
+            }
+            if args.resync_secs > 0 {
+                manifest.policy = Some(KindPolicy {
+                    resync_interval_secs: args.resync_secs,
                     ..Default::default()
                 });
             }
@@ -382,6 +399,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let resync = if args.mode == Mode::Flat && args.resync_secs > 0 {
+        Some(measure_resync(&pool, args.resync_observe_secs).await?)
+    } else {
+        None
+    };
     let operations = if args.mode == Mode::Flat && args.operations > 0 {
         let count = args.operations.min(total);
         Some(measure_operations(&client, &pool, count, args.writers, deadline).await?)
@@ -421,6 +443,7 @@ async fn main() -> anyhow::Result<()> {
         "config_push": config_push,
         "deliveries": deliveries,
         "operations": operations,
+        "resync": resync,
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -552,6 +575,24 @@ async fn measure_deliveries(
         total as f64 / secs
     );
     Ok(json!({"count": total, "drained_secs": secs, "per_sec": total as f64 / secs, "failed": failed}))
+}
+
+/// Counts the resources reconciled again (resynced: the load changes no
+/// spec after the run) during `secs` from now.
+async fn measure_resync(pool: &PgPool, secs: u64) -> anyhow::Result<serde_json::Value> {
+    let started: f64 = sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp())::float8")
+        .fetch_one(pool)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let resynced: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM resources WHERE kind = 'noop' AND last_reconciled_at >= to_timestamp($1)",
+    )
+    .bind(started)
+    .fetch_one(pool)
+    .await?;
+    let per_sec = resynced as f64 / secs as f64;
+    println!("{resynced} resources resynced in the {secs} s after the run ({per_sec:.0}/s)");
+    Ok(json!({"window_secs": secs, "resynced": resynced, "per_sec": per_sec}))
 }
 
 /// The verb `--verb` declares on the loaded kind.

@@ -21,9 +21,7 @@ use crate::store::resync::{self, ResyncPolicy};
 
 /// Pause between ticks.
 pub const TICK: Duration = Duration::from_secs(1);
-/// Resources looked at per tick while a kind's size is not known yet.
-const FIRST_SLICE: i32 = 1_000;
-/// Bounds of a slice once the size is known.
+/// Bounds of a slice.
 const MIN_SLICE: i32 = 100;
 const MAX_SLICE: i32 = 20_000;
 
@@ -33,7 +31,8 @@ struct Walk {
     after: Option<String>,
     /// Resources seen so far in this walk.
     seen: i64,
-    /// Slice size (from the previous walk's size).
+    /// Slice size: from the kind's size for the first walk, then from the
+    /// previous walk's.
     slice: Option<i32>,
 }
 
@@ -50,7 +49,11 @@ impl Walk {
 /// Runs one tick over every enabled kind version; returns the resyncs queued.
 async fn tick(pool: &PgPool, walks: &mut HashMap<(String, i32), Walk>) -> Result<i64, StoreError> {
     let policies = resync::enabled(pool).await?;
-    walks.retain(|key, _| policies.iter().any(|p| (p.kind.as_str(), p.kind_version) == (key.0.as_str(), key.1)));
+    walks.retain(|key, _| {
+        policies
+            .iter()
+            .any(|p| (p.kind.as_str(), p.kind_version) == (key.0.as_str(), key.1))
+    });
     let mut queued = 0;
     for policy in &policies {
         let walk = walks.entry((policy.kind.clone(), policy.kind_version)).or_default();
@@ -60,7 +63,14 @@ async fn tick(pool: &PgPool, walks: &mut HashMap<(String, i32), Walk>) -> Result
 }
 
 async fn step(pool: &PgPool, policy: &ResyncPolicy, walk: &mut Walk) -> Result<i32, StoreError> {
-    let slice = walk.slice.unwrap_or(FIRST_SLICE);
+    let slice = match walk.slice {
+        Some(slice) => slice,
+        None => {
+            let slice = Walk::slice_for(resync::size(pool, &policy.kind).await?, policy.resync_interval_secs);
+            walk.slice = Some(slice);
+            slice
+        }
+    };
     let done = resync::queue(pool, policy, walk.after.as_deref(), slice).await?;
     walk.seen += i64::from(done.scanned);
     match done.next_after {

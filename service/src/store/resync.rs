@@ -30,6 +30,16 @@ pub async fn enabled(pool: &PgPool) -> StoreResult<Vec<ResyncPolicy>> {
     .map_err(Into::into)
 }
 
+/// How many resources the kind has (all versions): sizes the first walk.
+/// An index-only count, run once per kind version and process.
+pub async fn size(pool: &PgPool, kind: &str) -> StoreResult<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = $1")
+        .bind(kind)
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
+}
+
 /// What one slice of a resync walk did.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ResyncStep {
