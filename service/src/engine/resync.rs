@@ -2,9 +2,10 @@
 //! `resync_interval_secs > 0` about once per interval, without a generation
 //! bump (trigger RESYNC), so workers re-observe the world and report drift.
 //!
-//! Each kind version is walked by name, one slice per tick, sized so that a
-//! whole walk takes about half the interval: the load is spread over the
-//! interval instead of arriving as a burst per kind. With no resync-enabled
+//! Each kind version is walked by name, one slice per tick, sized from the
+//! kind's count (taken again every minute) so that a whole walk takes about
+//! half the interval: the load is spread over the interval instead of
+//! arriving as a burst per kind. With no resync-enabled
 //! kind a tick is one read of the kind config table. Settings are read every
 //! tick, so live edits (turning resync on, changing the interval or
 //! `resync_recomposes`) apply within a second.
@@ -25,15 +26,18 @@ pub const TICK: Duration = Duration::from_secs(1);
 const MIN_SLICE: i32 = 100;
 const MAX_SLICE: i32 = 20_000;
 
+/// How often a kind is counted again to size its slices (the kind may grow
+/// or shrink while it is walked).
+const RECOUNT: Duration = Duration::from_secs(60);
+
 /// Where the walk of one kind version stands.
 #[derive(Debug, Clone, Default)]
 struct Walk {
     after: Option<String>,
-    /// Resources seen so far in this walk.
-    seen: i64,
-    /// Slice size: from the kind's size for the first walk, then from the
-    /// previous walk's.
-    slice: Option<i32>,
+    /// Slice size, from the kind's last count.
+    slice: i32,
+    /// When the kind was last counted (`None` = not yet).
+    counted_at: Option<tokio::time::Instant>,
 }
 
 impl Walk {
@@ -63,28 +67,14 @@ async fn tick(pool: &PgPool, walks: &mut HashMap<(String, i32), Walk>) -> Result
 }
 
 async fn step(pool: &PgPool, policy: &ResyncPolicy, walk: &mut Walk) -> Result<i32, StoreError> {
-    let slice = match walk.slice {
-        Some(slice) => slice,
-        None => {
-            let slice = Walk::slice_for(resync::size(pool, &policy.kind).await?, policy.resync_interval_secs);
-            walk.slice = Some(slice);
-            slice
-        }
-    };
-    let done = resync::queue(pool, policy, walk.after.as_deref(), slice).await?;
-    walk.seen += i64::from(done.scanned);
-    match done.next_after {
-        // Also when another process holds the walk (nothing scanned, the
-        // position kept).
-        Some(next) => walk.after = Some(next),
-        None => {
-            if walk.seen > 0 {
-                walk.slice = Some(Walk::slice_for(walk.seen, policy.resync_interval_secs));
-            }
-            walk.after = None;
-            walk.seen = 0;
-        }
+    if walk.counted_at.is_none_or(|at| at.elapsed() >= RECOUNT) {
+        let rows = resync::size(pool, &policy.kind).await?;
+        walk.slice = Walk::slice_for(rows, policy.resync_interval_secs);
+        walk.counted_at = Some(tokio::time::Instant::now());
     }
+    let done = resync::queue(pool, policy, walk.after.as_deref(), walk.slice).await?;
+    // Another process holding the walk answers with the position kept.
+    walk.after = done.next_after;
     Ok(done.queued)
 }
 

@@ -30,8 +30,9 @@ pub async fn enabled(pool: &PgPool) -> StoreResult<Vec<ResyncPolicy>> {
     .map_err(Into::into)
 }
 
-/// How many resources the kind has (all versions): sizes the first walk.
-/// An index-only count, run once per kind version and process.
+/// How many resources the kind has (all versions): sizes the walk's
+/// slices. A count over the kind's key, taken once a minute per kind
+/// version while its resync is on.
 pub async fn size(pool: &PgPool, kind: &str) -> StoreResult<i64> {
     sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = $1")
         .bind(kind)
