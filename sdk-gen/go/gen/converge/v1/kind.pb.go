@@ -298,8 +298,10 @@ type KindPolicy struct {
 	// Time budget of one task in seconds; a task exceeding it is cancelled and
 	// counts as a transient failure. 0 (default) = no deadline.
 	TaskDeadlineSecs int32 `protobuf:"varint,2,opt,name=task_deadline_secs,json=taskDeadlineSecs,proto3" json:"task_deadline_secs,omitempty"`
-	// Interval in seconds between periodic re-reconciles of each resource
-	// (drift detection). 0 (default) = no resync.
+	// Interval in seconds between periodic re-reconciles of each settled
+	// (Ready or Degraded) resource, at its current generation with trigger
+	// RESYNC (drift detection). Spread over 0.9-1.1 times the interval, not
+	// as a burst per kind. 0 (default) = no resync; otherwise 5 to 2592000.
 	ResyncIntervalSecs int32 `protobuf:"varint,3,opt,name=resync_interval_secs,json=resyncIntervalSecs,proto3" json:"resync_interval_secs,omitempty"`
 	// When true, a resync also re-runs the composer (so deleted children that
 	// are still desired come back). Default false.

@@ -115,8 +115,10 @@ export type KindPolicy = Message<"converge.v1.KindPolicy"> & {
   taskDeadlineSecs: number;
 
   /**
-   * Interval in seconds between periodic re-reconciles of each resource
-   * (drift detection). 0 (default) = no resync.
+   * Interval in seconds between periodic re-reconciles of each settled
+   * (Ready or Degraded) resource, at its current generation with trigger
+   * RESYNC (drift detection). Spread over 0.9-1.1 times the interval, not
+   * as a burst per kind. 0 (default) = no resync; otherwise 5 to 2592000.
    *
    * @generated from field: int32 resync_interval_secs = 3;
    */
