@@ -37,6 +37,8 @@ const MAX_REVISION_LIMIT: i32 = 1000;
 const DEFAULT_REVISION_LIMIT: i32 = 10;
 /// Offending resources reported when a new spec schema rejects stored specs.
 const MAX_REPORTED_RESOURCES: usize = 10;
+/// Resources named when a manifest cannot be deleted because of them.
+const MAX_NAMED_USERS: i64 = 5;
 
 /// Serves `converge.v1.KindService`.
 #[derive(Debug, Clone)]
@@ -487,14 +489,27 @@ async fn delete_manifest_in(
         }
         return Err(kind_not_found(&req.kind, req.kind_version));
     }
-    if resources::any_of_kind(conn, &req.kind, req.kind_version).await? {
-        return Err(ApiError::refused(
-            Reason::KindInUse,
-            format!(
-                "kind {:?} version {} still has resources; delete them (or move them to another version) first",
-                req.kind, req.kind_version
+    let users = resources::names_of_kind(conn, &req.kind, req.kind_version, MAX_NAMED_USERS).await?;
+    if !users.is_empty() {
+        return Err(ApiError::Refused {
+            reason: Reason::KindInUse,
+            message: format!(
+                "kind {:?} version {} still has resources (such as {}); delete them (or move them to another \
+                 version) first",
+                req.kind,
+                req.kind_version,
+                users.join(", ")
             ),
-        ));
+            violations: users
+                .iter()
+                .map(|name| {
+                    Violation::new(
+                        format!("{}/{name}", req.kind),
+                        format!("is at version {}", req.kind_version),
+                    )
+                })
+                .collect(),
+        });
     }
     if reactors::any_binding_names(conn, &req.kind, req.kind_version).await? {
         return Err(ApiError::refused(

@@ -659,12 +659,19 @@ fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
     }
 }
 
-/// Whether any resource of (kind, kind_version) exists.
-pub async fn any_of_kind(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE kind = $1 AND kind_version = $2)")
+/// The names of up to `limit` resources of (kind, kind_version), in name
+/// order (empty when it has none).
+pub async fn names_of_kind(
+    conn: &mut PgConnection,
+    kind: &str,
+    kind_version: i32,
+    limit: i64,
+) -> StoreResult<Vec<String>> {
+    sqlx::query_scalar("SELECT name FROM resources WHERE kind = $1 AND kind_version = $2 ORDER BY name LIMIT $3")
         .bind(kind)
         .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-        .fetch_one(conn)
+        .bind(limit)
+        .fetch_all(conn)
         .await
         .map_err(Into::into)
 }

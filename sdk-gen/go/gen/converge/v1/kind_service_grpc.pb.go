@@ -50,8 +50,9 @@ type KindServiceClient interface {
 	// Lists manifests ordered by kind, then kind_version.
 	ListKindManifests(ctx context.Context, in *ListKindManifestsRequest, opts ...grpc.CallOption) (*ListKindManifestsResponse, error)
 	// Deletes one manifest version and its KindConfig. Refused with
-	// FAILED_PRECONDITION while resources or provider configs of that
-	// (kind, kind_version) exist.
+	// FAILED_PRECONDITION (KIND_IN_USE) while resources or provider configs of
+	// that (kind, kind_version) exist; the refusal names up to 5 of the
+	// resources.
 	DeleteKindManifest(ctx context.Context, in *DeleteKindManifestRequest, opts ...grpc.CallOption) (*DeleteKindManifestResponse, error)
 	// Reads the live config of one (kind, kind_version).
 	GetKindConfig(ctx context.Context, in *GetKindConfigRequest, opts ...grpc.CallOption) (*GetKindConfigResponse, error)
@@ -151,8 +152,9 @@ type KindServiceServer interface {
 	// Lists manifests ordered by kind, then kind_version.
 	ListKindManifests(context.Context, *ListKindManifestsRequest) (*ListKindManifestsResponse, error)
 	// Deletes one manifest version and its KindConfig. Refused with
-	// FAILED_PRECONDITION while resources or provider configs of that
-	// (kind, kind_version) exist.
+	// FAILED_PRECONDITION (KIND_IN_USE) while resources or provider configs of
+	// that (kind, kind_version) exist; the refusal names up to 5 of the
+	// resources.
 	DeleteKindManifest(context.Context, *DeleteKindManifestRequest) (*DeleteKindManifestResponse, error)
 	// Reads the live config of one (kind, kind_version).
 	GetKindConfig(context.Context, *GetKindConfigRequest) (*GetKindConfigResponse, error)

@@ -426,8 +426,9 @@ export const KindService: GenService<{
   },
   /**
    * Deletes one manifest version and its KindConfig. Refused with
-   * FAILED_PRECONDITION while resources or provider configs of that
-   * (kind, kind_version) exist.
+   * FAILED_PRECONDITION (KIND_IN_USE) while resources or provider configs of
+   * that (kind, kind_version) exist; the refusal names up to 5 of the
+   * resources.
    *
    * @generated from rpc converge.v1.KindService.DeleteKindManifest
    */

@@ -108,8 +108,9 @@ class KindServiceServicer:
 
     def DeleteKindManifest(self, request, context):
         """Deletes one manifest version and its KindConfig. Refused with
-        FAILED_PRECONDITION while resources or provider configs of that
-        (kind, kind_version) exist.
+        FAILED_PRECONDITION (KIND_IN_USE) while resources or provider configs of
+        that (kind, kind_version) exist; the refusal names up to 5 of the
+        resources.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
