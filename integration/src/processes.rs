@@ -1,5 +1,6 @@
 //! Real processes for crash tests: workspace binaries built next to the test
-//! executable, a converge server on a given database, and signals.
+//! executable, a converge server on a given database, stdworker processes
+//! running a test's program, and signals.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -45,6 +46,42 @@ pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::R
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log)?))
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+/// A `converge-stdworker` process on `address` that serves each of `kinds`
+/// (`kind:version`) with the program `source`, written to `dir/program`
+/// and made executable. The programs see `RECORD_DIR` (= `dir`) and the
+/// `env` variables; `args` are further stdworker flags.
+pub fn stdworker(
+    address: &str,
+    dir: &Path,
+    source: &str,
+    kinds: &[&str],
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> anyhow::Result<Child> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let program = dir.join("program");
+    std::fs::write(&program, source)?;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
+    let mut command = Command::new(binary("converge-stdworker")?);
+    command.arg("--broker").arg(address);
+    for kind in kinds {
+        command.arg("--kind").arg(format!("{kind}={}", program.display()));
+    }
+    command.arg("--env").arg(format!("RECORD_DIR={}", dir.display()));
+    for (name, value) in env {
+        command.arg("--env").arg(format!("{name}={value}"));
+    }
+    Ok(command
+        .args(args)
+        .env("WORKER_DRAIN_TIMEOUT_SECS", "1")
+        .env("LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()?)
 }

@@ -7,13 +7,11 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply_manifest, apply_ok, expect_error, fields, object};
-use converge_integration::processes::binary;
+use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
     ApplyResourceRequest, DeleteKindManifestRequest, DeleteResourceRequest, Emit, GetResourceRequest, KindConfig,
@@ -21,7 +19,7 @@ use converge_proto::v1::{
 };
 use converge_sdk::Client;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 
 /// Records `<name> <kind_version> <generation> <worker>` per task.
@@ -49,25 +47,15 @@ fn manifest(version: i32, schema: Value) -> KindManifest {
 }
 
 fn worker(address: &str, dir: &Path, version: i32) -> anyhow::Result<Child> {
-    let program = dir.join("program.py");
-    std::fs::write(&program, PROGRAM)?;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
-    Ok(Command::new(binary("converge-stdworker")?)
-        .arg("--broker")
-        .arg(address)
-        .arg("--kind")
-        .arg(format!("svc:{version}={}", program.display()))
-        .arg("--env")
-        .arg(format!("RECORD_DIR={}", dir.display()))
-        .arg("--env")
-        .arg(format!("WORKER=w{version}"))
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "1")
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?)
+    let tag = format!("w{version}");
+    stdworker(
+        address,
+        dir,
+        PROGRAM,
+        &[&format!("svc:{version}")],
+        &[("WORKER", &tag)],
+        &[],
+    )
 }
 
 /// (name, kind_version, generation, worker) of every task run.

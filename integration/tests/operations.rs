@@ -7,13 +7,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object};
-use converge_integration::processes::{ProcessSite, binary, crash_postgres_state, signal, stop_cleanly};
+use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     DeleteResourceRequest, Emit, GetOperationRequest, GetResourceRequest, InvokeOperationRequest, KindManifest,
@@ -23,7 +21,7 @@ use converge_proto::v1::{
 use converge_sdk::Client;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 
 const FINALIZER: &str = "db.test/cleanup";
@@ -90,26 +88,9 @@ print(json.dumps({"operation_output": {"uid": op["uid"], "input": op["input"], "
 
 /// A stdworker process serving `kinds` with [`PROGRAM`].
 fn worker(address: &str, dir: &Path, kinds: &[&str], slow_secs: &str) -> anyhow::Result<Child> {
-    let program = dir.join("program.py");
-    std::fs::write(&program, PROGRAM)?;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
-    let mut command = Command::new(binary("converge-stdworker")?);
-    command.arg("--broker").arg(address);
-    for kind in kinds {
-        command.arg("--kind").arg(format!("{kind}:1={}", program.display()));
-    }
-    Ok(command
-        .arg("--env")
-        .arg(format!("RECORD_DIR={}", dir.display()))
-        .arg("--env")
-        .arg(format!("SLOW_SECS={slow_secs}"))
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "1")
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?)
+    let kinds: Vec<String> = kinds.iter().map(|k| format!("{k}:1")).collect();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    stdworker(address, dir, PROGRAM, &kinds, &[("SLOW_SECS", slow_secs)], &[])
 }
 
 /// The verb runs the program recorded: (uid, verb, attempt).

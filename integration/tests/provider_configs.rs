@@ -6,14 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object, spawn_worker, work_manifest};
-use converge_integration::processes::{ProcessSite, binary, crash_postgres_state, signal, stop_cleanly};
+use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, DeleteKindManifestRequest, DeleteProviderConfigRequest, DeleteResourceRequest, Emit,
@@ -28,7 +26,7 @@ use converge_sdk::worker::{
 use converge_service::config::Role;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 
 fn config(name: &str, kind: &str, is_default: bool, spec: Value) -> ProviderConfig {
@@ -453,25 +451,8 @@ with open(os.path.join(os.environ["RECORD_DIR"], name), "a") as f:
 print(json.dumps({"status": {"config": doc["provider_config"], "trigger": doc["trigger"]}}))
 "#;
 
-fn stdworker(address: &str, dir: &Path, extra: &[&str]) -> anyhow::Result<Child> {
-    let program = dir.join("report.py");
-    std::fs::write(&program, REPORTING_PROGRAM)?;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
-    Ok(Command::new(binary("converge-stdworker")?)
-        .arg("--broker")
-        .arg(address)
-        .arg("--kind")
-        .arg(format!("cloud:1={}", program.display()))
-        .arg("--env")
-        .arg(format!("RECORD_DIR={}", dir.display()))
-        .args(extra)
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?)
+fn reporting_worker(address: &str, dir: &Path, extra: &[&str]) -> anyhow::Result<Child> {
+    stdworker(address, dir, REPORTING_PROGRAM, &["cloud:1"], &[], extra)
 }
 
 /// How many times the program ran for `name`.
@@ -499,7 +480,7 @@ async fn a_worker_that_needs_its_default_gets_no_tasks_until_it_arrives() -> any
     let client = server.client().await?;
     apply_manifest(&client, cloud_manifest("cloud")).await?;
     let scratch = tempfile::tempdir()?;
-    let mut worker = stdworker(&server.address(), scratch.path(), &["--require-config", "cloud:1"])?;
+    let mut worker = reporting_worker(&server.address(), scratch.path(), &["--require-config", "cloud:1"])?;
     apply_ok(&client, apply("cloud", "waits", json!({}))).await?;
 
     // Connected and unready: the task is not sent.
@@ -535,7 +516,7 @@ async fn an_override_is_merged_and_editing_it_reconciles_exactly_its_users() -> 
     .await?;
     put(&client, config("team-b", "cloud", false, json!({"account": "b"}))).await?;
     let scratch = tempfile::tempdir()?;
-    let mut worker = stdworker(&server.address(), scratch.path(), &[])?;
+    let mut worker = reporting_worker(&server.address(), scratch.path(), &[])?;
     for name in ["b1", "b2"] {
         apply_ok(
             &client,

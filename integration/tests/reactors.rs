@@ -5,14 +5,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, expect_error, fields, spawn_worker};
-use converge_integration::processes::{ProcessSite, binary, crash_postgres_state, signal, stop_cleanly};
+use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, Emit, GetReactorBindingRequest,
@@ -24,7 +22,7 @@ use converge_sdk::worker::{
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 
 const FINALIZER: &str = "app.test/cleanup";
@@ -496,25 +494,7 @@ time.sleep(float(os.environ.get("SLEEP_SECS", "0")))
 "#;
 
 fn sink_process(address: &str, dir: &Path, sleep_secs: &str) -> anyhow::Result<Child> {
-    let program = dir.join("sink.py");
-    std::fs::write(&program, SLOW_SINK)?;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
-    Ok(Command::new(binary("converge-stdworker")?)
-        .arg("--broker")
-        .arg(address)
-        .arg("--kind")
-        .arg(format!("sink:1={}", program.display()))
-        .arg("--env")
-        .arg(format!("RECORD_DIR={}", dir.display()))
-        .arg("--env")
-        .arg(format!("SLEEP_SECS={sleep_secs}"))
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "1")
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?)
+    stdworker(address, dir, SLOW_SINK, &["sink:1"], &[("SLEEP_SECS", sleep_secs)], &[])
 }
 
 fn tokens(dir: &Path) -> Vec<String> {

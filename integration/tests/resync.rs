@@ -6,13 +6,11 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok};
-use converge_integration::processes::binary;
+use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
     DeleteResourceRequest, Emit, GetResourceRequest, KindConfig, KindManifest, KindPolicy, Phase, Reaction, Resource,
@@ -20,7 +18,7 @@ use converge_proto::v1::{
 };
 use converge_sdk::Client;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// Records `<name> <stage> <trigger> <generation>` per task in
 /// `$RECORD_DIR/runs`; composes one child `<name>-child`; works healthy
@@ -62,24 +60,9 @@ fn manifest(kind: &str, reactions: Vec<Reaction>, policy: KindPolicy) -> KindMan
 }
 
 fn worker(address: &str, dir: &Path, kinds: &[&str]) -> anyhow::Result<Child> {
-    let program = dir.join("program.py");
-    std::fs::write(&program, PROGRAM)?;
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
-    let mut command = Command::new(binary("converge-stdworker")?);
-    command.arg("--broker").arg(address);
-    for kind in kinds {
-        command.arg("--kind").arg(format!("{kind}:1={}", program.display()));
-    }
-    Ok(command
-        .arg("--env")
-        .arg(format!("RECORD_DIR={}", dir.display()))
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "1")
-        .env("LOG_LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?)
+    let kinds: Vec<String> = kinds.iter().map(|k| format!("{k}:1")).collect();
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    stdworker(address, dir, PROGRAM, &kinds, &[], &[])
 }
 
 /// The runs of `name` with `trigger` recorded so far.
