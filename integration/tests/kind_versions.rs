@@ -11,11 +11,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{apply_manifest, apply_ok, expect_error, fields, object};
+use converge_integration::kinds::work_manifest;
 use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
-    ApplyResourceRequest, DeleteKindManifestRequest, DeleteResourceRequest, Emit, GetResourceRequest, KindConfig,
-    KindManifest, Phase, Reaction, Resource, Trigger, UpdateKindConfigRequest,
+    ApplyResourceRequest, DeleteKindManifestRequest, DeleteResourceRequest, GetResourceRequest, KindConfig,
+    KindManifest, Phase, Resource, UpdateKindConfigRequest,
 };
 use converge_sdk::Client;
 use serde_json::{Value, json};
@@ -33,16 +34,9 @@ print(json.dumps({"status": {"seen": doc["generation"]}}))
 
 fn manifest(version: i32, schema: Value) -> KindManifest {
     KindManifest {
-        kind: "svc".into(),
         kind_version: version,
         spec_schema: Some(object(schema)),
-        reactions: vec![Reaction {
-            name: "work".into(),
-            trigger: Trigger::SpecChange.into(),
-            emits: vec![Emit::Status.into()],
-            ..Default::default()
-        }],
-        ..Default::default()
+        ..work_manifest("svc")
     }
 }
 

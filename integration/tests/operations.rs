@@ -517,51 +517,73 @@ async fn invocations_are_checked_and_idempotent() -> anyhow::Result<()> {
     server.shutdown().await
 }
 
+/// A server with the `db` kind under `policy`, one resource `a` and a
+/// worker process whose `slow` verb sleeps `slow_secs`.
+struct Rig {
+    server: TestServer,
+    client: Client,
+    scratch: tempfile::TempDir,
+    worker: Child,
+}
+
+impl Rig {
+    async fn start(policy: KindPolicy, slow_secs: &str) -> anyhow::Result<Self> {
+        let server = TestServer::start().await?;
+        let client = server.client().await?;
+        apply_manifest(&client, db_manifest("db", policy)).await?;
+        apply_ok(&client, apply("db", "a", json!({}))).await?;
+        let scratch = tempfile::tempdir()?;
+        let worker = worker(&server.address(), scratch.path(), &["db"], slow_secs)?;
+        Ok(Self {
+            server,
+            client,
+            scratch,
+            worker,
+        })
+    }
+
+    async fn stop(mut self) -> anyhow::Result<()> {
+        self.worker.kill().await?;
+        self.server.shutdown().await
+    }
+}
+
 #[tokio::test]
 async fn a_verb_whose_worker_is_killed_runs_again_and_completes() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
-    apply_manifest(&client, db_manifest("db", KindPolicy::default())).await?;
-    apply_ok(&client, apply("db", "a", json!({}))).await?;
-    let scratch = tempfile::tempdir()?;
-    let mut stuck = worker(&server.address(), scratch.path(), &["db"], "60")?;
+    let mut rig = Rig::start(KindPolicy::default(), "60").await?;
+    let (client, scratch) = (rig.client.clone(), rig.scratch.path().to_owned());
     let op = invoke_ok(&client, invoke("db", "a", "slow", None)).await?;
     eventually(Duration::from_secs(30), || async {
-        Ok((!runs(scratch.path()).is_empty()).then_some(()))
+        Ok((!runs(&scratch).is_empty()).then_some(()))
     })
     .await?;
     assert_eq!(get_op(&client, &op.uid).await?.state, OperationState::Running as i32);
-    stuck.kill().await?;
+    rig.worker.kill().await?;
 
-    let mut quick = worker(&server.address(), scratch.path(), &["db"], "0")?;
+    rig.worker = worker(&rig.server.address(), &scratch, &["db"], "0")?;
     let done = finished(&client, &op.uid, Duration::from_secs(60)).await?;
     assert_eq!(done.state, OperationState::Succeeded as i32, "{done:?}");
     assert_eq!(done.attempts, 2);
-    let ran = runs(scratch.path());
+    let ran = runs(&scratch);
     assert_eq!(ran.len(), 2, "{ran:?}");
     assert!(ran.iter().all(|r| r.0 == op.uid));
     assert_eq!(ran[1].2, 2, "the second run is attempt 2");
-    quick.kill().await?;
-    server.shutdown().await
+    rig.stop().await
 }
 
 #[tokio::test]
 async fn operations_share_the_kinds_max_inflight_with_its_tasks() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
     let policy = KindPolicy {
         max_inflight: 1,
         ..Default::default()
     };
-    apply_manifest(&client, db_manifest("db", policy)).await?;
-    apply_ok(&client, apply("db", "a", json!({}))).await?;
-    let scratch = tempfile::tempdir()?;
-    let mut process = worker(&server.address(), scratch.path(), &["db"], "1")?;
+    let rig = Rig::start(policy, "1").await?;
+    let client = rig.client.clone();
     let mut invoked = Vec::new();
     for _ in 0..4 {
         invoked.push(invoke_ok(&client, invoke("db", "a", "slow", None)).await?);
     }
-    let pool = server.database().pool().clone();
+    let pool = rig.server.database().pool().clone();
     let mut most = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -583,14 +605,11 @@ async fn operations_share_the_kinds_max_inflight_with_its_tasks() -> anyhow::Res
     for op in &invoked {
         assert_eq!(get_op(&client, &op.uid).await?.state, OperationState::Succeeded as i32);
     }
-    process.kill().await?;
-    server.shutdown().await
+    rig.stop().await
 }
 
 #[tokio::test]
 async fn a_verb_that_outlives_its_deadline_fails_with_deadline_exceeded() -> anyhow::Result<()> {
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
     let policy = KindPolicy {
         // Long enough for the program to start and record its run under
         // the load of the other tests, short enough to keep the test quick.
@@ -598,19 +617,16 @@ async fn a_verb_that_outlives_its_deadline_fails_with_deadline_exceeded() -> any
         max_transient_attempts: 2,
         ..Default::default()
     };
-    apply_manifest(&client, db_manifest("db", policy)).await?;
-    apply_ok(&client, apply("db", "a", json!({}))).await?;
-    let scratch = tempfile::tempdir()?;
-    let mut process = worker(&server.address(), scratch.path(), &["db"], "30")?;
+    let rig = Rig::start(policy, "30").await?;
+    let client = rig.client.clone();
     let op = invoke_ok(&client, invoke("db", "a", "slow", None)).await?;
     let done = finished(&client, &op.uid, Duration::from_secs(60)).await?;
     assert_eq!(done.state, OperationState::Failed as i32, "{done:?}");
     assert_eq!(done.attempts, 2);
     let error = done.error.ok_or_else(|| anyhow::anyhow!("no error"))?;
     assert_eq!(error.code, Code::DeadlineExceeded as i32, "{error:?}");
-    assert_eq!(runs(scratch.path()).len(), 2);
-    process.kill().await?;
-    server.shutdown().await
+    assert_eq!(runs(rig.scratch.path()).len(), 2);
+    rig.stop().await
 }
 
 #[tokio::test]

@@ -1,7 +1,5 @@
 //! The `converge.v1.OperationService` API: verbs invoked on resources.
 
-use std::collections::HashMap;
-
 use converge_proto::google::rpc;
 use converge_proto::v1 as pb;
 use converge_proto::v1::operation_service_server::OperationService;
@@ -69,10 +67,10 @@ fn error_to_proto(op: &Operation) -> Option<rpc::Status> {
     let info = rpc::ErrorInfo {
         reason: error.reason.clone().unwrap_or_else(|| "OperationFailed".to_owned()),
         domain: ERROR_DOMAIN.to_owned(),
-        metadata: HashMap::from([
+        metadata: [
             ("attempts".to_owned(), op.attempts.to_string()),
             ("operation".to_owned(), op.id.to_string()),
-        ])
+        ]
         .into_iter()
         .collect(),
     };

@@ -1,6 +1,7 @@
 //! What the three leased tables share: a worker's heartbeat refreshes the
-//! leases it attests, whether they are tasks, reactor deliveries or
-//! operations (a lease token is unique across all three).
+//! leases it attests, and a closed stream's leases are released at once,
+//! whether they are tasks, reactor deliveries or operations (a lease token
+//! is unique across all three).
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -26,6 +27,18 @@ impl Leased {
             Leased::Operations => "operations",
         }
     }
+
+    /// What releasing a lease sets besides clearing it and moving the
+    /// epoch, and which rows hold a lease.
+    fn release(self) -> (&'static str, &'static str) {
+        match self {
+            Leased::Tasks => (", deadline_at = NULL", "true"),
+            // Deliveries have no deadline column.
+            Leased::Deliveries => ("", "true"),
+            // Back to pending: a lost lease is not a failure, the verb runs again.
+            Leased::Operations => (", deadline_at = NULL, state = 'pending'", "state = 'running'"),
+        }
+    }
 }
 
 /// Refreshes the heartbeat of the leases of `table` that `broker` holds
@@ -47,5 +60,32 @@ pub async fn heartbeat(pool: &PgPool, table: Leased, broker: &str, leases: &[(Uu
         .bind(&epochs)
         .execute(pool)
         .await?;
+    Ok(done.rows_affected())
+}
+
+/// Releases the leases of `table` that `broker` holds among `tokens` at
+/// once (a closed stream), with a new epoch so others can claim them and a
+/// late result is dropped; wakes the brokers when any was freed. Returns
+/// how many.
+pub async fn release(pool: &PgPool, table: Leased, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
+    if tokens.is_empty() {
+        return Ok(0);
+    }
+    let (also, held) = table.release();
+    let sql = format!(
+        "UPDATE {} SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, claim_epoch = claim_epoch + 1{also}
+         WHERE lease_token = ANY ($2) AND broker_id = $1 AND {held}",
+        table.table()
+    );
+    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(broker)
+        .bind(tokens)
+        .execute(pool)
+        .await?;
+    if done.rows_affected() > 0 {
+        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+            .execute(pool)
+            .await?;
+    }
     Ok(done.rows_affected())
 }

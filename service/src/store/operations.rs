@@ -269,29 +269,6 @@ pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> Store
         .map_err(Into::into)
 }
 
-/// Puts the operations of a closed stream back to pending at once (not a
-/// failure: the verb runs again).
-pub async fn release(pool: &PgPool, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
-    if tokens.is_empty() {
-        return Ok(0);
-    }
-    let done = sqlx::query(
-        "UPDATE operations SET state = 'pending', broker_id = NULL, lease_token = NULL, heartbeat_at = NULL,
-                deadline_at = NULL, claim_epoch = claim_epoch + 1
-         WHERE lease_token = ANY ($2) AND broker_id = $1 AND state = 'running'",
-    )
-    .bind(broker)
-    .bind(tokens)
-    .execute(pool)
-    .await?;
-    if done.rows_affected() > 0 {
-        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-            .execute(pool)
-            .await?;
-    }
-    Ok(done.rows_affected())
-}
-
 /// The backstops: releases operation leases not attested for `stale_secs`
 /// and fails attempts past their deadline; returns how many.
 pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<i32> {

@@ -336,28 +336,6 @@ pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> Store
     .map_err(Into::into)
 }
 
-/// Frees leases of a lost worker stream at once (new epoch), so others can claim.
-pub async fn release(pool: &PgPool, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
-    if tokens.is_empty() {
-        return Ok(0);
-    }
-    let done = sqlx::query(
-        "UPDATE work_queue SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
-                claim_epoch = claim_epoch + 1
-         WHERE lease_token = ANY($2) AND broker_id = $1",
-    )
-    .bind(broker)
-    .bind(tokens)
-    .execute(pool)
-    .await?;
-    if done.rows_affected() > 0 {
-        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-            .execute(pool)
-            .await?;
-    }
-    Ok(done.rows_affected())
-}
-
 /// What one reaper pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapReport {

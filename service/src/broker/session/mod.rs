@@ -210,15 +210,15 @@ impl Session {
         self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
         self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
-        if let Err(e) = work::release(&pool, &self.broker.member_id, &tokens).await {
+        if let Err(e) = leases::release(&pool, Leased::Tasks, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
         }
         let tokens: Vec<Uuid> = self.deliveries.keys().copied().collect();
-        if let Err(e) = reactors::release(&pool, &self.broker.member_id, &tokens).await {
+        if let Err(e) = leases::release(&pool, Leased::Deliveries, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the deliveries of a closed stream; the reaper frees them");
         }
         let tokens: Vec<Uuid> = self.operations.keys().copied().collect();
-        if let Err(e) = operation_store::release(&pool, &self.broker.member_id, &tokens).await {
+        if let Err(e) = leases::release(&pool, Leased::Operations, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the operations of a closed stream; the reaper frees them");
         }
     }

@@ -53,14 +53,11 @@ impl Session {
                     "the manifest of kind {:?} version {} no longer declares the verb {:?}",
                     operation.kind, operation.kind_version, operation.verb
                 );
-                self.end_operation(
-                    &operation,
-                    Err(Refusal {
-                        message,
-                        reason: "VerbNotDeclared",
-                    }),
-                )
-                .await?;
+                let refusal = Refusal {
+                    message,
+                    reason: "VerbNotDeclared",
+                };
+                self.end_operation(&operation, refusal).await?;
                 continue;
             };
             if let Some(missing) = missing_config(&operation) {
@@ -74,7 +71,7 @@ impl Session {
                     code: FailureCode::FailedPrecondition.code(),
                     ..OperationOutcome::default()
                 };
-                operations::complete(&self.broker.pool, &outcome).await?;
+                self.record(&outcome, true).await?;
                 continue;
             }
             let message = wire::operate_task(&operation, &verb.reaction);
@@ -116,30 +113,9 @@ impl Session {
             return self.record(&outcome, true).await;
         }
         let verb = &held.verb;
-        let parsed = (|| {
-            let output = match complete.operation_output.clone().filter(|_| verb.emits_output) {
-                Some(output) => Some(storable("/operation_output", output)?),
-                None => None,
-            };
-            if let Some(output) = &output {
-                let bytes = output.to_string().len();
-                if bytes > MAX_OUTPUT_BYTES {
-                    return Err(Refusal {
-                        message: format!(
-                            "the operation output was refused: {bytes} bytes as JSON, at most {MAX_OUTPUT_BYTES}"
-                        ),
-                        reason: "OutputTooLarge",
-                    });
-                }
-            }
-            let status = match complete.status.clone().filter(|_| verb.emits_status) {
-                Some(status) => Some(storable("/status", status)?),
-                None => None,
-            };
-            Ok((output, status))
-        })();
+        let parsed = stored_parts(verb, complete);
         match parsed {
-            Err(refusal) => self.end_operation(&held.operation, Err(refusal)).await,
+            Err(refusal) => self.end_operation(&held.operation, refusal).await,
             Ok((output, status)) => {
                 let conditions: Vec<Value> = if verb.emits_conditions {
                     wire::conditions(&complete.conditions)
@@ -162,14 +138,7 @@ impl Session {
     }
 
     /// Ends an operation the broker decided about itself (terminally).
-    async fn end_operation(
-        &mut self,
-        operation: &ClaimedOperation,
-        refusal: Result<(), Refusal>,
-    ) -> Result<(), StoreError> {
-        let Err(refusal) = refusal else {
-            return Ok(());
-        };
+    async fn end_operation(&mut self, operation: &ClaimedOperation, refusal: Refusal) -> Result<(), StoreError> {
         let outcome = OperationOutcome {
             lease: operation.lease_token,
             epoch: operation.claim_epoch,
@@ -198,6 +167,30 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// The output and status of a success that the verb's reaction emits, as
+/// storable JSON (None when not emitted or not sent), or why they cannot be
+/// stored.
+fn stored_parts(verb: &VerbReaction, complete: &wpb::StageComplete) -> Result<(Option<Value>, Option<Value>), Refusal> {
+    let output = match complete.operation_output.clone().filter(|_| verb.emits_output) {
+        Some(output) => Some(storable("/operation_output", output)?),
+        None => None,
+    };
+    if let Some(output) = &output {
+        let bytes = output.to_string().len();
+        if bytes > MAX_OUTPUT_BYTES {
+            return Err(Refusal {
+                message: format!("the operation output was refused: {bytes} bytes as JSON, at most {MAX_OUTPUT_BYTES}"),
+                reason: "OutputTooLarge",
+            });
+        }
+    }
+    let status = match complete.status.clone().filter(|_| verb.emits_status) {
+        Some(status) => Some(storable("/status", status)?),
+        None => None,
+    };
+    Ok((output, status))
 }
 
 /// A worker's document as storable JSON, or the refusal naming its field.
