@@ -83,7 +83,8 @@ if op["verb"] == "slow":
 status = dict(doc["resource"]["status"] or {})
 status["rotated"] = op["uid"]
 print(json.dumps({"operation_output": {"uid": op["uid"], "input": op["input"], "by": op["requested_by"]},
-                  "status": status}))
+                  "status": status,
+                  "events": [{"category": "verbs", "reason": "VerbRan", "message": op["verb"]}]}))
 "#;
 
 /// A stdworker process serving `kinds` with [`PROGRAM`].
@@ -235,6 +236,23 @@ async fn a_verb_invoked_on_a_hundred_resources_runs_exactly_once_each() -> anyho
     let ran = runs(scratch.path());
     assert_eq!(ran.len(), 100, "each verb ran exactly once");
     assert_eq!(ran.iter().map(|r| r.0.clone()).collect::<BTreeSet<_>>(), uids);
+    // The verb's worker events are recorded on its resource.
+    let verb_events = client
+        .resources()
+        .list_resource_events(ListResourceEventsRequest {
+            kind: "db".into(),
+            name: "db-7".into(),
+            category: Some("verbs".into()),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events;
+    let verb_events: Vec<(&str, i64, &str, &str)> = verb_events
+        .iter()
+        .map(|e| (e.reason.as_str(), e.count, e.message.as_str(), e.actor.as_str()))
+        .collect();
+    assert_eq!(verb_events, [("VerbRan", 1, "rotate", "worker:anonymous")]);
 
     // The reaction emits status: the resource carries the verb's status.
     let resource = client

@@ -9,12 +9,12 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok};
+use common::{apply, apply_manifest, apply_ok, find, wait_phase};
 use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
-    DeleteResourceRequest, Emit, GetResourceRequest, KindConfig, KindManifest, KindPolicy, Phase, Reaction, Resource,
-    Trigger, UpdateKindConfigRequest,
+    DeleteResourceRequest, Emit, KindConfig, KindManifest, KindPolicy, Phase, Reaction, Trigger,
+    UpdateKindConfigRequest,
 };
 use converge_sdk::Client;
 use serde_json::json;
@@ -79,28 +79,6 @@ fn runs(dir: &Path, name: &str, trigger: &str) -> usize {
         .unwrap_or(0)
 }
 
-async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<Resource>> {
-    match client
-        .resources()
-        .get_resource(GetResourceRequest {
-            kind: kind.into(),
-            name: name.into(),
-        })
-        .await
-    {
-        Ok(answer) => Ok(answer.into_inner().resource),
-        Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
-        Err(status) => Err(status.into()),
-    }
-}
-
-async fn wait_phase(client: &Client, kind: &str, name: &str, phase: Phase) -> anyhow::Result<Resource> {
-    eventually(Duration::from_secs(30), || async {
-        Ok(get(client, kind, name).await?.filter(|r| r.phase == phase as i32))
-    })
-    .await
-}
-
 async fn set_resync(client: &Client, kind: &str, secs: i32) -> anyhow::Result<()> {
     client
         .kinds()
@@ -148,7 +126,7 @@ async fn resync_reobserves_settled_resources_and_reports_drift() -> anyhow::Resu
     })
     .await?;
     for name in &names {
-        let resource = get(&client, "probe", name)
+        let resource = find(&client, "probe", name)
             .await?
             .ok_or_else(|| anyhow::anyhow!("gone"))?;
         assert_eq!(resource.generation, 1, "{name}");
@@ -205,14 +183,14 @@ async fn a_recomposing_resync_brings_back_a_child_deleted_out_of_band() -> anyho
         })
         .await?;
     let back = eventually(Duration::from_secs(40), || async {
-        Ok(get(&client, "leaf", "s1-child")
+        Ok(find(&client, "leaf", "s1-child")
             .await?
             .filter(|r| r.uid != first.uid && r.phase == Phase::Ready as i32))
     })
     .await?;
     assert_ne!(back.uid, first.uid, "a new incarnation");
     assert!(runs(dir, "s1", "resync") >= 1, "the composer ran for a resync");
-    let root = get(&client, "stack", "s1")
+    let root = find(&client, "stack", "s1")
         .await?
         .ok_or_else(|| anyhow::anyhow!("root gone"))?;
     assert_eq!(root.generation, 1, "no generation bump");

@@ -116,6 +116,11 @@ BEGIN
       AND jsonb_array_length(o.conditions) > 0
       AND EXISTS (SELECT 1 FROM resources r WHERE r.id = o.resource_id);
 
+    -- Events the workers reported (successes and failures alike).
+    PERFORM record_worker_events(o.resource_id, o.generation, o.events)
+    FROM unnest(v_rows) o
+    WHERE o.events IS NOT NULL AND EXISTS (SELECT 1 FROM resources r WHERE r.id = o.resource_id);
+
     -- Finished tasks go; a task re-pointed to a newer generation stays.
     DELETE FROM work_queue w
     USING unnest(v_rows) o
@@ -181,6 +186,11 @@ BEGIN
         RETURNING r.id
     )
     SELECT array_agg(id ORDER BY id) INTO v_stripped FROM stripped;
+
+    -- Events the teardowns reported.
+    PERFORM record_worker_events(o.resource_id, o.generation, o.events)
+    FROM unnest(p_rows) o
+    WHERE o.events IS NOT NULL AND EXISTS (SELECT 1 FROM resources r WHERE r.id = o.resource_id);
 
     UPDATE work_queue w
     SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,

@@ -44,6 +44,27 @@ BEGIN
 END
 $function$;
 
+-- Records the events a worker reported with a result, in order: an array
+-- of {category, type, reason, message, detail, actor} the broker checked
+-- (domain::event::ReportedEvent). NULL or an empty array records nothing.
+CREATE OR REPLACE FUNCTION record_worker_events(p_id uuid, p_generation bigint, p_events jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    e jsonb;
+BEGIN
+    IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
+        RETURN;
+    END IF;
+    FOR e IN SELECT value FROM jsonb_array_elements(p_events) LOOP
+        PERFORM record_resource_event(
+            p_id, e->>'category', e->>'type', e->>'reason', COALESCE(e->>'message', ''),
+            NULLIF(e->'detail', 'null'::jsonb), COALESCE(e->>'actor', 'worker'), p_generation, 100);
+    END LOOP;
+END
+$function$;
+
 -- Raises the event horizon of each resource to the newest position among
 -- the given deleted runs.
 CREATE OR REPLACE FUNCTION raise_event_horizons(p_deleted jsonb)

@@ -27,7 +27,7 @@ BEGIN
         SELECT x."workId" AS work_id, x."shardId" AS work_shard, x.lease, x.epoch, x.generation,
                COALESCE(x."manifestVersion", 0) AS manifest_version, x.status, x.conditions, x.healthy,
                COALESCE(x.advance, true) AS advance, x."requeueAfterMs" AS requeue_after_ms,
-               x.error, x.reason, COALESCE(x.terminal, false) AS terminal, x.finalizer
+               x.error, x.reason, COALESCE(x.terminal, false) AS terminal, x.finalizer, x.events
         FROM jsonb_populate_recordset(NULL::task_result, p_results) AS x
     ),
     fenced AS (
@@ -42,7 +42,7 @@ BEGIN
     SELECT f.lease,
            ROW(f.id, f.shard_id, f.resource_id, f.generation, f.status, f.conditions, f.healthy, f.advance,
                f.requeue_after_ms, f.error, f.reason, f.terminal, clock_timestamp(), f.task_type,
-               f.finalizer)::work_outbox
+               f.finalizer, f.events)::work_outbox
     FROM fenced f;
 END
 $function$;
@@ -70,7 +70,7 @@ BEGIN
                 advance = EXCLUDED.advance, requeue_after_ms = EXCLUDED.requeue_after_ms,
                 error_message = EXCLUDED.error_message, error_reason = EXCLUDED.error_reason,
                 terminal = EXCLUDED.terminal, created_at = EXCLUDED.created_at,
-                task_type = EXCLUDED.task_type, finalizer = EXCLUDED.finalizer
+                task_type = EXCLUDED.task_type, finalizer = EXCLUDED.finalizer, events = EXCLUDED.events
             WHERE o.generation <= EXCLUDED.generation
         RETURNING 1
     )

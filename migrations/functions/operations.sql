@@ -135,8 +135,9 @@ $function$;
 -- failure ends it FAILED (code p_code) when terminal or when the kind's
 -- transient attempts are used up (max_transient_attempts; 10 when that is
 -- 0, so a verb is never retried forever), else puts it back to wait out the
--- backoff.
-CREATE OR REPLACE FUNCTION complete_operation(p_lease uuid, p_epoch bigint, p_output jsonb, p_status jsonb, p_conditions jsonb, p_healthy boolean, p_requeue_ms bigint, p_error text, p_reason text, p_terminal boolean, p_code integer)
+-- backoff. The worker's events (p_events, NULL = none) are recorded either
+-- way.
+CREATE OR REPLACE FUNCTION complete_operation(p_lease uuid, p_epoch bigint, p_output jsonb, p_status jsonb, p_conditions jsonb, p_healthy boolean, p_requeue_ms bigint, p_error text, p_reason text, p_terminal boolean, p_code integer, p_events jsonb)
  RETURNS boolean
  LANGUAGE plpgsql
 AS $function$
@@ -150,6 +151,12 @@ BEGIN
     FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    IF p_events IS NOT NULL THEN
+        SELECT r.generation INTO v_generation FROM resources r WHERE r.id = o.resource_id;
+        IF FOUND THEN
+            PERFORM record_worker_events(o.resource_id, v_generation, p_events);
+        END IF;
     END IF;
     IF p_error IS NOT NULL THEN
         SELECT COALESCE(NULLIF(c.max_transient_attempts, 0), 10) INTO v_max

@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use converge_service::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, ValueFlow};
+use converge_service::domain::event::ReportedEvent;
+use converge_service::domain::resource::ConditionInput;
 use converge_service::store::operations::ClaimedOperation;
 use converge_service::store::reactors::ClaimedDelivery;
 use converge_service::store::work::{self, ClaimedTask, TaskResult};
@@ -236,7 +238,13 @@ fn full_result() -> TaskResult {
         generation: 4,
         manifest_version: 5,
         status: Some(json!({"ready": true})),
-        conditions: vec![json!({"type": "Ready", "status": "True", "reason": "Done", "message": ""})],
+        conditions: vec![ConditionInput {
+            type_: "Ready".into(),
+            status: "True",
+            reason: "Done".into(),
+            message: String::new(),
+            liveness_ms: Some(30_000),
+        }],
         healthy: Some(true),
         advance: true,
         requeue_after_ms: Some(1500),
@@ -244,6 +252,14 @@ fn full_result() -> TaskResult {
         reason: Some("Exploded".into()),
         terminal: true,
         finalizer: Some("example.com/cleanup".into()),
+        events: vec![ReportedEvent {
+            category: "worker".into(),
+            type_: "Normal",
+            reason: "BucketCreated".into(),
+            message: "created".into(),
+            detail: Some(json!({"bucket": "b"})),
+            actor: "worker:anonymous".into(),
+        }],
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use converge_service::config::RetentionArgs;
 use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
-use converge_service::domain::resource::{ConditionInput, ConditionStatus, Phase};
+use converge_service::domain::resource::{Condition, ConditionInput, ConditionStatus, Phase};
 use converge_service::domain::shard::ShardRange;
 use converge_service::engine::retention;
 use converge_service::store::events::{self, EventFilter};
@@ -167,6 +167,7 @@ async fn condition_times_follow_status_and_content_changes() -> anyhow::Result<(
         status,
         reason: "Checked".into(),
         message: message.into(),
+        liveness_ms: None,
     };
 
     assert_eq!(
@@ -209,6 +210,7 @@ async fn condition_times_follow_status_and_content_changes() -> anyhow::Result<(
         status: "True",
         reason: "Applied".into(),
         message: "in sync".into(),
+        liveness_ms: None,
     };
     let available = ConditionInput {
         type_: "Available".into(),
@@ -234,6 +236,104 @@ async fn condition_times_follow_status_and_content_changes() -> anyhow::Result<(
         .ok_or_else(|| anyhow::anyhow!("gone"))?;
     assert!(fresh.conditions.is_empty());
     Ok(())
+}
+
+#[tokio::test]
+async fn a_liveness_condition_lapses_to_unknown_and_a_renewal_brings_it_back() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    let mut conn = pool.acquire().await?;
+    let reachable = |liveness_ms: Option<i64>| ConditionInput {
+        type_: "Reachable".into(),
+        status: "True",
+        reason: "Probed".into(),
+        message: "answered".into(),
+        liveness_ms,
+    };
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[reachable(Some(1_000))]).await?,
+        1
+    );
+    let live = reachable_read(&mut conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no condition"))?;
+    assert_eq!((live.status, live.reason.as_str()), (ConditionStatus::True, "Probed"));
+    let first_expiry = live.expires_at.ok_or_else(|| anyhow::anyhow!("no expiry"))?;
+    assert_eq!(reachable_expiry(&mut conn, id).await?, Some(first_expiry));
+
+    // Renewed at once: more than half the window is left, so nothing is
+    // written and nothing visible changed.
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[reachable(Some(1_000))]).await?,
+        0
+    );
+    assert_eq!(reachable_expiry(&mut conn, id).await?, Some(first_expiry));
+
+    // Past half the window the same report extends it, invisibly.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let position = position_of(pool, id).await?;
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[reachable(Some(1_000))]).await?,
+        0
+    );
+    let renewed = reachable_expiry(&mut conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no expiry"))?;
+    assert!(renewed > first_expiry, "the window moved");
+    assert_eq!(position_of(pool, id).await?, position, "a renewal is not a change");
+
+    // Unrenewed past its window: reads say Unknown, and why.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let lapsed = reachable_read(&mut conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no condition"))?;
+    assert_eq!(lapsed.status, ConditionStatus::Unknown);
+    assert_eq!(lapsed.reason, "ReportExpired");
+    assert!(lapsed.message.contains("True (Probed)"), "{}", lapsed.message);
+    assert_eq!(lapsed.last_transition_at, renewed);
+
+    // A new report is visible again (a transition back from Unknown).
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[reachable(Some(1_000))]).await?,
+        1
+    );
+    let back = reachable_read(&mut conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no condition"))?;
+    assert_eq!((back.status, back.reason.as_str()), (ConditionStatus::True, "Probed"));
+    assert!(back.last_transition_at > renewed);
+
+    // Reported without a window it becomes an ordinary condition.
+    assert_eq!(
+        resources::set_conditions(&mut conn, id, 1, &[reachable(None)]).await?,
+        1
+    );
+    assert_eq!(reachable_expiry(&mut conn, id).await?, None);
+    assert_eq!(reachable_read(&mut conn, id).await?.and_then(|c| c.expires_at), None);
+    Ok(())
+}
+
+/// The `Reachable` condition of `id` as a resource read shows it.
+async fn reachable_read(conn: &mut sqlx::PgConnection, id: Uuid) -> anyhow::Result<Option<Condition>> {
+    let resource = resources::get_by_id(conn, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("gone"))?;
+    Ok(resource.conditions.into_iter().find(|c| c.type_ == "Reachable"))
+}
+
+/// The stored expiry of the `Reachable` condition of `id`.
+async fn reachable_expiry(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+) -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let at =
+        sqlx::query_scalar("SELECT expires_at FROM resource_conditions WHERE resource_id = $1 AND type = 'Reachable'")
+            .bind(id)
+            .fetch_one(conn)
+            .await?;
+    Ok(at)
 }
 
 async fn read_condition(

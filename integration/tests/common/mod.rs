@@ -2,9 +2,11 @@
 
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 use converge_proto::v1::{
-    ApplyKindManifestRequest, ApplyResourceRequest, ApplyResourceResponse, Emit, KindManifest, KindPolicy, Reaction,
-    Resource, Trigger,
+    ApplyKindManifestRequest, ApplyResourceRequest, ApplyResourceResponse, Emit, GetResourceRequest, KindManifest,
+    KindPolicy, Phase, Reaction, Resource, Trigger,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::WorkerBuilder;
@@ -71,6 +73,30 @@ pub fn apply(kind: &str, name: &str, spec: Value) -> ApplyResourceRequest {
 /// Applies and returns the response.
 pub async fn apply_ok(client: &Client, request: ApplyResourceRequest) -> anyhow::Result<ApplyResourceResponse> {
     Ok(client.resources().apply_resource(request).await?.into_inner())
+}
+
+/// The resource `kind`/`name`, or `None` if it does not exist.
+pub async fn find(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<Resource>> {
+    match client
+        .resources()
+        .get_resource(GetResourceRequest {
+            kind: kind.into(),
+            name: name.into(),
+        })
+        .await
+    {
+        Ok(answer) => Ok(answer.into_inner().resource),
+        Err(status) if status.code() == Code::NotFound => Ok(None),
+        Err(status) => Err(status.into()),
+    }
+}
+
+/// Waits up to 30 s for `kind`/`name` to reach `phase`.
+pub async fn wait_phase(client: &Client, kind: &str, name: &str, phase: Phase) -> anyhow::Result<Resource> {
+    converge_integration::eventually(Duration::from_secs(30), || async {
+        Ok(find(client, kind, name).await?.filter(|r| r.phase == phase as i32))
+    })
+    .await
 }
 
 /// The resource of an apply response.

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use super::outcome::{HandlerError, Outcome};
 use super::request::ReactionRequest;
 use super::types::{
-    ChildSpec, ComposeInput, Condition, ConditionStatus, DeleteInput, DepEdge, KindVersion, OperateInput, Operation,
-    ProviderConfig, ProviderConfigSpec, ReactInput, Resource, ResourceRef, RollupInput, Stage, StageInput, Transition,
-    Trigger, ValueFlow, WorkInput,
+    ChildSpec, ComposeInput, Condition, ConditionStatus, DeleteInput, DepEdge, Event, EventType, KindVersion,
+    OperateInput, Operation, ProviderConfig, ProviderConfigSpec, ReactInput, Resource, ResourceRef, RollupInput, Stage,
+    StageInput, Transition, Trigger, ValueFlow, WorkInput,
 };
 
 /// A domain value that cannot be expressed on the wire.
@@ -383,6 +383,14 @@ impl Fence {
             Ok(complete) => complete,
             Err(error) => {
                 let mut complete = self.blank_complete();
+                // A detail that is not an object cannot travel; the event
+                // still does (the failure matters more than its detail).
+                complete.events = error
+                    .events()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| event_to_proto(e.clone(), i).unwrap_or_else(|_| event_without_detail(e.clone())))
+                    .collect();
                 complete.error = Some(pb::TaskError {
                     message: if error.message().is_empty() {
                         "handler failed without a message".to_owned()
@@ -411,8 +419,16 @@ impl Fence {
                 status: condition_status_to_proto(c.status),
                 reason: c.reason,
                 message: c.message,
+                liveness: c.liveness.map(duration_to_proto),
             })
             .collect();
+        complete.events = outcome
+            .events
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| event_to_proto(e, i))
+            .collect::<Result<_, _>>()
+            .map_err(invalid)?;
         // A compose result replaces the previous composition, so a composer
         // always sends one (empty = prune all); other stages only if set.
         let is_compose = self.stage == pb::Stage::Compose as i32;
@@ -449,6 +465,30 @@ pub fn condition_from_proto(c: pb::Condition) -> Condition {
         status: condition_status_from_proto(c.status),
         reason: c.reason,
         message: c.message,
+        liveness: c.liveness.as_ref().map(duration_from_proto).filter(|d| !d.is_zero()),
+    }
+}
+
+/// The protobuf form of the `index`th reported event.
+fn event_to_proto(mut event: Event, index: usize) -> Result<pb::WorkerEvent, NotAnObject> {
+    let detail = optional_object(event.detail.take(), &format!("events[{index}].detail"))?;
+    Ok(pb::WorkerEvent {
+        detail,
+        ..event_without_detail(event)
+    })
+}
+
+/// The protobuf form of an event, leaving its detail out.
+fn event_without_detail(event: Event) -> pb::WorkerEvent {
+    pb::WorkerEvent {
+        category: event.category,
+        r#type: match event.event_type {
+            EventType::Normal => pb::EventType::Normal,
+            EventType::Warning => pb::EventType::Warning,
+        } as i32,
+        reason: event.reason,
+        message: event.message,
+        detail: None,
     }
 }
 
@@ -519,6 +559,54 @@ mod tests {
         assert!(fence.complete(Ok(Outcome::new())).compose_result.is_some());
         fence.stage = pb::Stage::Work as i32;
         assert!(fence.complete(Ok(Outcome::new())).compose_result.is_none());
+    }
+
+    #[test]
+    fn events_and_liveness_travel_with_successes_and_failures() {
+        let fence = Fence {
+            lease_token: "l".into(),
+            claim_epoch: 1,
+            stage: pb::Stage::Work as i32,
+            generation: 2,
+            manifest_version: 3,
+        };
+        let outcome = Outcome::new()
+            .with_condition(
+                Condition::new("Reachable", ConditionStatus::True).with_liveness(Duration::from_millis(2500)),
+            )
+            .with_event(
+                Event::warning("ProbeSlow", "slow")
+                    .with_category("probe")
+                    .with_detail(json!({"ms": 900})),
+            );
+        let complete = fence.complete(Ok(outcome));
+        assert_eq!(
+            complete.conditions[0].liveness,
+            Some(prost_types::Duration {
+                seconds: 2,
+                nanos: 500_000_000
+            })
+        );
+        assert_eq!(
+            condition_from_proto(complete.conditions[0].clone()).liveness,
+            Some(Duration::from_millis(2500))
+        );
+        let event = &complete.events[0];
+        assert_eq!(
+            (event.category.as_str(), event.r#type, event.reason.as_str()),
+            ("probe", pb::EventType::Warning as i32, "ProbeSlow")
+        );
+        assert!(event.detail.is_some());
+
+        // A detail that is not an object: refused with a success, dropped
+        // (event kept) with a failure.
+        let bad = Event::normal("Tried", "once").with_detail(json!([1]));
+        let refused = fence.complete(Ok(Outcome::new().with_event(bad.clone())));
+        assert!(refused.error.is_some_and(|e| e.message.contains("events[0].detail")));
+        let failed = fence.complete(Err(HandlerError::transient("down").with_event(bad)));
+        assert_eq!(failed.events.len(), 1);
+        assert_eq!(failed.events[0].reason, "Tried");
+        assert!(failed.events[0].detail.is_none());
     }
 
     #[test]

@@ -83,9 +83,9 @@ pub use provider::Provider;
 pub use request::{ReactionRequest, merge_json};
 pub use runtime::{Worker, WorkerError, WorkerHandle, WorkerStats};
 pub use types::{
-    ChildSpec, ComposeInput, Condition, ConditionStatus, DeleteInput, DepEdge, KindVersion, OperateInput, Operation,
-    ParseKindVersionError, ProviderConfig, ProviderConfigSpec, ReactInput, Resource, ResourceRef, RollupInput, Stage,
-    StageInput, Transition, Trigger, ValueFlow, WorkInput,
+    ChildSpec, ComposeInput, Condition, ConditionStatus, DeleteInput, DepEdge, Event, EventType, KindVersion,
+    OperateInput, Operation, ParseKindVersionError, ProviderConfig, ProviderConfigSpec, ReactInput, Resource,
+    ResourceRef, RollupInput, Stage, StageInput, Transition, Trigger, ValueFlow, WorkInput,
 };
 
 /// Re-exported so providers can implement [`Provider`] without depending on

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::types::{ChildSpec, Condition, DepEdge, ProviderConfigSpec};
+use super::types::{ChildSpec, Condition, DepEdge, Event, ProviderConfigSpec};
 
 /// The result of a successful handler run. Only the parts the reaction's
 /// manifest entry declares in `emits` are applied by the broker.
@@ -30,6 +30,9 @@ pub struct Outcome {
     /// "Not done yet": apply the parts but run the task again after this
     /// delay. Not a failure.
     pub requeue_after: Option<Duration>,
+    /// Events to record on the resource's timelines (at most 16; recorded
+    /// whatever the reaction emits).
+    pub events: Vec<Event>,
 }
 
 impl Outcome {
@@ -85,6 +88,12 @@ impl Outcome {
         self.requeue_after = Some(delay);
         self
     }
+
+    /// Adds an event.
+    pub fn with_event(mut self, event: Event) -> Self {
+        self.events.push(event);
+        self
+    }
 }
 
 /// The reason of a failure caused by the task deadline. The runtime gives
@@ -99,11 +108,12 @@ pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
 /// transient error, so `?` works in handlers. (This type deliberately does
 /// not implement `std::error::Error` itself, which is what makes that blanket
 /// conversion possible.)
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq)]
 pub struct HandlerError {
     message: String,
     terminal: bool,
     reason: String,
+    events: Vec<Event>,
 }
 
 impl HandlerError {
@@ -113,6 +123,7 @@ impl HandlerError {
             message: message.into(),
             terminal: false,
             reason: String::new(),
+            events: Vec::new(),
         }
     }
 
@@ -122,6 +133,7 @@ impl HandlerError {
             message: message.into(),
             terminal: true,
             reason: String::new(),
+            events: Vec::new(),
         }
     }
 
@@ -142,6 +154,18 @@ impl HandlerError {
     pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = reason.into();
         self
+    }
+
+    /// Adds an event describing what the handler did before it failed
+    /// (recorded with the failure).
+    pub fn with_event(mut self, event: Event) -> Self {
+        self.events.push(event);
+        self
+    }
+
+    /// The events reported with the failure.
+    pub fn events(&self) -> &[Event] {
+        &self.events
     }
 
     /// Human-readable description.
@@ -166,6 +190,7 @@ impl fmt::Debug for HandlerError {
             .field("message", &self.message)
             .field("terminal", &self.terminal)
             .field("reason", &self.reason)
+            .field("events", &self.events)
             .finish()
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -160,6 +161,17 @@ pub struct Condition {
     /// Human-readable explanation; may be empty.
     #[serde(default)]
     pub message: String,
+    /// Makes it a liveness condition: the report holds this long (1 s to
+    /// 24 h) unless reported again, then reads as Unknown with reason
+    /// `ReportExpired`. `None` = an ordinary condition. In JSON:
+    /// `liveness_secs`, a number of seconds.
+    #[serde(
+        default,
+        rename = "liveness_secs",
+        with = "optional_secs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub liveness: Option<Duration>,
 }
 
 impl Condition {
@@ -170,7 +182,14 @@ impl Condition {
             status,
             reason: String::new(),
             message: String::new(),
+            liveness: None,
         }
+    }
+
+    /// Makes it a liveness condition held for `window` after each report.
+    pub fn with_liveness(mut self, window: Duration) -> Self {
+        self.liveness = Some(window);
+        self
     }
 
     /// Sets the reason.
@@ -428,6 +447,98 @@ pub(crate) mod base64_bytes {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(deserializer)?;
         STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Severity of a reported [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum EventType {
+    /// Routine, expected progress.
+    #[default]
+    #[serde(alias = "normal", alias = "NORMAL")]
+    Normal,
+    /// Something needing attention.
+    #[serde(alias = "warning", alias = "WARNING")]
+    Warning,
+}
+
+/// An observation recorded on the resource's event timeline, next to the
+/// server's own events. Consecutive events of one category with the same
+/// type and reason aggregate into one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// Timeline: lower case letters, digits and `-`, starting with a letter;
+    /// empty = `worker`. `lifecycle`, `reconcile`, `operation` and `reactor`
+    /// are the server's own and refused.
+    #[serde(default)]
+    pub category: String,
+    /// Severity.
+    #[serde(rename = "type", default)]
+    pub event_type: EventType,
+    /// UpperCamelCase cause, at most 128 characters. Required.
+    pub reason: String,
+    /// Human-readable message (cut at 1024 characters by the server).
+    #[serde(default)]
+    pub message: String,
+    /// Structured detail, a JSON object of at most 8 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+impl Event {
+    /// A routine event in the `worker` timeline.
+    pub fn normal(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            category: String::new(),
+            event_type: EventType::Normal,
+            reason: reason.into(),
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// An event needing attention in the `worker` timeline.
+    pub fn warning(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            event_type: EventType::Warning,
+            ..Self::normal(reason, message)
+        }
+    }
+
+    /// Puts the event on another timeline.
+    pub fn with_category(mut self, category: impl Into<String>) -> Self {
+        self.category = category.into();
+        self
+    }
+
+    /// Attaches structured detail (a JSON object).
+    pub fn with_detail(mut self, detail: Value) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+}
+
+/// Serde for an optional duration as a number of seconds.
+mod optional_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => serializer.serialize_f64(d.as_secs_f64()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<f64>::deserialize(deserializer)? {
+            None => Ok(None),
+            Some(secs) => Duration::try_from_secs_f64(secs)
+                .map(Some)
+                .map_err(|_| serde::de::Error::custom(format!("{secs} is not a non-negative number of seconds"))),
+        }
     }
 }
 

@@ -28,6 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
+use crate::api::caller;
 use crate::catalog::KindCatalog;
 use crate::cluster::LoadSource;
 use crate::contract::ResponseStream;
@@ -250,6 +251,7 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<Streaming<wpb::WorkStreamRequest>>,
     ) -> Result<Response<Self::WorkStreamStream>, Status> {
+        let actor = format!("worker:{}", caller::identity(&request));
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
         let Some(wpb::WorkStreamRequest {
@@ -270,7 +272,7 @@ impl WorkerService for WorkerApi {
             .iter()
             .map(|k| (k.kind.clone(), k.kind_version.max(1)))
             .collect();
-        let session = Session::new(self.broker.clone(), kinds, max, out);
+        let session = Session::new(self.broker.clone(), kinds, max, actor, out);
         let resumed: Vec<(Uuid, i64)> = subscribe
             .resumed
             .iter()

@@ -11,8 +11,14 @@ use converge_proto::json;
 
 use crate::contract::convert::{json_to_struct, timestamp};
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, Stage, ValueFlow};
+use crate::domain::event::{
+    EventType, MAX_DETAIL_BYTES, MAX_MESSAGE_CHARS, MAX_REPORTED_EVENTS, ReportedEvent, WORKER_CATEGORY,
+    category_problem, reason_problem,
+};
+use crate::domain::names::first_chars;
 use crate::domain::provider_config::ProviderConfig;
 use crate::domain::reactor::Transition;
+use crate::domain::resource::{ConditionInput, ConditionStatus, MAX_LIVENESS_MS, MIN_LIVENESS_MS};
 use crate::domain::violation::Violation;
 use crate::store::operations::ClaimedOperation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
@@ -430,19 +436,112 @@ pub fn composition(result: wpb::ComposeResult) -> Composition {
     }
 }
 
-/// Conditions in the database's JSON shape.
-pub fn conditions(conditions: &[wpb::Condition]) -> Vec<Value> {
-    conditions
+/// The reported conditions as the store takes them, or what is wrong with
+/// them (a liveness window out of range).
+pub fn conditions(conditions: &[wpb::Condition]) -> Result<Vec<ConditionInput>, Vec<Violation>> {
+    let mut problems = Vec::new();
+    let checked = conditions
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let status = match wpb::ConditionStatus::try_from(c.status) {
-                Ok(wpb::ConditionStatus::True) => "True",
-                Ok(wpb::ConditionStatus::False) => "False",
-                _ => "Unknown",
+                Ok(wpb::ConditionStatus::True) => ConditionStatus::True,
+                Ok(wpb::ConditionStatus::False) => ConditionStatus::False,
+                _ => ConditionStatus::Unknown,
             };
-            json!({"type": text(&c.r#type), "status": status, "reason": text(&c.reason), "message": text(&c.message)})
+            let liveness_ms = c.liveness.as_ref().map(duration_ms).filter(|ms| *ms != 0);
+            if let Some(ms) = liveness_ms
+                && !(MIN_LIVENESS_MS..=MAX_LIVENESS_MS).contains(&ms)
+            {
+                problems.push(Violation::new(
+                    format!("/conditions/{i}/liveness"),
+                    format!("must be between 1 s and 24 h, not {ms} ms"),
+                ));
+            }
+            ConditionInput {
+                type_: text(&c.r#type),
+                status: status.as_db(),
+                reason: text(&c.reason),
+                message: text(&c.message),
+                liveness_ms,
+            }
         })
-        .collect()
+        .collect();
+    if problems.is_empty() {
+        Ok(checked)
+    } else {
+        Err(problems)
+    }
+}
+
+/// A protobuf duration in whole milliseconds, saturating; a negative one
+/// reads as negative.
+fn duration_ms(d: &prost_types::Duration) -> i64 {
+    d.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(d.nanos / 1_000_000))
+}
+
+/// The reported events as the store records them, attributed to `actor`,
+/// or every problem with them (then none is recorded).
+pub fn events(events: &[wpb::WorkerEvent], actor: &str) -> Result<Vec<ReportedEvent>, Vec<Violation>> {
+    if events.len() > MAX_REPORTED_EVENTS {
+        return Err(vec![Violation::new(
+            "/events",
+            format!("at most {MAX_REPORTED_EVENTS} events per outcome, not {}", events.len()),
+        )]);
+    }
+    let mut problems = Vec::new();
+    let mut checked = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        if let Some(problem) = category_problem(&e.category) {
+            problems.push(Violation::new(format!("/events/{i}/category"), problem));
+        }
+        if let Some(problem) = reason_problem(&e.reason) {
+            problems.push(Violation::new(format!("/events/{i}/reason"), problem));
+        }
+        let detail = match e.detail.clone().map(json::storable_struct_to_json) {
+            None => None,
+            Some(Err(err)) => {
+                problems.push(Violation::new(
+                    format!("/events/{i}/detail{}", err.pointer()),
+                    err.description(),
+                ));
+                None
+            }
+            Some(Ok(detail)) => {
+                let bytes = detail.to_string().len();
+                if bytes > MAX_DETAIL_BYTES {
+                    problems.push(Violation::new(
+                        format!("/events/{i}/detail"),
+                        format!("at most {MAX_DETAIL_BYTES} bytes as JSON, not {bytes}"),
+                    ));
+                }
+                Some(detail)
+            }
+        };
+        let type_ = match wpb::EventType::try_from(e.r#type) {
+            Ok(wpb::EventType::Warning) => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        checked.push(ReportedEvent {
+            category: if e.category.is_empty() {
+                WORKER_CATEGORY.to_owned()
+            } else {
+                e.category.clone()
+            },
+            type_: type_.as_db(),
+            reason: e.reason.clone(),
+            message: text(first_chars(&e.message, MAX_MESSAGE_CHARS)),
+            detail,
+            actor: actor.to_owned(),
+        });
+    }
+    if problems.is_empty() {
+        Ok(checked)
+    } else {
+        Err(problems)
+    }
 }
 
 /// Health as reported: explicit, else from a Ready condition, else unknown.
@@ -471,15 +570,7 @@ pub fn stage_of(complete: &wpb::StageComplete) -> Option<Stage> {
 
 /// The requeue delay in milliseconds, if one was asked for.
 pub fn requeue_after_ms(complete: &wpb::StageComplete) -> Option<i64> {
-    complete
-        .requeue_after
-        .as_ref()
-        .map(|d| {
-            d.seconds
-                .saturating_mul(1000)
-                .saturating_add(i64::from(d.nanos / 1_000_000))
-        })
-        .filter(|ms| *ms > 0)
+    complete.requeue_after.as_ref().map(duration_ms).filter(|ms| *ms > 0)
 }
 
 /// A worker's diagnostic text as it can be stored: PostgreSQL text and JSON
@@ -490,5 +581,69 @@ pub fn text(s: &str) -> String {
         s.replace('\0', "\u{FFFD}")
     } else {
         s.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(category: &str, reason: &str) -> wpb::WorkerEvent {
+        wpb::WorkerEvent {
+            category: category.to_owned(),
+            r#type: wpb::EventType::Warning as i32,
+            reason: reason.to_owned(),
+            message: "m".repeat(MAX_MESSAGE_CHARS + 5),
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn reported_events_get_the_worker_timeline_the_actor_and_a_cut_message() {
+        let events = events(&[event("", "BucketCreated")], "worker:anonymous").expect("valid");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].category, WORKER_CATEGORY);
+        assert_eq!(events[0].type_, "Warning");
+        assert_eq!(events[0].actor, "worker:anonymous");
+        assert_eq!(events[0].message.chars().count(), MAX_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn bad_events_are_refused_field_by_field() {
+        let mut big = event("probe", "Probed");
+        big.detail = Some(json::json_to_struct(&json!({"blob": "x".repeat(MAX_DETAIL_BYTES)})).expect("object"));
+        let problems = events(
+            &[event("lifecycle", "Created"), event("Bad_Cat", "lower"), big],
+            "worker",
+        )
+        .expect_err("invalid");
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "/events/0/category",
+                "/events/1/category",
+                "/events/1/reason",
+                "/events/2/detail"
+            ]
+        );
+        let too_many = vec![event("", "Probed"); MAX_REPORTED_EVENTS + 1];
+        assert_eq!(events(&too_many, "worker").expect_err("too many")[0].field, "/events");
+    }
+
+    #[test]
+    fn a_liveness_window_is_kept_in_milliseconds_and_bounded() {
+        let condition = |seconds: i64, nanos: i32| wpb::Condition {
+            r#type: "Reachable".to_owned(),
+            status: wpb::ConditionStatus::True as i32,
+            liveness: Some(prost_types::Duration { seconds, nanos }),
+            ..wpb::Condition::default()
+        };
+        let kept = conditions(&[condition(30, 500_000_000), condition(0, 0)]).expect("valid");
+        assert_eq!(kept[0].liveness_ms, Some(30_500));
+        assert_eq!(kept[1].liveness_ms, None, "zero = an ordinary condition");
+        let refused = conditions(&[condition(0, 999_000_000), condition(86_401, 0)]).expect_err("out of range");
+        let fields: Vec<&str> = refused.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["/conditions/0/liveness", "/conditions/1/liveness"]);
     }
 }

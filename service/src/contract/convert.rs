@@ -121,6 +121,7 @@ fn condition_to_proto(condition: Condition) -> pb::Condition {
         observed_generation: condition.observed_generation,
         last_transition_time: Some(timestamp(condition.last_transition_at)),
         update_time: Some(timestamp(condition.updated_at)),
+        expire_time: condition.expires_at.map(timestamp),
     }
 }
 

@@ -177,10 +177,7 @@ fn condition<'a>(resource: &'a pb::Resource, condition_type: &str) -> Option<&'a
 
 /// Shortens `line` to at most `width` characters.
 pub fn fit(line: &str, width: usize) -> &str {
-    match line.char_indices().nth(width) {
-        Some((end, _)) => &line[..end],
-        None => line,
-    }
+    converge_service::domain::names::first_chars(line, width)
 }
 
 #[cfg(test)]

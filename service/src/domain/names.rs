@@ -127,6 +127,14 @@ fn is_lower_alnum(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit()
 }
 
+/// The first `max` characters of `text` (all of it when shorter).
+pub fn first_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => text.get(..end).unwrap_or(text),
+        None => text,
+    }
+}
+
 /// Quotes a user-supplied value for a description: escapes control characters and quotes (via `Debug`) and
 /// truncates long values so an error cannot echo back megabytes of input.
 pub(crate) fn quote(value: &str) -> String {

@@ -193,6 +193,7 @@ impl Resource {
             observed_generation: self.synced_gen,
             last_transition_at: self.updated_at,
             updated_at: self.updated_at,
+            expires_at: None,
         }
     }
 
@@ -304,6 +305,50 @@ pub struct Condition {
     pub last_transition_at: DateTime<Utc>,
     /// When status, reason or message last changed.
     pub updated_at: DateTime<Utc>,
+    /// A liveness condition's lapse time: past it, the report no longer
+    /// holds. `None` = an ordinary condition.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Shortest liveness window of a reported condition, in milliseconds.
+pub const MIN_LIVENESS_MS: i64 = 1_000;
+
+/// Longest liveness window of a reported condition, in milliseconds.
+pub const MAX_LIVENESS_MS: i64 = 24 * 3600 * 1_000;
+
+/// Reason a liveness condition reads with once its report has lapsed.
+pub const REPORT_EXPIRED_REASON: &str = "ReportExpired";
+
+impl Condition {
+    /// The condition as read once its liveness window has passed without a
+    /// new report: Unknown, since whoever reported it has not confirmed it
+    /// (it may be gone, partitioned or just slow, which no reader can tell
+    /// apart). The last report's status and reason move into the message.
+    pub fn lapsed(self) -> Condition {
+        let Some(expires_at) = self.expires_at else {
+            return self;
+        };
+        let was = if self.reason.is_empty() {
+            self.status.as_db().to_owned()
+        } else {
+            format!("{} ({})", self.status.as_db(), self.reason)
+        };
+        Condition {
+            status: ConditionStatus::Unknown,
+            reason: REPORT_EXPIRED_REASON.to_owned(),
+            message: format!(
+                "not reported again within its liveness window; the last report, {was}, lapsed at {}",
+                expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            last_transition_at: if self.status == ConditionStatus::Unknown {
+                self.last_transition_at
+            } else {
+                expires_at
+            },
+            updated_at: expires_at.max(self.updated_at),
+            ..self
+        }
+    }
 }
 
 /// A condition as a writer supplies it (times are stamped by the store).
@@ -318,6 +363,10 @@ pub struct ConditionInput {
     pub reason: String,
     /// Human-readable explanation.
     pub message: String,
+    /// Liveness window in milliseconds ([`MIN_LIVENESS_MS`] to
+    /// [`MAX_LIVENESS_MS`]); `None` = an ordinary condition.
+    #[serde(rename = "livenessMs", skip_serializing_if = "Option::is_none")]
+    pub liveness_ms: Option<i64>,
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{StoreResult, small_version};
+use crate::domain::event::ReportedEvent;
 use crate::domain::operation::{Operation, OperationError, OperationState};
+use crate::domain::resource::ConditionInput;
 
 /// The columns of an operation as [`OperationRow`] reads them (`o` is the
 /// operation, `r` its resource).
@@ -217,7 +219,7 @@ pub struct OperationOutcome<'a> {
     /// The resource's new status (None = unchanged).
     pub status: Option<&'a Value>,
     /// Conditions to record on the resource.
-    pub conditions: &'a [Value],
+    pub conditions: &'a [ConditionInput],
     /// The resource's explicit health, if reported.
     pub healthy: Option<bool>,
     /// "Not done yet": dispatch again after this many milliseconds.
@@ -230,13 +232,16 @@ pub struct OperationOutcome<'a> {
     pub terminal: bool,
     /// The `google.rpc.Code` of the failure if it ends the operation.
     pub code: i32,
+    /// Events the worker reported (recorded whatever the outcome).
+    pub events: &'a [ReportedEvent],
 }
 
 /// Applies a dispatch's outcome through its fence; false when the fence
 /// dropped it (the lease was reclaimed, or the resource is gone).
 pub async fn complete(pool: &PgPool, outcome: &OperationOutcome<'_>) -> StoreResult<bool> {
     let conditions = (!outcome.conditions.is_empty()).then_some(Json(outcome.conditions));
-    sqlx::query_scalar("SELECT complete_operation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+    let events = (!outcome.events.is_empty()).then_some(Json(outcome.events));
+    sqlx::query_scalar("SELECT complete_operation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
         .bind(outcome.lease)
         .bind(outcome.epoch)
         .bind(outcome.output.map(Json))
@@ -248,6 +253,7 @@ pub async fn complete(pool: &PgPool, outcome: &OperationOutcome<'_>) -> StoreRes
         .bind(outcome.reason)
         .bind(outcome.terminal)
         .bind(outcome.code)
+        .bind(events)
         .fetch_one(pool)
         .await
         .map_err(Into::into)

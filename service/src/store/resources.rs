@@ -47,7 +47,8 @@ macro_rules! conditions {
         "(SELECT jsonb_agg(jsonb_build_object( \
              'type', c.type, 'status', c.status, 'reason', c.reason, 'message', c.message, \
              'observed_generation', c.observed_generation, 'last_transition_at', c.last_transition_at, \
-             'updated_at', c.updated_at) ORDER BY c.type) \
+             'updated_at', c.updated_at, 'expires_at', c.expires_at, \
+             'lapsed', c.expires_at <= statement_timestamp()) ORDER BY c.type) \
           FROM resource_conditions c WHERE c.resource_id = r.id) AS conditions"
     };
 }
@@ -103,11 +104,16 @@ struct ConditionRecord {
     observed_generation: i64,
     last_transition_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
+    /// Whether a liveness condition's window has passed, by the database's
+    /// clock (the one that stamped `expires_at`), not this process's.
+    lapsed: Option<bool>,
 }
 
 impl ConditionRecord {
     fn into_condition(self) -> Condition {
-        Condition {
+        let lapsed = self.lapsed == Some(true);
+        let condition = Condition {
             type_: self.type_,
             // The column has a CHECK constraint on the three spellings.
             status: ConditionStatus::from_db(&self.status).unwrap_or(ConditionStatus::Unknown),
@@ -116,7 +122,9 @@ impl ConditionRecord {
             observed_generation: self.observed_generation,
             last_transition_at: self.last_transition_at,
             updated_at: self.updated_at,
-        }
+            expires_at: self.expires_at,
+        };
+        if lapsed { condition.lapsed() } else { condition }
     }
 }
 

@@ -10,6 +10,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::StoreResult;
+use crate::domain::event::ReportedEvent;
+use crate::domain::resource::ConditionInput;
 use crate::domain::shard::ShardRange;
 
 /// Queues reconcile tasks for the given resources where they are eligible;
@@ -232,9 +234,9 @@ pub struct TaskResult {
     /// New status document (`None` = unchanged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Value>,
-    /// Conditions ([{type, status, reason, message}]).
+    /// Conditions to record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Value>,
+    pub conditions: Vec<ConditionInput>,
     /// Reported health (`None` = unchanged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub healthy: Option<bool>,
@@ -255,6 +257,9 @@ pub struct TaskResult {
     /// The finalizer a successful teardown clears (teardown tasks only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finalizer: Option<String>,
+    /// Events the worker reported (recorded with successes and failures).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<ReportedEvent>,
 }
 
 /// Writes results to the outbox where their fences still match; returns the

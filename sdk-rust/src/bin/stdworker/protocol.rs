@@ -6,7 +6,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use converge_sdk::worker::{
-    ChildSpec, Condition, DepEdge, HandlerError, Outcome, ProviderConfigSpec, ReactionRequest, Resource, Stage,
+    ChildSpec, Condition, DepEdge, Event, HandlerError, Outcome, ProviderConfigSpec, ReactionRequest, Resource, Stage,
     StageInput, Trigger,
 };
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,8 @@ struct ProgramOutput {
     operation_output: Option<Map<String, Value>>,
     #[serde(default)]
     error: Option<ProgramError>,
+    #[serde(default)]
+    events: Vec<Event>,
 }
 
 /// A failure reported by the program itself (with exit status 0).
@@ -109,6 +111,7 @@ pub fn parse_output(stdout: &[u8]) -> Result<Outcome, HandlerError> {
         } else {
             HandlerError::transient(message)
         };
+        let failure = output.events.into_iter().fold(failure, HandlerError::with_event);
         return Err(failure.with_reason(error.reason));
     }
     if let Some(index) = output.children.iter().position(|c| !c.spec.is_object()) {
@@ -137,6 +140,7 @@ pub fn parse_output(stdout: &[u8]) -> Result<Outcome, HandlerError> {
         operation_output: output.operation_output.map(Value::Object),
         healthy: output.healthy,
         requeue_after,
+        events: output.events,
     })
 }
 
@@ -165,6 +169,24 @@ mod tests {
         assert_eq!(outcome.children[0].name, "a");
         assert_eq!(outcome.edges[0].value_flows[0].source_field, "/y");
         assert_eq!(outcome.healthy, Some(true));
+    }
+
+    #[test]
+    fn events_and_liveness_parse_and_events_come_with_errors_too() {
+        let out = json!({
+            "conditions": [{"type": "Reachable", "status": "True", "liveness_secs": 1.5}],
+            "events": [{"category": "probe", "type": "Warning", "reason": "ProbeSlow", "message": "slow",
+                        "detail": {"ms": 900}}]
+        });
+        let outcome = parse_output(out.to_string().as_bytes()).unwrap();
+        assert_eq!(outcome.conditions[0].liveness, Some(Duration::from_millis(1500)));
+        assert_eq!(outcome.events[0].event_type, converge_sdk::worker::EventType::Warning);
+        assert_eq!(outcome.events[0].detail, Some(json!({"ms": 900})));
+        let failed = json!({"events": [{"reason": "Attempted"}], "error": {"message": "no"}});
+        let error = parse_output(failed.to_string().as_bytes()).unwrap_err();
+        assert_eq!(error.events()[0].reason, "Attempted");
+        assert!(parse_output(br#"{"events": [{"reason": "A", "colour": "red"}]}"#).is_err());
+        assert!(parse_output(br#"{"conditions": [{"type": "A", "status": "True", "liveness_secs": -1}]}"#).is_err());
     }
 
     #[test]

@@ -26,6 +26,8 @@ use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
+use crate::domain::event::ReportedEvent;
+use crate::domain::resource::ConditionInput;
 use crate::domain::violation::Violation;
 use crate::store::leases::{self, Leased};
 use crate::store::operations as operation_store;
@@ -74,9 +76,11 @@ struct InFlight {
     /// The stage dispatched; `None` for a lease adopted after a reconnect
     /// (the completion says which stage it finished).
     stage: Option<Stage>,
-    /// Status and conditions produced by earlier stages of this reconcile.
+    /// Status, conditions and events produced by earlier stages of this
+    /// reconcile.
     status: Option<Value>,
-    conditions: Vec<Value>,
+    conditions: Vec<ConditionInput>,
+    events: Vec<ReportedEvent>,
 }
 
 /// The broker side of one worker stream.
@@ -103,6 +107,8 @@ pub(super) struct Session {
     results: Vec<TaskResult>,
     /// How many tasks this stream last counted into the broker's gauge.
     counted: i64,
+    /// Who the worker is, as its events record it ("worker:<identity>").
+    actor: String,
     out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
 }
 
@@ -111,6 +117,7 @@ impl Session {
         broker: Arc<Broker>,
         kinds: BTreeSet<(String, i32)>,
         max: usize,
+        actor: String,
         out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
     ) -> Self {
         Self {
@@ -126,6 +133,7 @@ impl Session {
             operations_due: tokio::time::Instant::now(),
             results: Vec::new(),
             counted: 0,
+            actor,
             out,
         }
     }
@@ -305,6 +313,7 @@ impl Session {
                     stage: None,
                     status: None,
                     conditions: Vec::new(),
+                    events: Vec::new(),
                 },
             );
         }
@@ -478,6 +487,7 @@ impl Session {
                             stage: None,
                             status: None,
                             conditions: Vec::new(),
+                            events: Vec::new(),
                         })
                     });
                     continue;
@@ -496,6 +506,7 @@ impl Session {
                     stage: first,
                     status: None,
                     conditions: Vec::new(),
+                    events: Vec::new(),
                 };
                 match first {
                     // A child may have started progressing again since the
@@ -534,6 +545,7 @@ impl Session {
             stage: Some(Stage::Delete),
             status: None,
             conditions: Vec::new(),
+            events: Vec::new(),
         };
         if plan.teardown(&finalizer).is_none() {
             self.finish(&flight, None, true);
@@ -681,6 +693,13 @@ impl Session {
             return stale(self);
         };
         let stage = flight.stage.or_else(|| wire::stage_of(&complete));
+        match wire::events(&complete.events, &self.actor) {
+            Ok(events) => flight.events.extend(events),
+            Err(problems) => {
+                self.fail(&flight, "EventInvalid", "the events", &problems);
+                return Ok(());
+            }
+        }
         if let Some(error) = &complete.error {
             self.results.push(TaskResult {
                 error: Some(if error.message.is_empty() {
@@ -704,7 +723,13 @@ impl Session {
                 }
             }
         }
-        flight.conditions.extend(wire::conditions(&complete.conditions));
+        match wire::conditions(&complete.conditions) {
+            Ok(conditions) => flight.conditions.extend(conditions),
+            Err(problems) => {
+                self.fail(&flight, "ConditionInvalid", "the conditions", &problems);
+                return Ok(());
+            }
+        }
         let healthy = wire::health(&complete);
         if let Some(ms) = wire::requeue_after_ms(&complete) {
             self.results.push(TaskResult {
@@ -846,18 +871,8 @@ impl Session {
 
     /// Records a terminal failure of the task's generation.
     fn fail(&mut self, flight: &InFlight, reason: &str, what: &str, problems: &[Violation]) {
-        let listed: Vec<String> = problems
-            .iter()
-            .take(10)
-            .map(|p| format!("{}: {}", p.field, p.description))
-            .collect();
-        let more = problems.len().saturating_sub(listed.len());
-        let mut message = format!("{what} was refused: {}", listed.join("; "));
-        if more > 0 {
-            message.push_str(&format!(" (and {more} more)"));
-        }
         self.results.push(TaskResult {
-            error: Some(message),
+            error: Some(refused(what, problems)),
             reason: Some(reason.to_owned()),
             terminal: true,
             ..result_of(flight)
@@ -933,6 +948,22 @@ impl Session {
     }
 }
 
+/// The failure message of an outcome part refused for `problems`: the
+/// first ten, then how many more.
+fn refused(what: &str, problems: &[Violation]) -> String {
+    let listed: Vec<String> = problems
+        .iter()
+        .take(10)
+        .map(|p| format!("{}: {}", p.field, p.description))
+        .collect();
+    let more = problems.len().saturating_sub(listed.len());
+    let mut message = format!("{what} was refused: {}", listed.join("; "));
+    if more > 0 {
+        message.push_str(&format!(" (and {more} more)"));
+    }
+    message
+}
+
 /// A result of the task with what its stages produced so far.
 fn result_of(flight: &InFlight) -> TaskResult {
     let task = &flight.task;
@@ -946,6 +977,7 @@ fn result_of(flight: &InFlight) -> TaskResult {
         manifest_version: task.manifest_version,
         status: flight.status.clone(),
         conditions: flight.conditions.clone(),
+        events: flight.events.clone(),
         healthy: None,
         advance: true,
         requeue_after_ms: None,

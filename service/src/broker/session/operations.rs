@@ -11,7 +11,7 @@ use converge_proto::json;
 use converge_proto::worker_v1 as wpb;
 use serde_json::Value;
 
-use super::Session;
+use super::{Session, refused};
 use crate::broker::wire;
 use crate::domain::composition::StagePlan;
 use crate::domain::operation::{FailureCode, MAX_OUTPUT_BYTES, VerbReaction};
@@ -94,6 +94,16 @@ impl Session {
         held: HeldOperation,
         complete: &wpb::StageComplete,
     ) -> Result<(), StoreError> {
+        let events = match wire::events(&complete.events, &self.actor) {
+            Ok(events) => events,
+            Err(problems) => {
+                let refusal = Refusal {
+                    message: refused("the events", &problems),
+                    reason: "EventInvalid",
+                };
+                return self.end_operation(&held.operation, refusal).await;
+            }
+        };
         if let Some(error) = &complete.error {
             let message = if error.message.is_empty() {
                 "the worker reported a failure without a message".to_owned()
@@ -108,6 +118,7 @@ impl Session {
                 reason: reason.as_deref(),
                 terminal: error.terminal,
                 code: FailureCode::of_reason(reason.as_deref()).code(),
+                events: &events,
                 ..OperationOutcome::default()
             };
             return self.record(&outcome, true).await;
@@ -117,8 +128,17 @@ impl Session {
         match parsed {
             Err(refusal) => self.end_operation(&held.operation, refusal).await,
             Ok((output, status)) => {
-                let conditions: Vec<Value> = if verb.emits_conditions {
-                    wire::conditions(&complete.conditions)
+                let conditions = if verb.emits_conditions {
+                    match wire::conditions(&complete.conditions) {
+                        Ok(conditions) => conditions,
+                        Err(problems) => {
+                            let refusal = Refusal {
+                                message: refused("the conditions", &problems),
+                                reason: "ConditionInvalid",
+                            };
+                            return self.end_operation(&held.operation, refusal).await;
+                        }
+                    }
                 } else {
                     Vec::new()
                 };
@@ -130,6 +150,7 @@ impl Session {
                     conditions: &conditions,
                     healthy: wire::health(complete).filter(|_| verb.emits_conditions || verb.emits_status),
                     requeue_after_ms: wire::requeue_after_ms(complete),
+                    events: &events,
                     ..OperationOutcome::default()
                 };
                 self.record(&outcome, false).await

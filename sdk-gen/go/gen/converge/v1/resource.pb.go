@@ -486,7 +486,12 @@ type Condition struct {
 	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
 	// Output only. When status, reason or message last changed. Rewriting an
 	// identical condition does not move it.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only. Set on a liveness condition (a worker reported it with a
+	// liveness window): when its last report lapses unless renewed. Once it
+	// has passed, status reads UNKNOWN and reason "ReportExpired"; no watch
+	// event marks the lapse itself.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +571,13 @@ func (x *Condition) GetLastTransitionTime() *timestamppb.Timestamp {
 func (x *Condition) GetUpdateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *Condition) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
 	}
 	return nil
 }
@@ -1389,7 +1401,7 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\x1aconverge/v1/resource.proto\x12\vconverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n" +
 	"\vResourceRef\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\xc3\x02\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x03\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.converge.v1.ConditionStatusR\x06status\x12\x16\n" +
@@ -1398,7 +1410,9 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\x12L\n" +
 	"\x14last_transition_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x94\t\n" +
+	"updateTime\x12;\n" +
+	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\x94\t\n" +
 	"\bResource\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
@@ -1562,35 +1576,36 @@ var file_converge_v1_resource_proto_depIdxs = []int32{
 	1,  // 0: converge.v1.Condition.status:type_name -> converge.v1.ConditionStatus
 	15, // 1: converge.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	15, // 2: converge.v1.Condition.update_time:type_name -> google.protobuf.Timestamp
-	14, // 3: converge.v1.Resource.labels:type_name -> converge.v1.Resource.LabelsEntry
-	16, // 4: converge.v1.Resource.spec:type_name -> google.protobuf.Struct
-	16, // 5: converge.v1.Resource.status:type_name -> google.protobuf.Struct
-	0,  // 6: converge.v1.Resource.phase:type_name -> converge.v1.Phase
-	7,  // 7: converge.v1.Resource.conditions:type_name -> converge.v1.Condition
-	6,  // 8: converge.v1.Resource.owner:type_name -> converge.v1.ResourceRef
-	6,  // 9: converge.v1.Resource.root:type_name -> converge.v1.ResourceRef
-	15, // 10: converge.v1.Resource.create_time:type_name -> google.protobuf.Timestamp
-	15, // 11: converge.v1.Resource.update_time:type_name -> google.protobuf.Timestamp
-	15, // 12: converge.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
-	15, // 13: converge.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
-	6,  // 14: converge.v1.ResourceEvent.resource:type_name -> converge.v1.ResourceRef
-	3,  // 15: converge.v1.ResourceEvent.type:type_name -> converge.v1.EventType
-	16, // 16: converge.v1.ResourceEvent.detail:type_name -> google.protobuf.Struct
-	15, // 17: converge.v1.ResourceEvent.first_time:type_name -> google.protobuf.Timestamp
-	15, // 18: converge.v1.ResourceEvent.last_time:type_name -> google.protobuf.Timestamp
-	16, // 19: converge.v1.SpecRevision.spec:type_name -> google.protobuf.Struct
-	5,  // 20: converge.v1.SpecRevision.source:type_name -> converge.v1.SpecRevisionSource
-	15, // 21: converge.v1.SpecRevision.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 22: converge.v1.GraphNode.phase:type_name -> converge.v1.Phase
-	6,  // 23: converge.v1.GraphNode.owner:type_name -> converge.v1.ResourceRef
-	6,  // 24: converge.v1.DependencyEdge.dependent:type_name -> converge.v1.ResourceRef
-	6,  // 25: converge.v1.DependencyEdge.dependency:type_name -> converge.v1.ResourceRef
-	12, // 26: converge.v1.DependencyEdge.value_flows:type_name -> converge.v1.ValueFlow
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	15, // 3: converge.v1.Condition.expire_time:type_name -> google.protobuf.Timestamp
+	14, // 4: converge.v1.Resource.labels:type_name -> converge.v1.Resource.LabelsEntry
+	16, // 5: converge.v1.Resource.spec:type_name -> google.protobuf.Struct
+	16, // 6: converge.v1.Resource.status:type_name -> google.protobuf.Struct
+	0,  // 7: converge.v1.Resource.phase:type_name -> converge.v1.Phase
+	7,  // 8: converge.v1.Resource.conditions:type_name -> converge.v1.Condition
+	6,  // 9: converge.v1.Resource.owner:type_name -> converge.v1.ResourceRef
+	6,  // 10: converge.v1.Resource.root:type_name -> converge.v1.ResourceRef
+	15, // 11: converge.v1.Resource.create_time:type_name -> google.protobuf.Timestamp
+	15, // 12: converge.v1.Resource.update_time:type_name -> google.protobuf.Timestamp
+	15, // 13: converge.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
+	15, // 14: converge.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 15: converge.v1.ResourceEvent.resource:type_name -> converge.v1.ResourceRef
+	3,  // 16: converge.v1.ResourceEvent.type:type_name -> converge.v1.EventType
+	16, // 17: converge.v1.ResourceEvent.detail:type_name -> google.protobuf.Struct
+	15, // 18: converge.v1.ResourceEvent.first_time:type_name -> google.protobuf.Timestamp
+	15, // 19: converge.v1.ResourceEvent.last_time:type_name -> google.protobuf.Timestamp
+	16, // 20: converge.v1.SpecRevision.spec:type_name -> google.protobuf.Struct
+	5,  // 21: converge.v1.SpecRevision.source:type_name -> converge.v1.SpecRevisionSource
+	15, // 22: converge.v1.SpecRevision.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 23: converge.v1.GraphNode.phase:type_name -> converge.v1.Phase
+	6,  // 24: converge.v1.GraphNode.owner:type_name -> converge.v1.ResourceRef
+	6,  // 25: converge.v1.DependencyEdge.dependent:type_name -> converge.v1.ResourceRef
+	6,  // 26: converge.v1.DependencyEdge.dependency:type_name -> converge.v1.ResourceRef
+	12, // 27: converge.v1.DependencyEdge.value_flows:type_name -> converge.v1.ValueFlow
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_proto_init() }

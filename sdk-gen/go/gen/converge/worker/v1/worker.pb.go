@@ -292,6 +292,59 @@ func (ConditionStatus) EnumDescriptor() ([]byte, []int) {
 	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
+// Severity of a worker-reported event.
+type EventType int32
+
+const (
+	// Not set: recorded as NORMAL.
+	EventType_EVENT_TYPE_UNSPECIFIED EventType = 0
+	// Routine, expected progress (e.g. "BucketCreated").
+	EventType_EVENT_TYPE_NORMAL EventType = 1
+	// Something needing attention (e.g. "QuotaNearlyExhausted").
+	EventType_EVENT_TYPE_WARNING EventType = 2
+)
+
+// Enum value maps for EventType.
+var (
+	EventType_name = map[int32]string{
+		0: "EVENT_TYPE_UNSPECIFIED",
+		1: "EVENT_TYPE_NORMAL",
+		2: "EVENT_TYPE_WARNING",
+	}
+	EventType_value = map[string]int32{
+		"EVENT_TYPE_UNSPECIFIED": 0,
+		"EVENT_TYPE_NORMAL":      1,
+		"EVENT_TYPE_WARNING":     2,
+	}
+)
+
+func (x EventType) Enum() *EventType {
+	p := new(EventType)
+	*p = x
+	return p
+}
+
+func (x EventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_converge_worker_v1_worker_proto_enumTypes[4].Descriptor()
+}
+
+func (EventType) Type() protoreflect.EnumType {
+	return &file_converge_worker_v1_worker_proto_enumTypes[4]
+}
+
+func (x EventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventType.Descriptor instead.
+func (EventType) EnumDescriptor() ([]byte, []int) {
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
 // A (kind, kind_version) pair. Routing is exact: a worker serving version 1
 // of a kind never receives version 2 tasks.
 type KindVersion struct {
@@ -609,7 +662,14 @@ type Condition struct {
 	// UpperCamelCase machine-readable cause; may be empty.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Human-readable explanation; may be empty.
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// Optional. Makes this a liveness condition: the report holds for this
+	// long (1 s to 24 h). Unless the condition is reported again within that
+	// window, reads show it with status UNKNOWN and reason "ReportExpired"
+	// (the last report is kept and shown again as soon as it is renewed).
+	// Renewing an unchanged report costs at most one write per half window.
+	// Absent or zero = an ordinary condition, held until replaced.
+	Liveness      *durationpb.Duration `protobuf:"bytes,5,opt,name=liveness,proto3" json:"liveness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -672,6 +732,101 @@ func (x *Condition) GetMessage() string {
 	return ""
 }
 
+func (x *Condition) GetLiveness() *durationpb.Duration {
+	if x != nil {
+		return x.Liveness
+	}
+	return nil
+}
+
+// An observation a worker records on the event timeline of the task's
+// resource, next to the server's lifecycle events. Consecutive events of
+// one category with the same type and reason are aggregated into one run
+// (count, first and last time), exactly like the server's own events.
+type WorkerEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Timeline: lower case letters, digits and '-', starting with a letter,
+	// at most 63 characters; empty = "worker". The server's own timelines
+	// ("lifecycle", "reconcile", "operation", "reactor") are reserved.
+	Category string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
+	// Severity.
+	Type EventType `protobuf:"varint,2,opt,name=type,proto3,enum=converge.worker.v1.EventType" json:"type,omitempty"`
+	// Required. UpperCamelCase machine-readable cause, at most 128
+	// characters, e.g. "BucketCreated".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Human-readable message; longer than 1024 characters is truncated.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// Optional structured detail, at most 8 KiB as JSON.
+	Detail        *structpb.Struct `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerEvent) Reset() {
+	*x = WorkerEvent{}
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerEvent) ProtoMessage() {}
+
+func (x *WorkerEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerEvent.ProtoReflect.Descriptor instead.
+func (*WorkerEvent) Descriptor() ([]byte, []int) {
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WorkerEvent) GetCategory() string {
+	if x != nil {
+		return x.Category
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetType() EventType {
+	if x != nil {
+		return x.Type
+	}
+	return EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *WorkerEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetDetail() *structpb.Struct {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
 // A child a composer wants to exist, owned by the task's resource.
 type ChildSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -696,7 +851,7 @@ type ChildSpec struct {
 
 func (x *ChildSpec) Reset() {
 	*x = ChildSpec{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +863,7 @@ func (x *ChildSpec) String() string {
 func (*ChildSpec) ProtoMessage() {}
 
 func (x *ChildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +876,7 @@ func (x *ChildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildSpec.ProtoReflect.Descriptor instead.
 func (*ChildSpec) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChildSpec) GetKind() string {
@@ -781,7 +936,7 @@ type ValueFlow struct {
 
 func (x *ValueFlow) Reset() {
 	*x = ValueFlow{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +948,7 @@ func (x *ValueFlow) String() string {
 func (*ValueFlow) ProtoMessage() {}
 
 func (x *ValueFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +961,7 @@ func (x *ValueFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueFlow.ProtoReflect.Descriptor instead.
 func (*ValueFlow) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ValueFlow) GetDependentField() string {
@@ -840,7 +995,7 @@ type DepEdge struct {
 
 func (x *DepEdge) Reset() {
 	*x = DepEdge{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1007,7 @@ func (x *DepEdge) String() string {
 func (*DepEdge) ProtoMessage() {}
 
 func (x *DepEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1020,7 @@ func (x *DepEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DepEdge.ProtoReflect.Descriptor instead.
 func (*DepEdge) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DepEdge) GetDependent() *ResourceRef {
@@ -911,7 +1066,7 @@ type ProviderConfigSpec struct {
 
 func (x *ProviderConfigSpec) Reset() {
 	*x = ProviderConfigSpec{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1078,7 @@ func (x *ProviderConfigSpec) String() string {
 func (*ProviderConfigSpec) ProtoMessage() {}
 
 func (x *ProviderConfigSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1091,7 @@ func (x *ProviderConfigSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfigSpec.ProtoReflect.Descriptor instead.
 func (*ProviderConfigSpec) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProviderConfigSpec) GetName() string {
@@ -1000,7 +1155,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1167,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1180,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Operation) GetUid() string {
@@ -1081,7 +1236,7 @@ type WorkStreamRequest struct {
 
 func (x *WorkStreamRequest) Reset() {
 	*x = WorkStreamRequest{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1248,7 @@ func (x *WorkStreamRequest) String() string {
 func (*WorkStreamRequest) ProtoMessage() {}
 
 func (x *WorkStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1261,7 @@ func (x *WorkStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStreamRequest.ProtoReflect.Descriptor instead.
 func (*WorkStreamRequest) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkStreamRequest) GetPayload() isWorkStreamRequest_Payload {
@@ -1200,7 +1355,7 @@ type WorkStreamResponse struct {
 
 func (x *WorkStreamResponse) Reset() {
 	*x = WorkStreamResponse{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1367,7 @@ func (x *WorkStreamResponse) String() string {
 func (*WorkStreamResponse) ProtoMessage() {}
 
 func (x *WorkStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1380,7 @@ func (x *WorkStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStreamResponse.ProtoReflect.Descriptor instead.
 func (*WorkStreamResponse) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkStreamResponse) GetPayload() isWorkStreamResponse_Payload {
@@ -1296,7 +1451,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1463,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1476,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Subscribe) GetKinds() []*KindVersion {
@@ -1365,7 +1520,7 @@ type ResumedTask struct {
 
 func (x *ResumedTask) Reset() {
 	*x = ResumedTask{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1532,7 @@ func (x *ResumedTask) String() string {
 func (*ResumedTask) ProtoMessage() {}
 
 func (x *ResumedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1545,7 @@ func (x *ResumedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumedTask.ProtoReflect.Descriptor instead.
 func (*ResumedTask) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumedTask) GetLeaseToken() string {
@@ -1420,7 +1575,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1587,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1600,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseRef) GetLeaseToken() string {
@@ -1479,7 +1634,7 @@ type Interest struct {
 
 func (x *Interest) Reset() {
 	*x = Interest{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1646,7 @@ func (x *Interest) String() string {
 func (*Interest) ProtoMessage() {}
 
 func (x *Interest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1659,7 @@ func (x *Interest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interest.ProtoReflect.Descriptor instead.
 func (*Interest) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Interest) GetKind() string {
@@ -1542,7 +1697,7 @@ type WorkHeartbeat struct {
 
 func (x *WorkHeartbeat) Reset() {
 	*x = WorkHeartbeat{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1709,7 @@ func (x *WorkHeartbeat) String() string {
 func (*WorkHeartbeat) ProtoMessage() {}
 
 func (x *WorkHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1722,7 @@ func (x *WorkHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkHeartbeat) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkHeartbeat) GetLeases() []*LeaseRef {
@@ -1639,7 +1794,7 @@ type StageTask struct {
 
 func (x *StageTask) Reset() {
 	*x = StageTask{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1806,7 @@ func (x *StageTask) String() string {
 func (*StageTask) ProtoMessage() {}
 
 func (x *StageTask) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1819,7 @@ func (x *StageTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTask.ProtoReflect.Descriptor instead.
 func (*StageTask) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StageTask) GetStage() Stage {
@@ -1889,7 +2044,7 @@ type ComposeInput struct {
 
 func (x *ComposeInput) Reset() {
 	*x = ComposeInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2056,7 @@ func (x *ComposeInput) String() string {
 func (*ComposeInput) ProtoMessage() {}
 
 func (x *ComposeInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2069,7 @@ func (x *ComposeInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeInput.ProtoReflect.Descriptor instead.
 func (*ComposeInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ComposeInput) GetObserved() []*Resource {
@@ -1957,7 +2112,7 @@ type WorkInput struct {
 
 func (x *WorkInput) Reset() {
 	*x = WorkInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2124,7 @@ func (x *WorkInput) String() string {
 func (*WorkInput) ProtoMessage() {}
 
 func (x *WorkInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2137,7 @@ func (x *WorkInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkInput.ProtoReflect.Descriptor instead.
 func (*WorkInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkInput) GetStatus() *structpb.Struct {
@@ -2006,7 +2161,7 @@ type RollupInput struct {
 
 func (x *RollupInput) Reset() {
 	*x = RollupInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2173,7 @@ func (x *RollupInput) String() string {
 func (*RollupInput) ProtoMessage() {}
 
 func (x *RollupInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2186,7 @@ func (x *RollupInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollupInput.ProtoReflect.Descriptor instead.
 func (*RollupInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RollupInput) GetDescendants() []*Resource {
@@ -2059,7 +2214,7 @@ type DeleteInput struct {
 
 func (x *DeleteInput) Reset() {
 	*x = DeleteInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2226,7 @@ func (x *DeleteInput) String() string {
 func (*DeleteInput) ProtoMessage() {}
 
 func (x *DeleteInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2239,7 @@ func (x *DeleteInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInput.ProtoReflect.Descriptor instead.
 func (*DeleteInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteInput) GetFinalizer() string {
@@ -2105,7 +2260,7 @@ type OperateInput struct {
 
 func (x *OperateInput) Reset() {
 	*x = OperateInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2272,7 @@ func (x *OperateInput) String() string {
 func (*OperateInput) ProtoMessage() {}
 
 func (x *OperateInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2285,7 @@ func (x *OperateInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateInput.ProtoReflect.Descriptor instead.
 func (*OperateInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OperateInput) GetOperation() *Operation {
@@ -2156,7 +2311,7 @@ type ReactInput struct {
 
 func (x *ReactInput) Reset() {
 	*x = ReactInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2323,7 @@ func (x *ReactInput) String() string {
 func (*ReactInput) ProtoMessage() {}
 
 func (x *ReactInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2336,7 @@ func (x *ReactInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReactInput.ProtoReflect.Descriptor instead.
 func (*ReactInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReactInput) GetTransition() Transition {
@@ -2240,14 +2395,21 @@ type StageComplete struct {
 	// operation stays pending) and the task is scheduled again after this
 	// delay. It is not a failure: the failure count is unchanged. The server
 	// may clamp the delay to its limits. Ignored when error is set.
-	RequeueAfter  *durationpb.Duration `protobuf:"bytes,12,opt,name=requeue_after,json=requeueAfter,proto3" json:"requeue_after,omitempty"`
+	RequeueAfter *durationpb.Duration `protobuf:"bytes,12,opt,name=requeue_after,json=requeueAfter,proto3" json:"requeue_after,omitempty"`
+	// Events to record on the resource's event timelines (at most 16), for
+	// every stage except REACT. Unlike the other parts they are recorded
+	// whether or not the reaction declares them in emits, and also when error
+	// is set (they describe what the handler did before it failed). An
+	// invalid event fails the task (reason "EventInvalid") with the field
+	// violations in its message, and no event of the outcome is recorded.
+	Events        []*WorkerEvent `protobuf:"bytes,13,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StageComplete) Reset() {
 	*x = StageComplete{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2421,7 @@ func (x *StageComplete) String() string {
 func (*StageComplete) ProtoMessage() {}
 
 func (x *StageComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2434,7 @@ func (x *StageComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageComplete.ProtoReflect.Descriptor instead.
 func (*StageComplete) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StageComplete) GetLeaseToken() string {
@@ -2359,6 +2521,13 @@ func (x *StageComplete) GetRequeueAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *StageComplete) GetEvents() []*WorkerEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 // The complete desired composition of a composer. It replaces the previous
 // one: children, edges and configs no longer listed are pruned.
 type ComposeResult struct {
@@ -2375,7 +2544,7 @@ type ComposeResult struct {
 
 func (x *ComposeResult) Reset() {
 	*x = ComposeResult{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2556,7 @@ func (x *ComposeResult) String() string {
 func (*ComposeResult) ProtoMessage() {}
 
 func (x *ComposeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2569,7 @@ func (x *ComposeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeResult.ProtoReflect.Descriptor instead.
 func (*ComposeResult) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ComposeResult) GetDesired() []*ChildSpec {
@@ -2442,7 +2611,7 @@ type TaskError struct {
 
 func (x *TaskError) Reset() {
 	*x = TaskError{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2623,7 @@ func (x *TaskError) String() string {
 func (*TaskError) ProtoMessage() {}
 
 func (x *TaskError) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2636,7 @@ func (x *TaskError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskError.ProtoReflect.Descriptor instead.
 func (*TaskError) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskError) GetMessage() string {
@@ -2512,7 +2681,7 @@ type ProviderConfigUpdate struct {
 
 func (x *ProviderConfigUpdate) Reset() {
 	*x = ProviderConfigUpdate{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2693,7 @@ func (x *ProviderConfigUpdate) String() string {
 func (*ProviderConfigUpdate) ProtoMessage() {}
 
 func (x *ProviderConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2706,7 @@ func (x *ProviderConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ProviderConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProviderConfigUpdate) GetKind() string {
@@ -2586,7 +2755,7 @@ type GetProviderConfigRequest struct {
 
 func (x *GetProviderConfigRequest) Reset() {
 	*x = GetProviderConfigRequest{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2767,7 @@ func (x *GetProviderConfigRequest) String() string {
 func (*GetProviderConfigRequest) ProtoMessage() {}
 
 func (x *GetProviderConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2780,7 @@ func (x *GetProviderConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderConfigRequest) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProviderConfigRequest) GetKinds() []*KindVersion {
@@ -2633,7 +2802,7 @@ type GetProviderConfigResponse struct {
 
 func (x *GetProviderConfigResponse) Reset() {
 	*x = GetProviderConfigResponse{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2814,7 @@ func (x *GetProviderConfigResponse) String() string {
 func (*GetProviderConfigResponse) ProtoMessage() {}
 
 func (x *GetProviderConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2827,7 @@ func (x *GetProviderConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetProviderConfigResponse) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetProviderConfigResponse) GetEntries() []*ProviderConfigEntry {
@@ -2685,7 +2854,7 @@ type ProviderConfigEntry struct {
 
 func (x *ProviderConfigEntry) Reset() {
 	*x = ProviderConfigEntry{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2866,7 @@ func (x *ProviderConfigEntry) String() string {
 func (*ProviderConfigEntry) ProtoMessage() {}
 
 func (x *ProviderConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2879,7 @@ func (x *ProviderConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfigEntry.ProtoReflect.Descriptor instead.
 func (*ProviderConfigEntry) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProviderConfigEntry) GetKind() string {
@@ -2778,12 +2947,19 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\vquarantined\x18\x11 \x01(\bR\vquarantined\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\x06status\x18\x02 \x01(\x0e2#.converge.worker.v1.ConditionStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xaa\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x125\n" +
+	"\bliveness\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bliveness\"\xbf\x01\n" +
+	"\vWorkerEvent\x12\x1a\n" +
+	"\bcategory\x18\x01 \x01(\tR\bcategory\x121\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1d.converge.worker.v1.EventTypeR\x04type\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
+	"\x06detail\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06detail\"\xaa\x02\n" +
 	"\tChildSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
 	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
@@ -2899,7 +3075,7 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"transition\x12\x1f\n" +
 	"\vdedup_token\x18\x02 \x01(\tR\n" +
 	"dedupToken\x12\x18\n" +
-	"\abinding\x18\x03 \x01(\tR\abinding\"\xeb\x04\n" +
+	"\abinding\x18\x03 \x01(\tR\abinding\"\xa4\x05\n" +
 	"\rStageComplete\x12\x1f\n" +
 	"\vlease_token\x18\x01 \x01(\tR\n" +
 	"leaseToken\x12\x1f\n" +
@@ -2919,7 +3095,8 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\ahealthy\x18\n" +
 	" \x01(\bH\x00R\ahealthy\x88\x01\x01\x123\n" +
 	"\x05error\x18\v \x01(\v2\x1d.converge.worker.v1.TaskErrorR\x05error\x12>\n" +
-	"\rrequeue_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\frequeueAfterB\n" +
+	"\rrequeue_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\frequeueAfter\x127\n" +
+	"\x06events\x18\r \x03(\v2\x1f.converge.worker.v1.WorkerEventR\x06eventsB\n" +
 	"\n" +
 	"\b_healthy\"\xbd\x01\n" +
 	"\rComposeResult\x127\n" +
@@ -2975,7 +3152,11 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\x1cCONDITION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONDITION_STATUS_TRUE\x10\x01\x12\x1a\n" +
 	"\x16CONDITION_STATUS_FALSE\x10\x02\x12\x1c\n" +
-	"\x18CONDITION_STATUS_UNKNOWN\x10\x032\xe2\x01\n" +
+	"\x18CONDITION_STATUS_UNKNOWN\x10\x03*V\n" +
+	"\tEventType\x12\x1a\n" +
+	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11EVENT_TYPE_NORMAL\x10\x01\x12\x16\n" +
+	"\x12EVENT_TYPE_WARNING\x10\x022\xe2\x01\n" +
 	"\rWorkerService\x12_\n" +
 	"\n" +
 	"WorkStream\x12%.converge.worker.v1.WorkStreamRequest\x1a&.converge.worker.v1.WorkStreamResponse(\x010\x01\x12p\n" +
@@ -2994,117 +3175,123 @@ func file_converge_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_converge_worker_v1_worker_proto_rawDescData
 }
 
-var file_converge_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_converge_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_converge_worker_v1_worker_proto_goTypes = []any{
 	(Stage)(0),                        // 0: converge.worker.v1.Stage
 	(Trigger)(0),                      // 1: converge.worker.v1.Trigger
 	(Transition)(0),                   // 2: converge.worker.v1.Transition
 	(ConditionStatus)(0),              // 3: converge.worker.v1.ConditionStatus
-	(*KindVersion)(nil),               // 4: converge.worker.v1.KindVersion
-	(*ResourceRef)(nil),               // 5: converge.worker.v1.ResourceRef
-	(*Resource)(nil),                  // 6: converge.worker.v1.Resource
-	(*Condition)(nil),                 // 7: converge.worker.v1.Condition
-	(*ChildSpec)(nil),                 // 8: converge.worker.v1.ChildSpec
-	(*ValueFlow)(nil),                 // 9: converge.worker.v1.ValueFlow
-	(*DepEdge)(nil),                   // 10: converge.worker.v1.DepEdge
-	(*ProviderConfigSpec)(nil),        // 11: converge.worker.v1.ProviderConfigSpec
-	(*Operation)(nil),                 // 12: converge.worker.v1.Operation
-	(*WorkStreamRequest)(nil),         // 13: converge.worker.v1.WorkStreamRequest
-	(*WorkStreamResponse)(nil),        // 14: converge.worker.v1.WorkStreamResponse
-	(*Subscribe)(nil),                 // 15: converge.worker.v1.Subscribe
-	(*ResumedTask)(nil),               // 16: converge.worker.v1.ResumedTask
-	(*LeaseRef)(nil),                  // 17: converge.worker.v1.LeaseRef
-	(*Interest)(nil),                  // 18: converge.worker.v1.Interest
-	(*WorkHeartbeat)(nil),             // 19: converge.worker.v1.WorkHeartbeat
-	(*StageTask)(nil),                 // 20: converge.worker.v1.StageTask
-	(*ComposeInput)(nil),              // 21: converge.worker.v1.ComposeInput
-	(*WorkInput)(nil),                 // 22: converge.worker.v1.WorkInput
-	(*RollupInput)(nil),               // 23: converge.worker.v1.RollupInput
-	(*DeleteInput)(nil),               // 24: converge.worker.v1.DeleteInput
-	(*OperateInput)(nil),              // 25: converge.worker.v1.OperateInput
-	(*ReactInput)(nil),                // 26: converge.worker.v1.ReactInput
-	(*StageComplete)(nil),             // 27: converge.worker.v1.StageComplete
-	(*ComposeResult)(nil),             // 28: converge.worker.v1.ComposeResult
-	(*TaskError)(nil),                 // 29: converge.worker.v1.TaskError
-	(*ProviderConfigUpdate)(nil),      // 30: converge.worker.v1.ProviderConfigUpdate
-	(*GetProviderConfigRequest)(nil),  // 31: converge.worker.v1.GetProviderConfigRequest
-	(*GetProviderConfigResponse)(nil), // 32: converge.worker.v1.GetProviderConfigResponse
-	(*ProviderConfigEntry)(nil),       // 33: converge.worker.v1.ProviderConfigEntry
-	nil,                               // 34: converge.worker.v1.Resource.LabelsEntry
-	nil,                               // 35: converge.worker.v1.ChildSpec.LabelsEntry
-	(*structpb.Struct)(nil),           // 36: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 38: google.protobuf.Duration
+	(EventType)(0),                    // 4: converge.worker.v1.EventType
+	(*KindVersion)(nil),               // 5: converge.worker.v1.KindVersion
+	(*ResourceRef)(nil),               // 6: converge.worker.v1.ResourceRef
+	(*Resource)(nil),                  // 7: converge.worker.v1.Resource
+	(*Condition)(nil),                 // 8: converge.worker.v1.Condition
+	(*WorkerEvent)(nil),               // 9: converge.worker.v1.WorkerEvent
+	(*ChildSpec)(nil),                 // 10: converge.worker.v1.ChildSpec
+	(*ValueFlow)(nil),                 // 11: converge.worker.v1.ValueFlow
+	(*DepEdge)(nil),                   // 12: converge.worker.v1.DepEdge
+	(*ProviderConfigSpec)(nil),        // 13: converge.worker.v1.ProviderConfigSpec
+	(*Operation)(nil),                 // 14: converge.worker.v1.Operation
+	(*WorkStreamRequest)(nil),         // 15: converge.worker.v1.WorkStreamRequest
+	(*WorkStreamResponse)(nil),        // 16: converge.worker.v1.WorkStreamResponse
+	(*Subscribe)(nil),                 // 17: converge.worker.v1.Subscribe
+	(*ResumedTask)(nil),               // 18: converge.worker.v1.ResumedTask
+	(*LeaseRef)(nil),                  // 19: converge.worker.v1.LeaseRef
+	(*Interest)(nil),                  // 20: converge.worker.v1.Interest
+	(*WorkHeartbeat)(nil),             // 21: converge.worker.v1.WorkHeartbeat
+	(*StageTask)(nil),                 // 22: converge.worker.v1.StageTask
+	(*ComposeInput)(nil),              // 23: converge.worker.v1.ComposeInput
+	(*WorkInput)(nil),                 // 24: converge.worker.v1.WorkInput
+	(*RollupInput)(nil),               // 25: converge.worker.v1.RollupInput
+	(*DeleteInput)(nil),               // 26: converge.worker.v1.DeleteInput
+	(*OperateInput)(nil),              // 27: converge.worker.v1.OperateInput
+	(*ReactInput)(nil),                // 28: converge.worker.v1.ReactInput
+	(*StageComplete)(nil),             // 29: converge.worker.v1.StageComplete
+	(*ComposeResult)(nil),             // 30: converge.worker.v1.ComposeResult
+	(*TaskError)(nil),                 // 31: converge.worker.v1.TaskError
+	(*ProviderConfigUpdate)(nil),      // 32: converge.worker.v1.ProviderConfigUpdate
+	(*GetProviderConfigRequest)(nil),  // 33: converge.worker.v1.GetProviderConfigRequest
+	(*GetProviderConfigResponse)(nil), // 34: converge.worker.v1.GetProviderConfigResponse
+	(*ProviderConfigEntry)(nil),       // 35: converge.worker.v1.ProviderConfigEntry
+	nil,                               // 36: converge.worker.v1.Resource.LabelsEntry
+	nil,                               // 37: converge.worker.v1.ChildSpec.LabelsEntry
+	(*structpb.Struct)(nil),           // 38: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 40: google.protobuf.Duration
 }
 var file_converge_worker_v1_worker_proto_depIdxs = []int32{
-	34, // 0: converge.worker.v1.Resource.labels:type_name -> converge.worker.v1.Resource.LabelsEntry
-	36, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
-	36, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
-	5,  // 3: converge.worker.v1.Resource.owner:type_name -> converge.worker.v1.ResourceRef
-	5,  // 4: converge.worker.v1.Resource.root:type_name -> converge.worker.v1.ResourceRef
-	37, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
-	37, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
+	36, // 0: converge.worker.v1.Resource.labels:type_name -> converge.worker.v1.Resource.LabelsEntry
+	38, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
+	38, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
+	6,  // 3: converge.worker.v1.Resource.owner:type_name -> converge.worker.v1.ResourceRef
+	6,  // 4: converge.worker.v1.Resource.root:type_name -> converge.worker.v1.ResourceRef
+	39, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
+	39, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
 	3,  // 7: converge.worker.v1.Condition.status:type_name -> converge.worker.v1.ConditionStatus
-	35, // 8: converge.worker.v1.ChildSpec.labels:type_name -> converge.worker.v1.ChildSpec.LabelsEntry
-	36, // 9: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
-	5,  // 10: converge.worker.v1.DepEdge.dependent:type_name -> converge.worker.v1.ResourceRef
-	5,  // 11: converge.worker.v1.DepEdge.dependency:type_name -> converge.worker.v1.ResourceRef
-	9,  // 12: converge.worker.v1.DepEdge.value_flows:type_name -> converge.worker.v1.ValueFlow
-	36, // 13: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
-	36, // 14: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
-	15, // 15: converge.worker.v1.WorkStreamRequest.subscribe:type_name -> converge.worker.v1.Subscribe
-	27, // 16: converge.worker.v1.WorkStreamRequest.complete:type_name -> converge.worker.v1.StageComplete
-	18, // 17: converge.worker.v1.WorkStreamRequest.interest:type_name -> converge.worker.v1.Interest
-	19, // 18: converge.worker.v1.WorkStreamRequest.heartbeat:type_name -> converge.worker.v1.WorkHeartbeat
-	20, // 19: converge.worker.v1.WorkStreamResponse.task:type_name -> converge.worker.v1.StageTask
-	30, // 20: converge.worker.v1.WorkStreamResponse.provider_config_update:type_name -> converge.worker.v1.ProviderConfigUpdate
-	4,  // 21: converge.worker.v1.Subscribe.kinds:type_name -> converge.worker.v1.KindVersion
-	16, // 22: converge.worker.v1.Subscribe.resumed:type_name -> converge.worker.v1.ResumedTask
-	17, // 23: converge.worker.v1.WorkHeartbeat.leases:type_name -> converge.worker.v1.LeaseRef
-	0,  // 24: converge.worker.v1.StageTask.stage:type_name -> converge.worker.v1.Stage
-	6,  // 25: converge.worker.v1.StageTask.resource:type_name -> converge.worker.v1.Resource
-	1,  // 26: converge.worker.v1.StageTask.trigger:type_name -> converge.worker.v1.Trigger
-	38, // 27: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
-	36, // 28: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
-	21, // 29: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
-	22, // 30: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
-	23, // 31: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
-	24, // 32: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
-	25, // 33: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
-	26, // 34: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
-	6,  // 35: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
-	8,  // 36: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
-	10, // 37: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
-	11, // 38: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	36, // 39: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
-	6,  // 40: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
-	36, // 41: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
-	12, // 42: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
-	2,  // 43: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
-	0,  // 44: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
-	36, // 45: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
-	7,  // 46: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
-	28, // 47: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
-	36, // 48: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
-	29, // 49: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
-	38, // 50: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
-	8,  // 51: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
-	10, // 52: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
-	11, // 53: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	36, // 54: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
-	4,  // 55: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
-	33, // 56: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
-	36, // 57: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
-	13, // 58: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
-	31, // 59: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
-	14, // 60: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
-	32, // 61: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
-	60, // [60:62] is the sub-list for method output_type
-	58, // [58:60] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	40, // 8: converge.worker.v1.Condition.liveness:type_name -> google.protobuf.Duration
+	4,  // 9: converge.worker.v1.WorkerEvent.type:type_name -> converge.worker.v1.EventType
+	38, // 10: converge.worker.v1.WorkerEvent.detail:type_name -> google.protobuf.Struct
+	37, // 11: converge.worker.v1.ChildSpec.labels:type_name -> converge.worker.v1.ChildSpec.LabelsEntry
+	38, // 12: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
+	6,  // 13: converge.worker.v1.DepEdge.dependent:type_name -> converge.worker.v1.ResourceRef
+	6,  // 14: converge.worker.v1.DepEdge.dependency:type_name -> converge.worker.v1.ResourceRef
+	11, // 15: converge.worker.v1.DepEdge.value_flows:type_name -> converge.worker.v1.ValueFlow
+	38, // 16: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
+	38, // 17: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
+	17, // 18: converge.worker.v1.WorkStreamRequest.subscribe:type_name -> converge.worker.v1.Subscribe
+	29, // 19: converge.worker.v1.WorkStreamRequest.complete:type_name -> converge.worker.v1.StageComplete
+	20, // 20: converge.worker.v1.WorkStreamRequest.interest:type_name -> converge.worker.v1.Interest
+	21, // 21: converge.worker.v1.WorkStreamRequest.heartbeat:type_name -> converge.worker.v1.WorkHeartbeat
+	22, // 22: converge.worker.v1.WorkStreamResponse.task:type_name -> converge.worker.v1.StageTask
+	32, // 23: converge.worker.v1.WorkStreamResponse.provider_config_update:type_name -> converge.worker.v1.ProviderConfigUpdate
+	5,  // 24: converge.worker.v1.Subscribe.kinds:type_name -> converge.worker.v1.KindVersion
+	18, // 25: converge.worker.v1.Subscribe.resumed:type_name -> converge.worker.v1.ResumedTask
+	19, // 26: converge.worker.v1.WorkHeartbeat.leases:type_name -> converge.worker.v1.LeaseRef
+	0,  // 27: converge.worker.v1.StageTask.stage:type_name -> converge.worker.v1.Stage
+	7,  // 28: converge.worker.v1.StageTask.resource:type_name -> converge.worker.v1.Resource
+	1,  // 29: converge.worker.v1.StageTask.trigger:type_name -> converge.worker.v1.Trigger
+	40, // 30: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
+	38, // 31: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
+	23, // 32: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
+	24, // 33: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
+	25, // 34: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
+	26, // 35: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
+	27, // 36: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
+	28, // 37: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
+	7,  // 38: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
+	10, // 39: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 40: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 41: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	38, // 42: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
+	7,  // 43: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
+	38, // 44: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
+	14, // 45: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
+	2,  // 46: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
+	0,  // 47: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
+	38, // 48: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
+	8,  // 49: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
+	30, // 50: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
+	38, // 51: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
+	31, // 52: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
+	40, // 53: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
+	9,  // 54: converge.worker.v1.StageComplete.events:type_name -> converge.worker.v1.WorkerEvent
+	10, // 55: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 56: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 57: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	38, // 58: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
+	5,  // 59: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
+	35, // 60: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
+	38, // 61: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
+	15, // 62: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
+	33, // 63: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
+	16, // 64: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
+	34, // 65: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
+	64, // [64:66] is the sub-list for method output_type
+	62, // [62:64] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_converge_worker_v1_worker_proto_init() }
@@ -3112,17 +3299,17 @@ func file_converge_worker_v1_worker_proto_init() {
 	if File_converge_worker_v1_worker_proto != nil {
 		return
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
+	file_converge_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{
 		(*WorkStreamRequest_Subscribe)(nil),
 		(*WorkStreamRequest_Complete)(nil),
 		(*WorkStreamRequest_Interest)(nil),
 		(*WorkStreamRequest_Heartbeat)(nil),
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{
+	file_converge_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
 		(*WorkStreamResponse_Task)(nil),
 		(*WorkStreamResponse_ProviderConfigUpdate)(nil),
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[16].OneofWrappers = []any{
+	file_converge_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{
 		(*StageTask_ComposeInput)(nil),
 		(*StageTask_WorkInput)(nil),
 		(*StageTask_RollupInput)(nil),
@@ -3130,14 +3317,14 @@ func file_converge_worker_v1_worker_proto_init() {
 		(*StageTask_OperateInput)(nil),
 		(*StageTask_ReactInput)(nil),
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[23].OneofWrappers = []any{}
+	file_converge_worker_v1_worker_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_worker_v1_worker_proto_rawDesc), len(file_converge_worker_v1_worker_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   32,
+			NumEnums:      5,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

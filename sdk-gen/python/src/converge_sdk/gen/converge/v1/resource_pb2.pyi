@@ -94,7 +94,7 @@ class ResourceRef(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Condition(_message.Message):
-    __slots__ = ("type", "status", "reason", "message", "observed_generation", "last_transition_time", "update_time")
+    __slots__ = ("type", "status", "reason", "message", "observed_generation", "last_transition_time", "update_time", "expire_time")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class Condition(_message.Message):
     OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
     LAST_TRANSITION_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     type: str
     status: ConditionStatus
     reason: str
@@ -109,7 +110,8 @@ class Condition(_message.Message):
     observed_generation: int
     last_transition_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., observed_generation: _Optional[int] = ..., last_transition_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., observed_generation: _Optional[int] = ..., last_transition_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Resource(_message.Message):
     __slots__ = ("uid", "kind", "kind_version", "name", "labels", "spec", "status", "generation", "observed_generation", "resource_version", "phase", "conditions", "owner", "root", "finalizers", "create_time", "update_time", "delete_time", "etag", "healthy", "failure_attempts", "failed_generation", "quarantined", "orphan_expire_time", "provider_config", "manifest_version")

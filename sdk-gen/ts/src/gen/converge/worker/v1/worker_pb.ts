@@ -12,7 +12,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/worker/v1/worker.proto.
  */
 export const file_converge_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("Ch9jb252ZXJnZS93b3JrZXIvdjEvd29ya2VyLnByb3RvEhJjb252ZXJnZS53b3JrZXIudjEiMQoLS2luZFZlcnNpb24SDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUiKQoLUmVzb3VyY2VSZWYSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIsQECghSZXNvdXJjZRILCgN1aWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSDAoEbmFtZRgEIAEoCRI4CgZsYWJlbHMYBSADKAsyKC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpnZW5lcmF0aW9uGAggASgDEhsKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKAMSDQoFcmVhZHkYCiABKAgSDwoHaGVhbHRoeRgLIAEoCBIuCgVvd25lchgMIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhItCgRyb290GA0gASgLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlUmVmEhIKCmZpbmFsaXplcnMYDiADKAkSLwoLZGVsZXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjYKEm9ycGhhbl9leHBpcmVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcXVhcmFudGluZWQYESABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJvCglDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIzCgZzdGF0dXMYAiABKA4yIy5jb252ZXJnZS53b3JrZXIudjEuQ29uZGl0aW9uU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIucBCglDaGlsZFNwZWMSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSDAoEbmFtZRgDIAEoCRI5CgZsYWJlbHMYBCADKAsyKS5jb252ZXJnZS53b3JrZXIudjEuQ2hpbGRTcGVjLkxhYmVsc0VudHJ5EiUKBHNwZWMYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhcKD3Byb3ZpZGVyX2NvbmZpZxgGIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjoKCVZhbHVlRmxvdxIXCg9kZXBlbmRlbnRfZmllbGQYASABKAkSFAoMc291cmNlX2ZpZWxkGAIgASgJIqYBCgdEZXBFZGdlEjIKCWRlcGVuZGVudBgBIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhIzCgpkZXBlbmRlbmN5GAIgASgLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlUmVmEjIKC3ZhbHVlX2Zsb3dzGAMgAygLMh0uY29udmVyZ2Uud29ya2VyLnYxLlZhbHVlRmxvdyKPAQoSUHJvdmlkZXJDb25maWdTcGVjEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSEgoKaXNfZGVmYXVsdBgEIAEoCBIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRkYXRhGAYgASgMInYKCU9wZXJhdGlvbhILCgN1aWQYASABKAkSDAoEdmVyYhgCIAEoCRImCgVpbnB1dBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEAoIYXR0ZW1wdHMYBCABKAUSFAoMcmVxdWVzdGVkX2J5GAUgASgJIvMBChFXb3JrU3RyZWFtUmVxdWVzdBIyCglzdWJzY3JpYmUYASABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuU3Vic2NyaWJlSAASNQoIY29tcGxldGUYAiABKAsyIS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VDb21wbGV0ZUgAEjAKCGludGVyZXN0GAMgASgLMhwuY29udmVyZ2Uud29ya2VyLnYxLkludGVyZXN0SAASNgoJaGVhcnRiZWF0GAQgASgLMiEuY29udmVyZ2Uud29ya2VyLnYxLldvcmtIZWFydGJlYXRIAEIJCgdwYXlsb2FkIpoBChJXb3JrU3RyZWFtUmVzcG9uc2USLQoEdGFzaxgBIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5TdGFnZVRhc2tIABJKChZwcm92aWRlcl9jb25maWdfdXBkYXRlGAIgASgLMiguY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnVXBkYXRlSABCCQoHcGF5bG9hZCKSAQoJU3Vic2NyaWJlEi4KBWtpbmRzGAEgAygLMh8uY29udmVyZ2Uud29ya2VyLnYxLktpbmRWZXJzaW9uEhQKDG1heF9pbmZsaWdodBgCIAEoBRIwCgdyZXN1bWVkGAMgAygLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc3VtZWRUYXNrEg0KBWFnZW50GAQgASgJIjcKC1Jlc3VtZWRUYXNrEhMKC2xlYXNlX3Rva2VuGAEgASgJEhMKC2NsYWltX2Vwb2NoGAIgASgDIjQKCExlYXNlUmVmEhMKC2xlYXNlX3Rva2VuGAEgASgJEhMKC2NsYWltX2Vwb2NoGAIgASgDIj0KCEludGVyZXN0EgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEg0KBXJlYWR5GAMgASgIIj0KDVdvcmtIZWFydGJlYXQSLAoGbGVhc2VzGAEgAygLMhwuY29udmVyZ2Uud29ya2VyLnYxLkxlYXNlUmVmIowGCglTdGFnZVRhc2sSKAoFc3RhZ2UYASABKA4yGS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2USDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSLgoIcmVzb3VyY2UYBCABKAsyHC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2USEgoKZ2VuZXJhdGlvbhgFIAEoAxIQCghyZWFjdGlvbhgGIAEoCRIsCgd0cmlnZ2VyGAcgASgOMhsuY29udmVyZ2Uud29ya2VyLnYxLlRyaWdnZXISEwoLbGVhc2VfdG9rZW4YCCABKAkSEwoLY2xhaW1fZXBvY2gYCSABKAMSGAoQbWFuaWZlc3RfdmVyc2lvbhgKIAEoAxIwCg10YXNrX2RlYWRsaW5lGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg8KB2F0dGVtcHQYDCABKAUSMAoPcHJvdmlkZXJfY29uZmlnGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9wcm92aWRlcl9idW5kbGUYDiABKAwSOQoNY29tcG9zZV9pbnB1dBgUIAEoCzIgLmNvbnZlcmdlLndvcmtlci52MS5Db21wb3NlSW5wdXRIABIzCgp3b3JrX2lucHV0GBUgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLldvcmtJbnB1dEgAEjcKDHJvbGx1cF9pbnB1dBgWIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5Sb2xsdXBJbnB1dEgAEjcKDGRlbGV0ZV9pbnB1dBgXIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5EZWxldGVJbnB1dEgAEjkKDW9wZXJhdGVfaW5wdXQYGCABKAsyIC5jb252ZXJnZS53b3JrZXIudjEuT3BlcmF0ZUlucHV0SAASNQoLcmVhY3RfaW5wdXQYGSABKAsyHi5jb252ZXJnZS53b3JrZXIudjEuUmVhY3RJbnB1dEgAQgcKBWlucHV0ItMBCgxDb21wb3NlSW5wdXQSLgoIb2JzZXJ2ZWQYASADKAsyHC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2USLgoHZGVzaXJlZBgCIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5DaGlsZFNwZWMSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS53b3JrZXIudjEuRGVwRWRnZRI3Cgdjb25maWdzGAQgAygLMiYuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnU3BlYyI0CglXb3JrSW5wdXQSJwoGc3RhdHVzGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJpCgtSb2xsdXBJbnB1dBIxCgtkZXNjZW5kYW50cxgBIAMoCzIcLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZRInCgZzdGF0dXMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IiAKC0RlbGV0ZUlucHV0EhEKCWZpbmFsaXplchgBIAEoCSJACgxPcGVyYXRlSW5wdXQSMAoJb3BlcmF0aW9uGAEgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLk9wZXJhdGlvbiJmCgpSZWFjdElucHV0EjIKCnRyYW5zaXRpb24YASABKA4yHi5jb252ZXJnZS53b3JrZXIudjEuVHJhbnNpdGlvbhITCgtkZWR1cF90b2tlbhgCIAEoCRIPCgdiaW5kaW5nGAMgASgJIt0DCg1TdGFnZUNvbXBsZXRlEhMKC2xlYXNlX3Rva2VuGAEgASgJEhMKC2NsYWltX2Vwb2NoGAIgASgDEigKBXN0YWdlGAMgASgOMhkuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlEhIKCmdlbmVyYXRpb24YBCABKAMSGAoQbWFuaWZlc3RfdmVyc2lvbhgFIAEoAxInCgZzdGF0dXMYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKCmNvbmRpdGlvbnMYByADKAsyHS5jb252ZXJnZS53b3JrZXIudjEuQ29uZGl0aW9uEjkKDmNvbXBvc2VfcmVzdWx0GAggASgLMiEuY29udmVyZ2Uud29ya2VyLnYxLkNvbXBvc2VSZXN1bHQSMQoQb3BlcmF0aW9uX291dHB1dBgJIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFAoHaGVhbHRoeRgKIAEoCEgAiAEBEiwKBWVycm9yGAsgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLlRhc2tFcnJvchIwCg1yZXF1ZXVlX2FmdGVyGAwgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgoKCF9oZWFsdGh5IqQBCg1Db21wb3NlUmVzdWx0Ei4KB2Rlc2lyZWQYASADKAsyHS5jb252ZXJnZS53b3JrZXIudjEuQ2hpbGRTcGVjEioKBWVkZ2VzGAIgAygLMhsuY29udmVyZ2Uud29ya2VyLnYxLkRlcEVkZ2USNwoHY29uZmlncxgDIAMoCzImLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1NwZWMiPgoJVGFza0Vycm9yEg8KB21lc3NhZ2UYASABKAkSEAoIdGVybWluYWwYAiABKAgSDgoGcmVhc29uGAMgASgJIoABChRQcm92aWRlckNvbmZpZ1VwZGF0ZRIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRkYXRhGAQgASgMEg8KB2RlbGV0ZWQYBSABKAgiSgoYR2V0UHJvdmlkZXJDb25maWdSZXF1ZXN0Ei4KBWtpbmRzGAEgAygLMh8uY29udmVyZ2Uud29ya2VyLnYxLktpbmRWZXJzaW9uIlUKGUdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2USOAoHZW50cmllcxgBIAMoCzInLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ0VudHJ5Im4KE1Byb3ZpZGVyQ29uZmlnRW50cnkSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDAoEZGF0YRgEIAEoDCqJAQoFU3RhZ2USFQoRU1RBR0VfVU5TUEVDSUZJRUQQABIRCg1TVEFHRV9DT01QT1NFEAESDgoKU1RBR0VfV09SSxACEhAKDFNUQUdFX1JPTExVUBADEhAKDFNUQUdFX0RFTEVURRAEEhEKDVNUQUdFX09QRVJBVEUQBRIPCgtTVEFHRV9SRUFDVBAGKtIBCgdUcmlnZ2VyEhcKE1RSSUdHRVJfVU5TUEVDSUZJRUQQABIXChNUUklHR0VSX1NQRUNfQ0hBTkdFEAESHAoYVFJJR0dFUl9DSElMRFJFTl9TRVRUTEVEEAISHAoYVFJJR0dFUl9ERUxFVEVfUkVRVUVTVEVEEAMSFQoRVFJJR0dFUl9PUEVSQVRJT04QBBITCg9UUklHR0VSX1JFQUNUT1IQBRISCg5UUklHR0VSX1JFU1lOQxAGEhkKFVRSSUdHRVJfQ09ORklHX0NIQU5HRRAHKp8BCgpUcmFuc2l0aW9uEhoKFlRSQU5TSVRJT05fVU5TUEVDSUZJRUQQABIWChJUUkFOU0lUSU9OX0NSRUFURUQQARIVChFUUkFOU0lUSU9OX1NZTkNFRBACEhcKE1RSQU5TSVRJT05fREVHUkFERUQQAxIVChFUUkFOU0lUSU9OX0ZBSUxFRBAEEhYKElRSQU5TSVRJT05fREVMRVRFRBAFKogBCg9Db25kaXRpb25TdGF0dXMSIAocQ09ORElUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFUNPTkRJVElPTl9TVEFUVVNfVFJVRRABEhoKFkNPTkRJVElPTl9TVEFUVVNfRkFMU0UQAhIcChhDT05ESVRJT05fU1RBVFVTX1VOS05PV04QAzLiAQoNV29ya2VyU2VydmljZRJfCgpXb3JrU3RyZWFtEiUuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXF1ZXN0GiYuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXNwb25zZSgBMAEScAoRR2V0UHJvdmlkZXJDb25maWcSLC5jb252ZXJnZS53b3JrZXIudjEuR2V0UHJvdmlkZXJDb25maWdSZXF1ZXN0Gi0uY29udmVyZ2Uud29ya2VyLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2VCxAEKFmNvbS5jb252ZXJnZS53b3JrZXIudjFCC1dvcmtlclByb3RvUAFaM2NvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3dvcmtlci92MTt3b3JrZXJ2MaICA0NXWKoCEkNvbnZlcmdlLldvcmtlci5WMcoCEkNvbnZlcmdlXFdvcmtlclxWMeICHkNvbnZlcmdlXFdvcmtlclxWMVxHUEJNZXRhZGF0YeoCFENvbnZlcmdlOjpXb3JrZXI6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9jb252ZXJnZS93b3JrZXIvdjEvd29ya2VyLnByb3RvEhJjb252ZXJnZS53b3JrZXIudjEiMQoLS2luZFZlcnNpb24SDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUiKQoLUmVzb3VyY2VSZWYSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIsQECghSZXNvdXJjZRILCgN1aWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSDAoEbmFtZRgEIAEoCRI4CgZsYWJlbHMYBSADKAsyKC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpnZW5lcmF0aW9uGAggASgDEhsKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKAMSDQoFcmVhZHkYCiABKAgSDwoHaGVhbHRoeRgLIAEoCBIuCgVvd25lchgMIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhItCgRyb290GA0gASgLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlUmVmEhIKCmZpbmFsaXplcnMYDiADKAkSLwoLZGVsZXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjYKEm9ycGhhbl9leHBpcmVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcXVhcmFudGluZWQYESABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKcAQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSMwoGc3RhdHVzGAIgASgOMiMuY29udmVyZ2Uud29ya2VyLnYxLkNvbmRpdGlvblN0YXR1cxIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIrCghsaXZlbmVzcxgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKWAQoLV29ya2VyRXZlbnQSEAoIY2F0ZWdvcnkYASABKAkSKwoEdHlwZRgCIAEoDjIdLmNvbnZlcmdlLndvcmtlci52MS5FdmVudFR5cGUSDgoGcmVhc29uGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSJwoGZGV0YWlsGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCLnAQoJQ2hpbGRTcGVjEgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEgwKBG5hbWUYAyABKAkSOQoGbGFiZWxzGAQgAygLMikuY29udmVyZ2Uud29ya2VyLnYxLkNoaWxkU3BlYy5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9wcm92aWRlcl9jb25maWcYBiABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI6CglWYWx1ZUZsb3cSFwoPZGVwZW5kZW50X2ZpZWxkGAEgASgJEhQKDHNvdXJjZV9maWVsZBgCIAEoCSKmAQoHRGVwRWRnZRIyCglkZXBlbmRlbnQYASABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2VSZWYSMwoKZGVwZW5kZW5jeRgCIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhIyCgt2YWx1ZV9mbG93cxgDIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5WYWx1ZUZsb3cijwEKElByb3ZpZGVyQ29uZmlnU3BlYxIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSFAoMa2luZF92ZXJzaW9uGAMgASgFEhIKCmlzX2RlZmF1bHQYBCABKAgSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDAoEZGF0YRgGIAEoDCJ2CglPcGVyYXRpb24SCwoDdWlkGAEgASgJEgwKBHZlcmIYAiABKAkSJgoFaW5wdXQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCGF0dGVtcHRzGAQgASgFEhQKDHJlcXVlc3RlZF9ieRgFIAEoCSLzAQoRV29ya1N0cmVhbVJlcXVlc3QSMgoJc3Vic2NyaWJlGAEgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLlN1YnNjcmliZUgAEjUKCGNvbXBsZXRlGAIgASgLMiEuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlQ29tcGxldGVIABIwCghpbnRlcmVzdBgDIAEoCzIcLmNvbnZlcmdlLndvcmtlci52MS5JbnRlcmVzdEgAEjYKCWhlYXJ0YmVhdBgEIAEoCzIhLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrSGVhcnRiZWF0SABCCQoHcGF5bG9hZCKaAQoSV29ya1N0cmVhbVJlc3BvbnNlEi0KBHRhc2sYASABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VUYXNrSAASSgoWcHJvdmlkZXJfY29uZmlnX3VwZGF0ZRgCIAEoCzIoLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1VwZGF0ZUgAQgkKB3BheWxvYWQikgEKCVN1YnNjcmliZRIuCgVraW5kcxgBIAMoCzIfLmNvbnZlcmdlLndvcmtlci52MS5LaW5kVmVyc2lvbhIUCgxtYXhfaW5mbGlnaHQYAiABKAUSMAoHcmVzdW1lZBgDIAMoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXN1bWVkVGFzaxINCgVhZ2VudBgEIAEoCSI3CgtSZXN1bWVkVGFzaxITCgtsZWFzZV90b2tlbhgBIAEoCRITCgtjbGFpbV9lcG9jaBgCIAEoAyI0CghMZWFzZVJlZhITCgtsZWFzZV90b2tlbhgBIAEoCRITCgtjbGFpbV9lcG9jaBgCIAEoAyI9CghJbnRlcmVzdBIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRINCgVyZWFkeRgDIAEoCCI9Cg1Xb3JrSGVhcnRiZWF0EiwKBmxlYXNlcxgBIAMoCzIcLmNvbnZlcmdlLndvcmtlci52MS5MZWFzZVJlZiKMBgoJU3RhZ2VUYXNrEigKBXN0YWdlGAEgASgOMhkuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlEgwKBGtpbmQYAiABKAkSFAoMa2luZF92ZXJzaW9uGAMgASgFEi4KCHJlc291cmNlGAQgASgLMhwuY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlEhIKCmdlbmVyYXRpb24YBSABKAMSEAoIcmVhY3Rpb24YBiABKAkSLAoHdHJpZ2dlchgHIAEoDjIbLmNvbnZlcmdlLndvcmtlci52MS5UcmlnZ2VyEhMKC2xlYXNlX3Rva2VuGAggASgJEhMKC2NsYWltX2Vwb2NoGAkgASgDEhgKEG1hbmlmZXN0X3ZlcnNpb24YCiABKAMSMAoNdGFza19kZWFkbGluZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAwgASgFEjAKD3Byb3ZpZGVyX2NvbmZpZxgNIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFwoPcHJvdmlkZXJfYnVuZGxlGA4gASgMEjkKDWNvbXBvc2VfaW5wdXQYFCABKAsyIC5jb252ZXJnZS53b3JrZXIudjEuQ29tcG9zZUlucHV0SAASMwoKd29ya19pbnB1dBgVIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrSW5wdXRIABI3Cgxyb2xsdXBfaW5wdXQYFiABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUm9sbHVwSW5wdXRIABI3CgxkZWxldGVfaW5wdXQYFyABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuRGVsZXRlSW5wdXRIABI5Cg1vcGVyYXRlX2lucHV0GBggASgLMiAuY29udmVyZ2Uud29ya2VyLnYxLk9wZXJhdGVJbnB1dEgAEjUKC3JlYWN0X2lucHV0GBkgASgLMh4uY29udmVyZ2Uud29ya2VyLnYxLlJlYWN0SW5wdXRIAEIHCgVpbnB1dCLTAQoMQ29tcG9zZUlucHV0Ei4KCG9ic2VydmVkGAEgAygLMhwuY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlEi4KB2Rlc2lyZWQYAiADKAsyHS5jb252ZXJnZS53b3JrZXIudjEuQ2hpbGRTcGVjEioKBWVkZ2VzGAMgAygLMhsuY29udmVyZ2Uud29ya2VyLnYxLkRlcEVkZ2USNwoHY29uZmlncxgEIAMoCzImLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1NwZWMiNAoJV29ya0lucHV0EicKBnN0YXR1cxgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiaQoLUm9sbHVwSW5wdXQSMQoLZGVzY2VuZGFudHMYASADKAsyHC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2USJwoGc3RhdHVzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIgCgtEZWxldGVJbnB1dBIRCglmaW5hbGl6ZXIYASABKAkiQAoMT3BlcmF0ZUlucHV0EjAKCW9wZXJhdGlvbhgBIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5PcGVyYXRpb24iZgoKUmVhY3RJbnB1dBIyCgp0cmFuc2l0aW9uGAEgASgOMh4uY29udmVyZ2Uud29ya2VyLnYxLlRyYW5zaXRpb24SEwoLZGVkdXBfdG9rZW4YAiABKAkSDwoHYmluZGluZxgDIAEoCSKOBAoNU3RhZ2VDb21wbGV0ZRITCgtsZWFzZV90b2tlbhgBIAEoCRITCgtjbGFpbV9lcG9jaBgCIAEoAxIoCgVzdGFnZRgDIAEoDjIZLmNvbnZlcmdlLndvcmtlci52MS5TdGFnZRISCgpnZW5lcmF0aW9uGAQgASgDEhgKEG1hbmlmZXN0X3ZlcnNpb24YBSABKAMSJwoGc3RhdHVzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCgpjb25kaXRpb25zGAcgAygLMh0uY29udmVyZ2Uud29ya2VyLnYxLkNvbmRpdGlvbhI5Cg5jb21wb3NlX3Jlc3VsdBgIIAEoCzIhLmNvbnZlcmdlLndvcmtlci52MS5Db21wb3NlUmVzdWx0EjEKEG9wZXJhdGlvbl9vdXRwdXQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhQKB2hlYWx0aHkYCiABKAhIAIgBARIsCgVlcnJvchgLIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5UYXNrRXJyb3ISMAoNcmVxdWV1ZV9hZnRlchgMIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgZldmVudHMYDSADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuV29ya2VyRXZlbnRCCgoIX2hlYWx0aHkipAEKDUNvbXBvc2VSZXN1bHQSLgoHZGVzaXJlZBgBIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5DaGlsZFNwZWMSKgoFZWRnZXMYAiADKAsyGy5jb252ZXJnZS53b3JrZXIudjEuRGVwRWRnZRI3Cgdjb25maWdzGAMgAygLMiYuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnU3BlYyI+CglUYXNrRXJyb3ISDwoHbWVzc2FnZRgBIAEoCRIQCgh0ZXJtaW5hbBgCIAEoCBIOCgZyZWFzb24YAyABKAkigAEKFFByb3ZpZGVyQ29uZmlnVXBkYXRlEgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EgwKBGRhdGEYBCABKAwSDwoHZGVsZXRlZBgFIAEoCCJKChhHZXRQcm92aWRlckNvbmZpZ1JlcXVlc3QSLgoFa2luZHMYASADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuS2luZFZlcnNpb24iVQoZR2V0UHJvdmlkZXJDb25maWdSZXNwb25zZRI4CgdlbnRyaWVzGAEgAygLMicuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnRW50cnkibgoTUHJvdmlkZXJDb25maWdFbnRyeRIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRkYXRhGAQgASgMKokBCgVTdGFnZRIVChFTVEFHRV9VTlNQRUNJRklFRBAAEhEKDVNUQUdFX0NPTVBPU0UQARIOCgpTVEFHRV9XT1JLEAISEAoMU1RBR0VfUk9MTFVQEAMSEAoMU1RBR0VfREVMRVRFEAQSEQoNU1RBR0VfT1BFUkFURRAFEg8KC1NUQUdFX1JFQUNUEAYq0gEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhcKE1RSSUdHRVJfU1BFQ19DSEFOR0UQARIcChhUUklHR0VSX0NISUxEUkVOX1NFVFRMRUQQAhIcChhUUklHR0VSX0RFTEVURV9SRVFVRVNURUQQAxIVChFUUklHR0VSX09QRVJBVElPThAEEhMKD1RSSUdHRVJfUkVBQ1RPUhAFEhIKDlRSSUdHRVJfUkVTWU5DEAYSGQoVVFJJR0dFUl9DT05GSUdfQ0hBTkdFEAcqnwEKClRyYW5zaXRpb24SGgoWVFJBTlNJVElPTl9VTlNQRUNJRklFRBAAEhYKElRSQU5TSVRJT05fQ1JFQVRFRBABEhUKEVRSQU5TSVRJT05fU1lOQ0VEEAISFwoTVFJBTlNJVElPTl9ERUdSQURFRBADEhUKEVRSQU5TSVRJT05fRkFJTEVEEAQSFgoSVFJBTlNJVElPTl9ERUxFVEVEEAUqiAEKD0NvbmRpdGlvblN0YXR1cxIgChxDT05ESVRJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVQ09ORElUSU9OX1NUQVRVU19UUlVFEAESGgoWQ09ORElUSU9OX1NUQVRVU19GQUxTRRACEhwKGENPTkRJVElPTl9TVEFUVVNfVU5LTk9XThADKlYKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFQoRRVZFTlRfVFlQRV9OT1JNQUwQARIWChJFVkVOVF9UWVBFX1dBUk5JTkcQAjLiAQoNV29ya2VyU2VydmljZRJfCgpXb3JrU3RyZWFtEiUuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXF1ZXN0GiYuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXNwb25zZSgBMAEScAoRR2V0UHJvdmlkZXJDb25maWcSLC5jb252ZXJnZS53b3JrZXIudjEuR2V0UHJvdmlkZXJDb25maWdSZXF1ZXN0Gi0uY29udmVyZ2Uud29ya2VyLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2VCxAEKFmNvbS5jb252ZXJnZS53b3JrZXIudjFCC1dvcmtlclByb3RvUAFaM2NvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3dvcmtlci92MTt3b3JrZXJ2MaICA0NXWKoCEkNvbnZlcmdlLldvcmtlci5WMcoCEkNvbnZlcmdlXFdvcmtlclxWMeICHkNvbnZlcmdlXFdvcmtlclxWMVxHUEJNZXRhZGF0YeoCFENvbnZlcmdlOjpXb3JrZXI6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A (kind, kind_version) pair. Routing is exact: a worker serving version 1
@@ -243,6 +243,18 @@ export type Condition = Message<"converge.worker.v1.Condition"> & {
    * @generated from field: string message = 4;
    */
   message: string;
+
+  /**
+   * Optional. Makes this a liveness condition: the report holds for this
+   * long (1 s to 24 h). Unless the condition is reported again within that
+   * window, reads show it with status UNKNOWN and reason "ReportExpired"
+   * (the last report is kept and shown again as soon as it is renewed).
+   * Renewing an unchanged report costs at most one write per half window.
+   * Absent or zero = an ordinary condition, held until replaced.
+   *
+   * @generated from field: google.protobuf.Duration liveness = 5;
+   */
+  liveness?: Duration | undefined;
 };
 
 /**
@@ -251,6 +263,61 @@ export type Condition = Message<"converge.worker.v1.Condition"> & {
  */
 export const ConditionSchema: GenMessage<Condition> = /*@__PURE__*/
   messageDesc(file_converge_worker_v1_worker, 3);
+
+/**
+ * An observation a worker records on the event timeline of the task's
+ * resource, next to the server's lifecycle events. Consecutive events of
+ * one category with the same type and reason are aggregated into one run
+ * (count, first and last time), exactly like the server's own events.
+ *
+ * @generated from message converge.worker.v1.WorkerEvent
+ */
+export type WorkerEvent = Message<"converge.worker.v1.WorkerEvent"> & {
+  /**
+   * Timeline: lower case letters, digits and '-', starting with a letter,
+   * at most 63 characters; empty = "worker". The server's own timelines
+   * ("lifecycle", "reconcile", "operation", "reactor") are reserved.
+   *
+   * @generated from field: string category = 1;
+   */
+  category: string;
+
+  /**
+   * Severity.
+   *
+   * @generated from field: converge.worker.v1.EventType type = 2;
+   */
+  type: EventType;
+
+  /**
+   * Required. UpperCamelCase machine-readable cause, at most 128
+   * characters, e.g. "BucketCreated".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * Human-readable message; longer than 1024 characters is truncated.
+   *
+   * @generated from field: string message = 4;
+   */
+  message: string;
+
+  /**
+   * Optional structured detail, at most 8 KiB as JSON.
+   *
+   * @generated from field: google.protobuf.Struct detail = 5;
+   */
+  detail?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message converge.worker.v1.WorkerEvent.
+ * Use `create(WorkerEventSchema)` to create a new message.
+ */
+export const WorkerEventSchema: GenMessage<WorkerEvent> = /*@__PURE__*/
+  messageDesc(file_converge_worker_v1_worker, 4);
 
 /**
  * A child a composer wants to exist, owned by the task's resource.
@@ -309,7 +376,7 @@ export type ChildSpec = Message<"converge.worker.v1.ChildSpec"> & {
  * Use `create(ChildSpecSchema)` to create a new message.
  */
 export const ChildSpecSchema: GenMessage<ChildSpec> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 4);
+  messageDesc(file_converge_worker_v1_worker, 5);
 
 /**
  * Copies one value from a dependency's status into a dependent's spec.
@@ -339,7 +406,7 @@ export type ValueFlow = Message<"converge.worker.v1.ValueFlow"> & {
  * Use `create(ValueFlowSchema)` to create a new message.
  */
 export const ValueFlowSchema: GenMessage<ValueFlow> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 5);
+  messageDesc(file_converge_worker_v1_worker, 6);
 
 /**
  * A dependency edge between two resources of the composition: the
@@ -376,7 +443,7 @@ export type DepEdge = Message<"converge.worker.v1.DepEdge"> & {
  * Use `create(DepEdgeSchema)` to create a new message.
  */
 export const DepEdgeSchema: GenMessage<DepEdge> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 6);
+  messageDesc(file_converge_worker_v1_worker, 7);
 
 /**
  * A provider config a composer wants to exist, owned by the task's
@@ -433,7 +500,7 @@ export type ProviderConfigSpec = Message<"converge.worker.v1.ProviderConfigSpec"
  * Use `create(ProviderConfigSpecSchema)` to create a new message.
  */
 export const ProviderConfigSpecSchema: GenMessage<ProviderConfigSpec> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 7);
+  messageDesc(file_converge_worker_v1_worker, 8);
 
 /**
  * An invoked operation, as handed to a worker.
@@ -482,7 +549,7 @@ export type Operation = Message<"converge.worker.v1.Operation"> & {
  * Use `create(OperationSchema)` to create a new message.
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 8);
+  messageDesc(file_converge_worker_v1_worker, 9);
 
 /**
  * Message from the worker to the broker.
@@ -535,7 +602,7 @@ export type WorkStreamRequest = Message<"converge.worker.v1.WorkStreamRequest"> 
  * Use `create(WorkStreamRequestSchema)` to create a new message.
  */
 export const WorkStreamRequestSchema: GenMessage<WorkStreamRequest> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 9);
+  messageDesc(file_converge_worker_v1_worker, 10);
 
 /**
  * Message from the broker to the worker.
@@ -572,7 +639,7 @@ export type WorkStreamResponse = Message<"converge.worker.v1.WorkStreamResponse"
  * Use `create(WorkStreamResponseSchema)` to create a new message.
  */
 export const WorkStreamResponseSchema: GenMessage<WorkStreamResponse> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 10);
+  messageDesc(file_converge_worker_v1_worker, 11);
 
 /**
  * Opens a worker session. The worker sends no identity: the broker takes it
@@ -622,7 +689,7 @@ export type Subscribe = Message<"converge.worker.v1.Subscribe"> & {
  * Use `create(SubscribeSchema)` to create a new message.
  */
 export const SubscribeSchema: GenMessage<Subscribe> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 11);
+  messageDesc(file_converge_worker_v1_worker, 12);
 
 /**
  * A task carried over from a previous session.
@@ -650,7 +717,7 @@ export type ResumedTask = Message<"converge.worker.v1.ResumedTask"> & {
  * Use `create(ResumedTaskSchema)` to create a new message.
  */
 export const ResumedTaskSchema: GenMessage<ResumedTask> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 12);
+  messageDesc(file_converge_worker_v1_worker, 13);
 
 /**
  * Identifies one leased task.
@@ -678,7 +745,7 @@ export type LeaseRef = Message<"converge.worker.v1.LeaseRef"> & {
  * Use `create(LeaseRefSchema)` to create a new message.
  */
 export const LeaseRefSchema: GenMessage<LeaseRef> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 13);
+  messageDesc(file_converge_worker_v1_worker, 14);
 
 /**
  * Per-pair readiness. Absolute, so a repeated or reordered message is
@@ -715,7 +782,7 @@ export type Interest = Message<"converge.worker.v1.Interest"> & {
  * Use `create(InterestSchema)` to create a new message.
  */
 export const InterestSchema: GenMessage<Interest> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 14);
+  messageDesc(file_converge_worker_v1_worker, 15);
 
 /**
  * Attests that the listed tasks' handlers are still making progress. One
@@ -739,7 +806,7 @@ export type WorkHeartbeat = Message<"converge.worker.v1.WorkHeartbeat"> & {
  * Use `create(WorkHeartbeatSchema)` to create a new message.
  */
 export const WorkHeartbeatSchema: GenMessage<WorkHeartbeat> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 15);
+  messageDesc(file_converge_worker_v1_worker, 16);
 
 /**
  * A task: run reaction `reaction` of (kind, kind_version) for `resource`
@@ -920,7 +987,7 @@ export type StageTask = Message<"converge.worker.v1.StageTask"> & {
  * Use `create(StageTaskSchema)` to create a new message.
  */
 export const StageTaskSchema: GenMessage<StageTask> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 16);
+  messageDesc(file_converge_worker_v1_worker, 17);
 
 /**
  * Input of a COMPOSE task.
@@ -962,7 +1029,7 @@ export type ComposeInput = Message<"converge.worker.v1.ComposeInput"> & {
  * Use `create(ComposeInputSchema)` to create a new message.
  */
 export const ComposeInputSchema: GenMessage<ComposeInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 17);
+  messageDesc(file_converge_worker_v1_worker, 18);
 
 /**
  * Input of a WORK task.
@@ -984,7 +1051,7 @@ export type WorkInput = Message<"converge.worker.v1.WorkInput"> & {
  * Use `create(WorkInputSchema)` to create a new message.
  */
 export const WorkInputSchema: GenMessage<WorkInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 18);
+  messageDesc(file_converge_worker_v1_worker, 19);
 
 /**
  * Input of a ROLLUP task.
@@ -1013,7 +1080,7 @@ export type RollupInput = Message<"converge.worker.v1.RollupInput"> & {
  * Use `create(RollupInputSchema)` to create a new message.
  */
 export const RollupInputSchema: GenMessage<RollupInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 19);
+  messageDesc(file_converge_worker_v1_worker, 20);
 
 /**
  * Input of a DELETE task.
@@ -1034,7 +1101,7 @@ export type DeleteInput = Message<"converge.worker.v1.DeleteInput"> & {
  * Use `create(DeleteInputSchema)` to create a new message.
  */
 export const DeleteInputSchema: GenMessage<DeleteInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 20);
+  messageDesc(file_converge_worker_v1_worker, 21);
 
 /**
  * Input of an OPERATE task.
@@ -1055,7 +1122,7 @@ export type OperateInput = Message<"converge.worker.v1.OperateInput"> & {
  * Use `create(OperateInputSchema)` to create a new message.
  */
 export const OperateInputSchema: GenMessage<OperateInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 21);
+  messageDesc(file_converge_worker_v1_worker, 22);
 
 /**
  * Input of a REACT task.
@@ -1091,7 +1158,7 @@ export type ReactInput = Message<"converge.worker.v1.ReactInput"> & {
  * Use `create(ReactInputSchema)` to create a new message.
  */
 export const ReactInputSchema: GenMessage<ReactInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 22);
+  messageDesc(file_converge_worker_v1_worker, 23);
 
 /**
  * The outcome of a task. Only the parts the reaction's manifest entry
@@ -1191,6 +1258,18 @@ export type StageComplete = Message<"converge.worker.v1.StageComplete"> & {
    * @generated from field: google.protobuf.Duration requeue_after = 12;
    */
   requeueAfter?: Duration | undefined;
+
+  /**
+   * Events to record on the resource's event timelines (at most 16), for
+   * every stage except REACT. Unlike the other parts they are recorded
+   * whether or not the reaction declares them in emits, and also when error
+   * is set (they describe what the handler did before it failed). An
+   * invalid event fails the task (reason "EventInvalid") with the field
+   * violations in its message, and no event of the outcome is recorded.
+   *
+   * @generated from field: repeated converge.worker.v1.WorkerEvent events = 13;
+   */
+  events: WorkerEvent[];
 };
 
 /**
@@ -1198,7 +1277,7 @@ export type StageComplete = Message<"converge.worker.v1.StageComplete"> & {
  * Use `create(StageCompleteSchema)` to create a new message.
  */
 export const StageCompleteSchema: GenMessage<StageComplete> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 23);
+  messageDesc(file_converge_worker_v1_worker, 24);
 
 /**
  * The complete desired composition of a composer. It replaces the previous
@@ -1234,7 +1313,7 @@ export type ComposeResult = Message<"converge.worker.v1.ComposeResult"> & {
  * Use `create(ComposeResultSchema)` to create a new message.
  */
 export const ComposeResultSchema: GenMessage<ComposeResult> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 24);
+  messageDesc(file_converge_worker_v1_worker, 25);
 
 /**
  * A failed task.
@@ -1272,7 +1351,7 @@ export type TaskError = Message<"converge.worker.v1.TaskError"> & {
  * Use `create(TaskErrorSchema)` to create a new message.
  */
 export const TaskErrorSchema: GenMessage<TaskError> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 25);
+  messageDesc(file_converge_worker_v1_worker, 26);
 
 /**
  * A change of the default provider config of a served pair. Sent only to
@@ -1323,7 +1402,7 @@ export type ProviderConfigUpdate = Message<"converge.worker.v1.ProviderConfigUpd
  * Use `create(ProviderConfigUpdateSchema)` to create a new message.
  */
 export const ProviderConfigUpdateSchema: GenMessage<ProviderConfigUpdate> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 26);
+  messageDesc(file_converge_worker_v1_worker, 27);
 
 /**
  * Request message for WorkerService.GetProviderConfig.
@@ -1344,7 +1423,7 @@ export type GetProviderConfigRequest = Message<"converge.worker.v1.GetProviderCo
  * Use `create(GetProviderConfigRequestSchema)` to create a new message.
  */
 export const GetProviderConfigRequestSchema: GenMessage<GetProviderConfigRequest> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 27);
+  messageDesc(file_converge_worker_v1_worker, 28);
 
 /**
  * Response message for WorkerService.GetProviderConfig.
@@ -1366,7 +1445,7 @@ export type GetProviderConfigResponse = Message<"converge.worker.v1.GetProviderC
  * Use `create(GetProviderConfigResponseSchema)` to create a new message.
  */
 export const GetProviderConfigResponseSchema: GenMessage<GetProviderConfigResponse> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 28);
+  messageDesc(file_converge_worker_v1_worker, 29);
 
 /**
  * The default provider config of one pair.
@@ -1408,7 +1487,7 @@ export type ProviderConfigEntry = Message<"converge.worker.v1.ProviderConfigEntr
  * Use `create(ProviderConfigEntrySchema)` to create a new message.
  */
 export const ProviderConfigEntrySchema: GenMessage<ProviderConfigEntry> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 29);
+  messageDesc(file_converge_worker_v1_worker, 30);
 
 /**
  * The stage of the reconcile pipeline a task runs, i.e. what the broker
@@ -1640,6 +1719,40 @@ export enum ConditionStatus {
  */
 export const ConditionStatusSchema: GenEnum<ConditionStatus> = /*@__PURE__*/
   enumDesc(file_converge_worker_v1_worker, 3);
+
+/**
+ * Severity of a worker-reported event.
+ *
+ * @generated from enum converge.worker.v1.EventType
+ */
+export enum EventType {
+  /**
+   * Not set: recorded as NORMAL.
+   *
+   * @generated from enum value: EVENT_TYPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Routine, expected progress (e.g. "BucketCreated").
+   *
+   * @generated from enum value: EVENT_TYPE_NORMAL = 1;
+   */
+  NORMAL = 1,
+
+  /**
+   * Something needing attention (e.g. "QuotaNearlyExhausted").
+   *
+   * @generated from enum value: EVENT_TYPE_WARNING = 2;
+   */
+  WARNING = 2,
+}
+
+/**
+ * Describes the enum converge.worker.v1.EventType.
+ */
+export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
+  enumDesc(file_converge_worker_v1_worker, 4);
 
 /**
  * The contract between a converge broker and worker processes. Workers hold

@@ -48,6 +48,12 @@ class ConditionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONDITION_STATUS_TRUE: _ClassVar[ConditionStatus]
     CONDITION_STATUS_FALSE: _ClassVar[ConditionStatus]
     CONDITION_STATUS_UNKNOWN: _ClassVar[ConditionStatus]
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_NORMAL: _ClassVar[EventType]
+    EVENT_TYPE_WARNING: _ClassVar[EventType]
 STAGE_UNSPECIFIED: Stage
 STAGE_COMPOSE: Stage
 STAGE_WORK: Stage
@@ -73,6 +79,9 @@ CONDITION_STATUS_UNSPECIFIED: ConditionStatus
 CONDITION_STATUS_TRUE: ConditionStatus
 CONDITION_STATUS_FALSE: ConditionStatus
 CONDITION_STATUS_UNKNOWN: ConditionStatus
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_NORMAL: EventType
+EVENT_TYPE_WARNING: EventType
 
 class KindVersion(_message.Message):
     __slots__ = ("kind", "kind_version")
@@ -136,16 +145,32 @@ class Resource(_message.Message):
     def __init__(self, uid: _Optional[str] = ..., kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., generation: _Optional[int] = ..., observed_generation: _Optional[int] = ..., ready: _Optional[bool] = ..., healthy: _Optional[bool] = ..., owner: _Optional[_Union[ResourceRef, _Mapping]] = ..., root: _Optional[_Union[ResourceRef, _Mapping]] = ..., finalizers: _Optional[_Iterable[str]] = ..., delete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., orphan_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., quarantined: _Optional[bool] = ...) -> None: ...
 
 class Condition(_message.Message):
-    __slots__ = ("type", "status", "reason", "message")
+    __slots__ = ("type", "status", "reason", "message", "liveness")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LIVENESS_FIELD_NUMBER: _ClassVar[int]
     type: str
     status: ConditionStatus
     reason: str
     message: str
-    def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    liveness: _duration_pb2.Duration
+    def __init__(self, type: _Optional[str] = ..., status: _Optional[_Union[ConditionStatus, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., liveness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WorkerEvent(_message.Message):
+    __slots__ = ("category", "type", "reason", "message", "detail")
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    category: str
+    type: EventType
+    reason: str
+    message: str
+    detail: _struct_pb2.Struct
+    def __init__(self, category: _Optional[str] = ..., type: _Optional[_Union[EventType, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., detail: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ChildSpec(_message.Message):
     __slots__ = ("kind", "kind_version", "name", "labels", "spec", "provider_config")
@@ -375,7 +400,7 @@ class ReactInput(_message.Message):
     def __init__(self, transition: _Optional[_Union[Transition, str]] = ..., dedup_token: _Optional[str] = ..., binding: _Optional[str] = ...) -> None: ...
 
 class StageComplete(_message.Message):
-    __slots__ = ("lease_token", "claim_epoch", "stage", "generation", "manifest_version", "status", "conditions", "compose_result", "operation_output", "healthy", "error", "requeue_after")
+    __slots__ = ("lease_token", "claim_epoch", "stage", "generation", "manifest_version", "status", "conditions", "compose_result", "operation_output", "healthy", "error", "requeue_after", "events")
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLAIM_EPOCH_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -388,6 +413,7 @@ class StageComplete(_message.Message):
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     lease_token: str
     claim_epoch: int
     stage: Stage
@@ -400,7 +426,8 @@ class StageComplete(_message.Message):
     healthy: bool
     error: TaskError
     requeue_after: _duration_pb2.Duration
-    def __init__(self, lease_token: _Optional[str] = ..., claim_epoch: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ..., generation: _Optional[int] = ..., manifest_version: _Optional[int] = ..., status: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., compose_result: _Optional[_Union[ComposeResult, _Mapping]] = ..., operation_output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., healthy: _Optional[bool] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[WorkerEvent]
+    def __init__(self, lease_token: _Optional[str] = ..., claim_epoch: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ..., generation: _Optional[int] = ..., manifest_version: _Optional[int] = ..., status: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., compose_result: _Optional[_Union[ComposeResult, _Mapping]] = ..., operation_output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., healthy: _Optional[bool] = ..., error: _Optional[_Union[TaskError, _Mapping]] = ..., requeue_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., events: _Optional[_Iterable[_Union[WorkerEvent, _Mapping]]] = ...) -> None: ...
 
 class ComposeResult(_message.Message):
     __slots__ = ("desired", "edges", "configs")
