@@ -2,13 +2,13 @@
 //! `resync_interval_secs > 0` about once per interval, without a generation
 //! bump (trigger RESYNC), so workers re-observe the world and report drift.
 //!
-//! Each kind version is walked by name, one slice per tick, sized from the
-//! kind's count (taken again every minute) so that a whole walk takes about
-//! half the interval: the load is spread over the interval instead of
-//! arriving as a burst per kind. With no resync-enabled
-//! kind a tick is one read of the kind config table. Settings are read every
-//! tick, so live edits (turning resync on, changing the interval or
-//! `resync_recomposes`) apply within a second.
+//! Each kind version is walked by name, one small slice per step (every
+//! 100 ms), sized from the kind's count (taken again every minute) so that
+//! a whole walk takes about half the interval: the load is spread over the
+//! interval instead of arriving as a burst per kind, or per second. The
+//! settings are read once a second, so live edits (turning resync on,
+//! changing the interval or `resync_recomposes`) apply within a second; with
+//! no resync-enabled kind that read is the duty's whole cost.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,11 +20,15 @@ use tokio::task::JoinHandle;
 use crate::store::StoreError;
 use crate::store::resync::{self, ResyncPolicy};
 
-/// Pause between ticks.
-pub const TICK: Duration = Duration::from_secs(1);
-/// Bounds of a slice.
-const MIN_SLICE: i32 = 100;
-const MAX_SLICE: i32 = 20_000;
+/// Pause between walk steps. Small steps make the resyncs of one kind
+/// arrive about evenly: at 1,000 resources and a 5 s interval, some 20 per
+/// step rather than 200 once a second.
+pub const STEP: Duration = Duration::from_millis(100);
+/// How often the settings are read.
+const SETTINGS_EVERY: Duration = Duration::from_secs(1);
+/// Bounds of a slice (per step).
+const MIN_SLICE: i32 = 10;
+const MAX_SLICE: i32 = 2_000;
 
 /// How often a kind is counted again to size its slices (the kind may grow
 /// or shrink while it is walked).
@@ -44,26 +48,44 @@ impl Walk {
     /// The slice that makes a walk of `rows` resources take half of
     /// `interval_secs`.
     fn slice_for(rows: i64, interval_secs: i32) -> i32 {
-        let ticks = (f64::from(interval_secs) / 2.0 / TICK.as_secs_f64()).max(1.0);
-        let slice = (rows as f64 / ticks).ceil();
+        let steps = (f64::from(interval_secs) / 2.0 / STEP.as_secs_f64()).max(1.0);
+        let slice = (rows as f64 / steps).ceil();
         (slice as i32).clamp(MIN_SLICE, MAX_SLICE)
     }
 }
 
-/// Runs one tick over every enabled kind version; returns the resyncs queued.
-async fn tick(pool: &PgPool, walks: &mut HashMap<(String, i32), Walk>) -> Result<i64, StoreError> {
-    let policies = resync::enabled(pool).await?;
-    walks.retain(|key, _| {
-        policies
-            .iter()
-            .any(|p| (p.kind.as_str(), p.kind_version) == (key.0.as_str(), key.1))
-    });
-    let mut queued = 0;
-    for policy in &policies {
-        let walk = walks.entry((policy.kind.clone(), policy.kind_version)).or_default();
-        queued += i64::from(step(pool, policy, walk).await?);
+/// The duty's state: the settings last read and where each walk stands.
+#[derive(Debug, Default)]
+struct Duty {
+    policies: Vec<ResyncPolicy>,
+    read_at: Option<tokio::time::Instant>,
+    walks: HashMap<(String, i32), Walk>,
+}
+
+impl Duty {
+    /// Runs one step over every enabled kind version (reading the settings
+    /// again when they are a second old); returns the resyncs queued.
+    async fn step(&mut self, pool: &PgPool) -> Result<i64, StoreError> {
+        if self.read_at.is_none_or(|at| at.elapsed() >= SETTINGS_EVERY) {
+            self.policies = resync::enabled(pool).await?;
+            self.read_at = Some(tokio::time::Instant::now());
+            let policies = &self.policies;
+            self.walks.retain(|key, _| {
+                policies
+                    .iter()
+                    .any(|p| (p.kind.as_str(), p.kind_version) == (key.0.as_str(), key.1))
+            });
+        }
+        let mut queued = 0;
+        for policy in &self.policies {
+            let walk = self
+                .walks
+                .entry((policy.kind.clone(), policy.kind_version))
+                .or_default();
+            queued += i64::from(step(pool, policy, walk).await?);
+        }
+        Ok(queued)
     }
-    Ok(queued)
 }
 
 async fn step(pool: &PgPool, policy: &ResyncPolicy, walk: &mut Walk) -> Result<i32, StoreError> {
@@ -81,13 +103,13 @@ async fn step(pool: &PgPool, policy: &ResyncPolicy, walk: &mut Walk) -> Result<i
 /// Runs the duty until `stop` flips.
 pub fn spawn(pool: PgPool, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut walks = HashMap::new();
-        let mut ticks = tokio::time::interval(TICK);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut duty = Duty::default();
+        let mut steps = tokio::time::interval(STEP);
+        steps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = ticks.tick() => match tick(&pool, &mut walks).await {
+                _ = steps.tick() => match duty.step(&pool).await {
                     Ok(0) => {}
                     Ok(queued) => tracing::debug!(queued, "resyncs queued"),
                     Err(e) => tracing::warn!(error = %e, "resync pass failed"),
@@ -103,11 +125,13 @@ mod tests {
 
     #[test]
     fn a_walk_takes_about_half_the_interval() {
-        // 1M resources, 1 h interval: 1,800 ticks of 556.
-        assert_eq!(Walk::slice_for(1_000_000, 3600), 556);
+        // 1M resources, 1 h interval: 18,000 steps of 56.
+        assert_eq!(Walk::slice_for(1_000_000, 3600), 56);
+        // 1,000 at the shortest interval: 25 steps of 40.
+        assert_eq!(Walk::slice_for(1_000, 5), 40);
         // Small kinds still move a useful slice; huge ones are bounded.
         assert_eq!(Walk::slice_for(10, 3600), MIN_SLICE);
         assert_eq!(Walk::slice_for(100_000_000, 60), MAX_SLICE);
-        assert_eq!(Walk::slice_for(5_000, 10), 1_000);
+        assert_eq!(Walk::slice_for(5_000, 10), 100);
     }
 }
