@@ -100,6 +100,10 @@ pub struct Broker {
     /// The default provider configs, pushed to sessions as they change.
     configs: Arc<configs::DefaultConfigs>,
     stats: Arc<BrokerStats>,
+    /// Flips to true when this process shuts down: every session then ends
+    /// its stream with UNAVAILABLE and keeps its leases for the worker to
+    /// resume elsewhere.
+    closing: watch::Receiver<bool>,
 }
 
 /// The instants at which requeued work falls due, earliest first, and the
@@ -147,14 +151,16 @@ impl DueTimes {
 }
 
 impl Broker {
-    /// A broker claiming as `member_id`, preferring the shards of `shards`;
-    /// spawns the loop that turns `work_ready` notifications into wake-ups.
+    /// A broker claiming as `member_id`, preferring the shards of `shards`,
+    /// until `closing` flips; spawns the loop that turns `work_ready`
+    /// notifications into wake-ups.
     pub fn start(
         pool: PgPool,
         notifications: &Notifications,
         member_id: String,
         catalog: Arc<KindCatalog>,
         shards: watch::Receiver<Option<ShardRange>>,
+        closing: watch::Receiver<bool>,
     ) -> Arc<Self> {
         let broker = Arc::new(Self {
             pool,
@@ -166,6 +172,7 @@ impl Broker {
             due: Arc::default(),
             configs: configs::DefaultConfigs::new(),
             stats: Arc::default(),
+            closing,
         });
         tokio::spawn(configs::refresh(
             Arc::downgrade(&broker.configs),

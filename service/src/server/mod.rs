@@ -307,6 +307,7 @@ async fn prepare_and_spawn(
             membership.member_id().to_owned(),
             catalog.clone(),
             membership.shards(),
+            stop.subscribe(),
         );
         membership.report_load(broker.load_source());
         broker

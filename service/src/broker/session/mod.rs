@@ -146,8 +146,12 @@ impl Session {
         self.broker.stats.connected.fetch_add(1, Ordering::Relaxed);
         let mut wake = self.broker.wake.subscribe();
         let mut config_updates = self.broker.configs.subscribe();
+        let mut closing = self.broker.closing.clone();
         let mut busy_until = tokio::time::Instant::now() + LINGER;
         'session: loop {
+            if *closing.borrow_and_update() {
+                break;
+            }
             self.count_in_flight();
             match self.dispatch().await {
                 Ok(0) => {}
@@ -211,10 +215,26 @@ impl Session {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 },
                 _ = tokio::time::sleep(pause) => {}
+                _ = closing.changed() => {}
                 _ = self.out.closed() => break,
             }
         }
         self.flush().await;
+        if *closing.borrow() {
+            // This process is going away: the worker reconnects (to another
+            // pod, or to this one restarted) and resumes its leases there,
+            // so they are kept rather than released; the reaper frees those
+            // of a worker that never comes back.
+            let _ = self
+                .out
+                .send(Err(Status::unavailable(
+                    "this converge process is shutting down; reconnect and resume the leases",
+                )))
+                .await;
+            self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
+            self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
+            return;
+        }
         self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
         self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
