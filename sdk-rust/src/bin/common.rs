@@ -28,13 +28,7 @@ impl CommonArgs {
     /// Installs the log subscriber (logs go to stderr). A bad filter is an
     /// error rather than a silent default.
     pub fn init_logging(&self) -> Result<(), String> {
-        let filter =
-            EnvFilter::try_new(&self.log_level).map_err(|e| format!("invalid LOG_LEVEL {:?}: {e}", self.log_level))?;
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init()
-            .map_err(|e| format!("cannot install the logger: {e}"))
+        init_logging(&self.log_level)
     }
 
     /// A builder with the broker and the shared settings applied.
@@ -44,6 +38,17 @@ impl CommonArgs {
             .max_parallel(self.max_parallel as usize)
             .drain_timeout(Duration::from_secs(self.drain_timeout_secs))
     }
+}
+
+/// Installs the log subscriber for `filter` (logs go to stderr). A bad
+/// filter is an error rather than a silent default.
+pub fn init_logging(filter: &str) -> Result<(), String> {
+    let parsed = EnvFilter::try_new(filter).map_err(|e| format!("invalid LOG_LEVEL {filter:?}: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(parsed)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| format!("cannot install the logger: {e}"))
 }
 
 /// Completes on SIGTERM or SIGINT. The handlers are installed when this is
