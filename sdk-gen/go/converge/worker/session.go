@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	workerv1 "converge.dev/sdk/go/gen/converge/worker/v1"
 )
 
@@ -13,6 +15,9 @@ import (
 // stream after the worker half-closed it, so the last completions are flushed
 // rather than reset with the stream.
 const closeGrace = 5 * time.Second
+
+// errRefused: the broker ended a new stream without accepting it.
+var errRefused = errors.New("the broker refused the stream")
 
 // sessionEnd is how a session ended.
 type sessionEnd int
@@ -54,9 +59,15 @@ func (r *run) session() sessionEnd {
 		return sessionNotOpened
 	}
 	s := &session{r: r, stream: stream, readiness: make(map[KindVersion]bool, len(sh.kinds))}
-	if err := s.subscribe(); err == nil {
-		// The broker sends its headers once it accepted the Subscribe.
-		_, err = stream.Header()
+	err = s.subscribe()
+	if err == nil {
+		// The broker sends its headers once it accepted the Subscribe. A
+		// stream it refused ends without any (trailers only): no headers
+		// and no error, the status then comes from RecvMsg.
+		var md metadata.MD
+		if md, err = stream.Header(); err == nil && md == nil {
+			err = errRefused
+		}
 	}
 	if !openTimer.Stop() {
 		sh.log.Warn("opening the work stream timed out")

@@ -143,7 +143,7 @@ type ConditionStatus int
 
 // The condition truth values. The zero value is not valid in an outcome.
 const (
-	conditionStatusUnspecified ConditionStatus = iota
+	_ ConditionStatus = iota // the zero value: not valid in an outcome
 	// ConditionTrue: the condition holds.
 	ConditionTrue
 	// ConditionFalse: the condition does not hold.
