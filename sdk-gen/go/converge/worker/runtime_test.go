@@ -333,3 +333,22 @@ func waitStats(t *testing.T, w *Worker, ok func(Stats) bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestShutdownWhilePrimingAgainstAnUnreachableBrokerReturnsAtOnce(t *testing.T) {
+	w, err := New("127.0.0.1:1", WithHandler(testKind, Reactions{}), WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := w.Run(ctx); err != nil {
+		t.Errorf("Run = %v, want nil (nothing was running)", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Run took %v after the shutdown", d)
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("a second Run was accepted")
+	}
+}

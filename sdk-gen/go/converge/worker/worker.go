@@ -107,7 +107,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		backoff:    newBackoff(sh.s.backoffBase, sh.s.backoffMax),
 	}
 	defer r.stopDrainTimer()
-	if !r.prime() {
+	if !r.prime(ctx) {
 		return nil
 	}
 	refresherCtx, stopRefresher := context.WithCancel(background)
@@ -188,13 +188,16 @@ func (r *run) drainError() error {
 }
 
 // prime fills the config cache, retrying until the broker answers; false if
-// shutdown came first.
-func (r *run) prime() bool {
+// shutdown (ctx) came first. Nothing runs yet, so shutdown may abort a fetch.
+func (r *run) prime(ctx context.Context) bool {
 	b := newBackoff(r.sh.s.backoffBase, r.sh.s.backoffMax)
 	for {
-		err := r.fetchConfigs(r.background)
+		err := r.fetchConfigs(ctx)
 		if err == nil {
 			return true
+		}
+		if ctx.Err() != nil {
+			return false
 		}
 		r.sh.log.Warn("cannot fetch provider configs; retrying", "error", err)
 		t := time.NewTimer(b.next())
