@@ -21,6 +21,7 @@ import (
 	"converge.dev/sdk/go/converge"
 	convergev1 "converge.dev/sdk/go/gen/converge/v1"
 	"converge.dev/sdk/go/internal/conformance"
+	"converge.dev/sdk/go/internal/e2elock"
 )
 
 func TestConfigureReadsTheEnvironment(t *testing.T) {
@@ -99,6 +100,9 @@ func TestSIGTERMDrainsTheRunningTaskAndExits0(t *testing.T) {
 	}
 
 	bin := build(t)
+	// No other test's worker may take this task (cleanup runs after the
+	// deferred kill below).
+	e2elock.Acquire(t, e2elock.Conformance)
 	logPath := filepath.Join(t.TempDir(), "events.log")
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "CONVERGE_BROKER_ADDR=http://"+addr, "CONFORMANCE_LOG="+logPath, "CONFORMANCE_DRAIN_TIMEOUT_MS=20000")

@@ -17,6 +17,7 @@ import (
 	"converge.dev/sdk/go/converge/worker"
 	convergev1 "converge.dev/sdk/go/gen/converge/v1"
 	"converge.dev/sdk/go/internal/conformance"
+	"converge.dev/sdk/go/internal/e2elock"
 )
 
 // server dials CONVERGE_ADDR (sdk-gen/test starts a server and sets it) and
@@ -55,6 +56,8 @@ func server(t *testing.T) (*converge.Client, string) {
 // duration; cleanup drains it and fails the test unless the drain is clean.
 func startWorker(t *testing.T, addr string) {
 	t.Helper()
+	// Registered first, so released after the worker's cleanup has drained it.
+	e2elock.Acquire(t, e2elock.Conformance)
 	var opts []worker.Option
 	for _, p := range conformance.Providers(nil) {
 		opts = append(opts, worker.WithProvider(p))
