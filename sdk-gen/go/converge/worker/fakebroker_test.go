@@ -121,9 +121,16 @@ var testKind = KindVersion{Kind: "test", Version: 1}
 // worker runs until stop (or the test's end).
 func newRig(t *testing.T, configs []*workerv1.ProviderConfigEntry, opts ...Option) *rig {
 	t.Helper()
+	return newRigWithServer(t, nil, configs, opts...)
+}
+
+// newRigWithServer is newRig with options for the fake broker's server (e.g.
+// TLS credentials).
+func newRigWithServer(t *testing.T, serverOpts []grpc.ServerOption, configs []*workerv1.ProviderConfigEntry, opts ...Option) *rig {
+	t.Helper()
 	baseline := runtime.NumGoroutine()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(serverOpts...)
 	b := &fakeBroker{configs: configs, sessions: make(chan *fakeSession, 10)}
 	workerv1.RegisterWorkerServiceServer(srv, b)
 	go func() { _ = srv.Serve(lis) }()
