@@ -170,8 +170,8 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 
 // TLSFiles names PEM files for a TLS connection to the broker.
 //
-// The converge server does not serve TLS yet, so this path is exercised only
-// by unit tests of the configuration, not against a server.
+// The converge server does not serve TLS yet, so this path is tested only
+// against an in-process broker, not against converge itself.
 type TLSFiles struct {
 	// CAFile is the CA bundle that verifies the server; empty = the system
 	// roots.
