@@ -1,0 +1,64 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"converge.dev/sdk/go/converge/worker"
+)
+
+// A worker serving one kind with two reactions, drained on SIGTERM.
+// (Compiled, not run: it needs a server.)
+func Example() {
+	type spec struct {
+		Replicas int `json:"replicas"`
+	}
+	reactions := worker.Reactions{
+		"work": func(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+			var s spec
+			if err := req.Resource.DecodeSpec(&s); err != nil {
+				return nil, worker.Terminal(err) // retrying cannot fix a bad spec
+			}
+			if s.Replicas > 10 {
+				return nil, worker.Terminalf("TooManyReplicas", "at most 10 replicas, got %d", s.Replicas)
+			}
+			// ctx carries the task deadline: pass it to everything that waits.
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &worker.Outcome{
+				Status:     map[string]any{"replicas": s.Replicas, "config": req.EffectiveConfig()},
+				Conditions: []worker.Condition{{Type: "Ready", Status: worker.ConditionTrue, Reason: "Deployed"}},
+			}, nil
+		},
+		"teardown": func(context.Context, *worker.Request) (*worker.Outcome, error) {
+			return &worker.Outcome{}, nil // success clears the finalizer
+		},
+	}
+	w, err := worker.New("http://127.0.0.1:50051",
+		worker.WithProvider(worker.Provider{
+			Kind:    worker.KindVersion{Kind: "deployment", Version: 1},
+			Handler: reactions,
+		}),
+		worker.WithMaxParallel(8),
+		worker.WithDrainTimeout(20*time.Second),
+		worker.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, nil))),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := w.Run(ctx); errors.Is(err, worker.ErrDrainIncomplete) {
+		log.Printf("drain incomplete: %v", err)
+		os.Exit(1)
+	}
+}
