@@ -58,17 +58,35 @@ export function accept(state: WorkerState, task: StageTask, draining: boolean, c
   }
   // The budget counts from arrival, including any wait for a free slot.
   const budgetMs = task.taskDeadline === undefined ? undefined : durationToMs(task.taskDeadline);
-  const deadline = budgetMs === undefined ? undefined : AbortSignal.timeout(budgetMs);
-  const signal = deadline === undefined ? cancel : AbortSignal.any([deadline, cancel]);
+  const deadline = budgetMs === undefined ? undefined : deadlineSignal(budgetMs);
+  const signal = deadline === undefined ? cancel : AbortSignal.any([deadline.signal, cancel]);
   let request: ReactionRequest;
   try {
     const due = budgetMs === undefined ? undefined : new Date(Date.now() + budgetMs);
     request = requestFromTask(task, state.defaultConfig(kind), due, signal);
   } catch (err) {
+    deadline?.clear();
     state.finish(fence.failed(transient(`cannot decode task: ${err instanceof Error ? err.message : String(err)}`)));
     return;
   }
-  void execute(state, provider, request, fence, deadline).then((complete) => state.finish(complete));
+  void execute(state, provider, request, fence, deadline?.signal).then((complete) => {
+    deadline?.clear();
+    state.finish(complete);
+  });
+}
+
+/**
+ * A signal that aborts with a `TimeoutError` after `ms`. Unlike
+ * `AbortSignal.timeout`, its timer can be cleared once the task is done (no
+ * timer lingers for the rest of a long budget) and it keeps the process alive
+ * while a handler is still within its budget.
+ */
+function deadlineSignal(ms: number): { signal: AbortSignal; clear: () => void } {
+  const controller = new AbortController();
+  const timer = setTimeout(() => {
+    controller.abort(new DOMException("the task deadline passed", "TimeoutError"));
+  }, Math.min(ms, 2 ** 31 - 1));
+  return { signal: controller.signal, clear: () => clearTimeout(timer) };
 }
 
 /** How a handler run ended. */
@@ -105,6 +123,10 @@ async function execute(
   void run.finally(release);
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<"aborted">((resolve) => {
+    if (request.signal.aborted) {
+      resolve("aborted");
+      return;
+    }
     onAbort = () => resolve("aborted");
     request.signal.addEventListener("abort", onAbort, { once: true });
   });
