@@ -12,7 +12,7 @@ import { DrainIncompleteError, WorkerConfigError } from "./errors.js";
 import { type Settings, type WorkerOptions, providersOf, settingsOf } from "./options.js";
 import { type RunContext, runSession } from "./session.js";
 import { Signal, type WorkerStats, WorkerState } from "./state.js";
-import { type OwnedTransport, createWorkerTransport } from "./transport.js";
+import { type OwnedTransport, baseUrlOf, createWorkerTransport } from "./transport.js";
 import type { KindVersion, ProviderConfig } from "./types.js";
 
 /** Sleeps `ms`; false if `signal` aborted first. */
@@ -57,7 +57,7 @@ export class Worker {
         throw new WorkerConfigError("no broker address or transport given");
       }
       // Validates the address now rather than at run().
-      createWorkerTransport(options.address, options.tls).close();
+      baseUrlOf(options.address, options.tls);
     }
     this.options = options;
     this.state = new WorkerState(providers, this.settings);
