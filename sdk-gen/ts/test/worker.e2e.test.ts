@@ -18,8 +18,8 @@ import { type JsonObject, fromJson } from "@bufbuild/protobuf";
 import { conformanceProviders } from "../src/conformance/providers.js";
 import { KindManifestSchema } from "../src/gen/converge/v1/kind_pb.js";
 import { Phase, type Resource } from "../src/gen/converge/v1/resource_pb.js";
-import { createConvergeClient } from "../src/index.js";
-import { TransientError, Worker, defineProvider } from "../src/worker/index.js";
+import { Code, ConvergeError, createConvergeClient } from "../src/index.js";
+import { type Provider, type ProviderConfig, TransientError, Worker, defineProvider } from "../src/worker/index.js";
 import { memoryLogger } from "./helpers.js";
 
 const addr = process.env.CONVERGE_ADDR ?? "";
@@ -27,6 +27,10 @@ const skip = addr === "" ? "CONVERGE_ADDR is not set: start a converge server an
 const run = `ts-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
 /** The kind only these tests serve: a one-second task deadline and no transient retries. */
 const HANG_KIND = "ts-sdk-e2e-hang";
+/** A kind only these tests serve, so its default provider config concerns no other suite. */
+const CONFIG_KIND = "ts-sdk-e2e-config";
+/** Fixed: a pair has one default config, and each run updates it. */
+const DEFAULT_CONFIG = "ts-sdk-e2e-config-default";
 
 // dist-test/test/<file>.js -> the repository root is four levels up.
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -44,7 +48,14 @@ async function applyKinds(converge: ReturnType<typeof createConvergeClient>): Pr
     reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS", "EMIT_CONDITIONS"] }],
     policy: { taskDeadlineSecs: 1, maxTransientAttempts: 1 },
   };
-  for (const manifest of [conformanceManifest("leaf.json"), conformanceManifest("composite.json"), hang]) {
+  const configured: JsonObject = {
+    kind: CONFIG_KIND,
+    kindVersion: 1,
+    description: "TypeScript SDK end-to-end tests: default provider config prime, push and override merge.",
+    specSchema: { type: "object" },
+    reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS", "EMIT_CONDITIONS"] }],
+  };
+  for (const manifest of [conformanceManifest("leaf.json"), conformanceManifest("composite.json"), hang, configured]) {
     await converge.kind.applyKindManifest({ manifest: fromJson(KindManifestSchema, manifest) }, { timeoutMs: 10_000 });
   }
 }
@@ -72,6 +83,39 @@ async function waitFor(
   assert.fail(`${kind}/${name} did not reach the expected state in ${timeoutMs} ms; last: phase ${Phase[last?.phase ?? 0]}, status ${JSON.stringify(last?.status)}, conditions ${JSON.stringify(last?.conditions.map((c) => [c.type, c.reason, c.message]))}`);
 }
 
+/** Polls until `kind/name` no longer exists. */
+async function waitGone(converge: ReturnType<typeof createConvergeClient>, kind: string, name: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      await converge.resources.get(kind, name);
+    } catch (err) {
+      if (err instanceof ConvergeError && err.code === Code.NotFound) {
+        return;
+      }
+      throw err;
+    }
+    await sleep(150);
+  }
+  assert.fail(`${kind}/${name} still exists after ${timeoutMs} ms`);
+}
+
+/** A provider of CONFIG_KIND reporting its effective config, and the configs onConfig saw. */
+function configReporter(): { provider: Provider; seen: Array<ProviderConfig | undefined> } {
+  const seen: Array<ProviderConfig | undefined> = [];
+  const provider = defineProvider({
+    kind: { kind: CONFIG_KIND, version: 1 },
+    onConfig: (config) => seen.push(config),
+    reactions: {
+      work: (request) => ({
+        status: { config: request.effectiveConfig() ?? null },
+        conditions: [{ type: "Ready", status: "True", reason: "Reported" }],
+      }),
+    },
+  });
+  return { provider, seen };
+}
+
 const isReady = (r: Resource) => r.phase === Phase.READY;
 const isFailed = (r: Resource) => r.phase === Phase.FAILED;
 
@@ -79,6 +123,7 @@ describe("worker runtime against a server", { skip }, () => {
   const converge = createConvergeClient(addr);
   const lines: JsonObject[] = [];
   let hangAborted: string | undefined;
+  const reporter = configReporter();
   let worker: Worker;
   let done: Promise<void>;
 
@@ -98,7 +143,7 @@ describe("worker runtime against a server", { skip }, () => {
     });
     worker = new Worker({
       address: addr,
-      providers: [...conformanceProviders((line) => lines.push(line)), hang],
+      providers: [...conformanceProviders((line) => lines.push(line)), hang, reporter.provider],
       maxParallel: 4,
       heartbeatIntervalMs: 1_000,
       drainTimeoutMs: 10_000,
@@ -217,6 +262,47 @@ describe("worker runtime against a server", { skip }, () => {
       firstA >= 0 && firstB > firstA,
       `the dependent ran after its dependency: ${JSON.stringify(lines.filter((l) => l["name"] === a || l["name"] === b))}`,
     );
+
+    // Deleting the root tears the children down, the dependent before its dependency.
+    await converge.resources.delete("conf-composite", name);
+    await waitGone(converge, "conf-leaf", a);
+    await waitGone(converge, "conf-composite", name);
+    const teardowns = lines.filter((l) => l["event"] === "teardown" && (l["name"] === a || l["name"] === b));
+    assert.deepEqual(teardowns.map((l) => l["name"]), [b, a]);
+  });
+
+  it("primes, receives pushes of and merges the default provider config", async () => {
+    const region = `eu-${run}`;
+    await converge.providerConfig.applyProviderConfig({
+      providerConfig: { name: DEFAULT_CONFIG, kind: CONFIG_KIND, kindVersion: 1, isDefault: true, spec: { region, tier: { a: 1 } } },
+    });
+    // Live push to the running worker.
+    const pushedBy = Date.now() + 10_000;
+    while (reporter.seen.at(-1)?.spec?.["region"] !== region) {
+      assert.ok(Date.now() < pushedBy, `no push arrived; onConfig saw ${JSON.stringify(reporter.seen.map((c) => c?.spec))}`);
+      await sleep(50);
+    }
+    const name = `${run}-merged`;
+    const override = `${run}-override`;
+    await converge.providerConfig.applyProviderConfig({
+      providerConfig: { name: override, kind: CONFIG_KIND, kindVersion: 1, spec: { tier: { b: 2 } } },
+    });
+    await converge.resources.apply({ kind: CONFIG_KIND, kindVersion: 1, name, spec: {}, providerConfig: override });
+    const r = await waitFor(converge, CONFIG_KIND, name, isReady);
+    assert.deepEqual(r.status, { config: { region, tier: { a: 1, b: 2 } } });
+
+    // A worker starting now primes the default before it subscribes.
+    const late = configReporter();
+    const primed = new Worker({ address: addr, providers: [late.provider], logger: memoryLogger() });
+    const running = primed.run();
+    const primedBy = Date.now() + 10_000;
+    while (late.seen.length === 0) {
+      assert.ok(Date.now() < primedBy, "the late worker never primed its config");
+      await sleep(50);
+    }
+    await primed.stop();
+    await running;
+    assert.equal(late.seen[0]?.spec?.["region"], region);
   });
 
   it("cuts a hung handler off at the task deadline with reason DeadlineExceeded", async () => {
