@@ -14,6 +14,7 @@ import {
   type WorkerService,
 } from "../gen/converge/worker/v1/worker_pb.js";
 import { kindToProto, providerConfig } from "./convert.js";
+import type { Logger } from "./logger.js";
 import { Outbox } from "./outbox.js";
 import type { Signal, WorkerState } from "./state.js";
 import { accept } from "./task.js";
@@ -76,7 +77,7 @@ class Session {
     return this.ctx.state;
   }
 
-  private get log() {
+  private get log(): Logger {
     return this.ctx.state.settings.logger;
   }
 
