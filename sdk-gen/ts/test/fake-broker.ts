@@ -20,7 +20,7 @@ import {
 } from "../src/gen/converge/worker/v1/worker_pb.js";
 
 /** Splits a gRPC body into its length-prefixed messages as chunks arrive. */
-class FrameReader {
+export class FrameReader {
   private buffered = Buffer.alloc(0);
 
   push(chunk: Buffer): Uint8Array[] {
@@ -38,7 +38,7 @@ class FrameReader {
   }
 }
 
-function frame(bytes: Uint8Array): Buffer {
+export function frame(bytes: Uint8Array): Buffer {
   const header = Buffer.alloc(5);
   header.writeUInt32BE(bytes.length, 1);
   return Buffer.concat([header, bytes]);
