@@ -163,6 +163,43 @@ describe("requestFromTask", () => {
     assert.equal(r.signal, signal);
   });
 
+  it("decodes the input of every stage", () => {
+    const signal = new AbortController().signal;
+    const decode = (stage: pb.Stage, input: pb.StageTask["input"]) => requestFromTask(task({ stage, input }), undefined, undefined, signal).input;
+    const compose = decode(pb.Stage.COMPOSE, {
+      case: "composeInput",
+      value: create(pb.ComposeInputSchema, {
+        observed: [{ name: "o" }],
+        desired: [{ kind: "leaf", kindVersion: 1, name: "d", providerConfig: "" }],
+        edges: [{ dependent: { kind: "leaf", name: "d" }, dependency: { kind: "leaf", name: "e" }, valueFlows: [{ dependentField: "/x", sourceField: "/y" }] }],
+        configs: [{ name: "c", kind: "leaf", kindVersion: 1, isDefault: true }],
+      }),
+    });
+    assert.equal(compose.stage, "compose");
+    if (compose.stage === "compose") {
+      assert.equal(compose.observed[0]?.name, "o");
+      assert.deepEqual(compose.desired[0], { kind: "leaf", kindVersion: 1, name: "d", labels: {}, spec: {} });
+      assert.deepEqual(compose.edges[0]?.valueFlows, [{ dependentField: "/x", sourceField: "/y" }]);
+      assert.equal(compose.configs[0]?.isDefault, true);
+    }
+    const operate = decode(pb.Stage.OPERATE, {
+      case: "operateInput",
+      value: create(pb.OperateInputSchema, { operation: { uid: "op", verb: "backup", input: { full: true }, attempts: 2, requestedBy: "alice" } }),
+    });
+    assert.deepEqual(operate, {
+      stage: "operate",
+      operation: { uid: "op", verb: "backup", input: { full: true }, attempts: 2, requestedBy: "alice" },
+    });
+    const react = decode(pb.Stage.REACT, {
+      case: "reactInput",
+      value: create(pb.ReactInputSchema, { transition: pb.Transition.DELETED, dedupToken: "u:5:1:b", binding: "b" }),
+    });
+    assert.deepEqual(react, { stage: "react", transition: "deleted", dedupToken: "u:5:1:b", binding: "b" });
+    const teardown = decode(pb.Stage.DELETE, { case: "deleteInput", value: create(pb.DeleteInputSchema, { finalizer: "f" }) });
+    assert.deepEqual(teardown, { stage: "delete", finalizer: "f" });
+    assert.deepEqual(decode(pb.Stage.WORK, { case: undefined }), { stage: "none" });
+  });
+
   it("maps unknown triggers to unspecified and rejects an unknown stage or a missing resource", () => {
     const signal = new AbortController().signal;
     assert.equal(requestFromTask(task({ trigger: 42 as pb.Trigger }), undefined, undefined, signal).trigger, "unspecified");
