@@ -43,9 +43,11 @@ export class ConvergeError extends Error {
     this.reason = info?.reason ?? "";
     this.domain = info?.domain ?? "";
     this.metadata = { ...info?.metadata };
-    this.fieldViolations = source.findDetails(BadRequestSchema).flatMap((bad) =>
-      bad.fieldViolations.map((v) => ({ field: v.field, description: v.description, reason: v.reason })),
-    );
+    this.fieldViolations = source
+      .findDetails(BadRequestSchema)
+      .flatMap((bad) =>
+        bad.fieldViolations.map((v) => ({ field: v.field, description: v.description, reason: v.reason })),
+      );
     const retry = source.findDetails(RetryInfoSchema)[0]?.retryDelay;
     this.retryDelayMs = retry === undefined ? undefined : durationMs(retry);
   }

@@ -23,7 +23,10 @@ import { Backoff } from "./worker/backoff.js";
 export type ApplyInput = Exclude<MessageInitShape<typeof ApplyResourceRequestSchema>, ApplyResourceRequest>;
 
 /** The filters of a list: every ListResources field except the page cursor. */
-export type ListFilter = Omit<Exclude<MessageInitShape<typeof ListResourcesRequestSchema>, ListResourcesRequest>, "pageToken">;
+export type ListFilter = Omit<
+  Exclude<MessageInitShape<typeof ListResourcesRequestSchema>, ListResourcesRequest>,
+  "pageToken"
+>;
 
 /** The filters and start position of a watch (WatchResources request fields). */
 export type WatchInput = Exclude<MessageInitShape<typeof WatchResourcesRequestSchema>, WatchResourcesRequest>;
@@ -101,9 +104,7 @@ export class Resources {
       if (options?.signal?.aborted) {
         return;
       }
-      const page = await decodeErrors(() =>
-        this.client.listResources({ ...filter, pageToken }, callOptions(options)),
-      );
+      const page = await decodeErrors(() => this.client.listResources({ ...filter, pageToken }, callOptions(options)));
       yield* page.resources;
       pageToken = page.nextPageToken;
     } while (pageToken !== "");
@@ -115,7 +116,10 @@ export class Resources {
    * watch remembers the last one and, after a broken stream, resumes right
    * after it, so no change is missed or repeated. Ends when `signal` aborts.
    */
-  async *watch(input: WatchInput = {}, options: WatchOptions = {}): AsyncGenerator<WatchResourcesResponse, void, undefined> {
+  async *watch(
+    input: WatchInput = {},
+    options: WatchOptions = {},
+  ): AsyncGenerator<WatchResourcesResponse, void, undefined> {
     const backoff = new Backoff(options.backoffBaseMs ?? 200, options.backoffMaxMs ?? 10_000);
     const resume = options.resume ?? true;
     let position = input.resourceVersion ?? "";

@@ -76,7 +76,10 @@ describe("errorInfo", () => {
 describe("ConvergeError", () => {
   it("decodes the code, ErrorInfo, BadRequest and RetryInfo of a ConnectError", () => {
     const source = new ConnectError("spec violates the schema", Code.InvalidArgument, undefined, [
-      { desc: ErrorInfoSchema, value: { reason: "SPEC_SCHEMA_VIOLATION", domain: ERROR_DOMAIN, metadata: { kind: "k" } } },
+      {
+        desc: ErrorInfoSchema,
+        value: { reason: "SPEC_SCHEMA_VIOLATION", domain: ERROR_DOMAIN, metadata: { kind: "k" } },
+      },
       {
         desc: BadRequestSchema,
         value: { fieldViolations: [{ field: "/spec/n", description: "must be an integer" }] },
@@ -130,7 +133,13 @@ describe("resource helpers", { skip }, () => {
     const labels = { run };
     const names = [`${run}-a`, `${run}-b`, `${run}-c`];
     for (const name of names) {
-      const { resource, created } = await converge.resources.apply({ kind, kindVersion: 1, name, labels, spec: { n: 1 } });
+      const { resource, created } = await converge.resources.apply({
+        kind,
+        kindVersion: 1,
+        name,
+        labels,
+        spec: { n: 1 },
+      });
       assert.equal(created, true);
       assert.equal(resource.name, name);
     }
@@ -168,7 +177,10 @@ describe("resource helpers", { skip }, () => {
     );
     assert.ok(invalid instanceof ConvergeError);
     assert.equal(invalid.code, Code.InvalidArgument, invalid.message);
-    assert.ok(invalid.fieldViolations.some((v) => v.field.includes("/n")), JSON.stringify(invalid.fieldViolations));
+    assert.ok(
+      invalid.fieldViolations.some((v) => v.field.includes("/n")),
+      JSON.stringify(invalid.fieldViolations),
+    );
   });
 
   it("watches from a snapshot and resumes from a resource_version without repeating it", async () => {
@@ -178,7 +190,10 @@ describe("resource helpers", { skip }, () => {
     const stop = new AbortController();
     let position = "";
     const seen: string[] = [];
-    for await (const event of converge.resources.watch({ kind, labelSelector: `run=${run}-w` }, { signal: stop.signal })) {
+    for await (const event of converge.resources.watch(
+      { kind, labelSelector: `run=${run}-w` },
+      { signal: stop.signal },
+    )) {
       seen.push(`${WatchEventType[event.type]}:${event.resource?.name ?? ""}`);
       if (event.initialEventsEnd) {
         position = event.resourceVersion;
@@ -189,7 +204,10 @@ describe("resource helpers", { skip }, () => {
     assert.notEqual(position, "");
 
     await converge.resources.apply({ kind, kindVersion: 1, name, labels, spec: { n: 2 } });
-    const resumed = converge.resources.watch({ kind, labelSelector: `run=${run}-w`, resourceVersion: position }, { signal: stop.signal });
+    const resumed = converge.resources.watch(
+      { kind, labelSelector: `run=${run}-w`, resourceVersion: position },
+      { signal: stop.signal },
+    );
     for await (const event of resumed) {
       if (event.type === WatchEventType.BOOKMARK) {
         continue;

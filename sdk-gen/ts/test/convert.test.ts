@@ -50,7 +50,10 @@ describe("Fence", () => {
   it("always sends a compose result for a compose task (empty = prune all)", () => {
     assert.deepEqual(fence(pb.Stage.COMPOSE).succeeded(undefined).composeResult?.desired, []);
     const c = fence(pb.Stage.COMPOSE).succeeded({
-      children: [{ kind: "leaf", kindVersion: 1, name: "a" }, { kind: "leaf", kindVersion: 2, name: "b", spec: { x: 1 }, providerConfig: "cfg" }],
+      children: [
+        { kind: "leaf", kindVersion: 1, name: "a" },
+        { kind: "leaf", kindVersion: 2, name: "b", spec: { x: 1 }, providerConfig: "cfg" },
+      ],
       edges: [
         {
           dependent: { kind: "leaf", name: "b" },
@@ -62,10 +65,13 @@ describe("Fence", () => {
     });
     const result = c.composeResult;
     assert.ok(result);
-    assert.deepEqual(result.desired.map((d) => [d.name, d.kindVersion, d.spec, d.providerConfig]), [
-      ["a", 1, {}, ""],
-      ["b", 2, { x: 1 }, "cfg"],
-    ]);
+    assert.deepEqual(
+      result.desired.map((d) => [d.name, d.kindVersion, d.spec, d.providerConfig]),
+      [
+        ["a", 1, {}, ""],
+        ["b", 2, { x: 1 }, "cfg"],
+      ],
+    );
     assert.equal(result.edges[0]?.dependent?.name, "b");
     assert.equal(result.edges[0]?.valueFlows[0]?.sourceField, "/out");
     assert.deepEqual(result.configs[0]?.spec, { region: "eu" });
@@ -80,7 +86,10 @@ describe("Fence", () => {
       [{ status: 5 }, /status must be a JSON object, got number/],
       [{ status: { big: 1n } }, /status cannot be encoded as JSON/],
       [{ status: cyclic }, /status cannot be encoded as JSON/],
-      [{ children: [{ kind: "k", kindVersion: 1, name: "c", spec: "x" }] }, /children\[0\]\.spec must be a JSON object/],
+      [
+        { children: [{ kind: "k", kindVersion: 1, name: "c", spec: "x" }] },
+        /children\[0\]\.spec must be a JSON object/,
+      ],
       [{ conditions: [{ type: "Ready", status: "yes" }] }, /conditions\[0\]\.status/],
       ["done", /returned done, not an outcome object/],
     ];
@@ -108,8 +117,16 @@ describe("failureOf", () => {
       terminal: true,
       reason: "InvalidSpec",
     });
-    assert.deepEqual(failureOf(new TransientError("busy", { reason: "Busy" })), { message: "busy", terminal: false, reason: "Busy" });
-    assert.deepEqual(failureOf(new TypeError("x is undefined")), { message: "x is undefined", terminal: false, reason: "" });
+    assert.deepEqual(failureOf(new TransientError("busy", { reason: "Busy" })), {
+      message: "busy",
+      terminal: false,
+      reason: "Busy",
+    });
+    assert.deepEqual(failureOf(new TypeError("x is undefined")), {
+      message: "x is undefined",
+      terminal: false,
+      reason: "",
+    });
     assert.deepEqual(failureOf(new Error("")), { message: "Error", terminal: false, reason: "" });
     assert.equal(failureOf("plain string").terminal, false);
     assert.match(failureOf({ code: 5 }).message, /non-error value: \{"code":5\}/);
@@ -165,13 +182,20 @@ describe("requestFromTask", () => {
 
   it("decodes the input of every stage", () => {
     const signal = new AbortController().signal;
-    const decode = (stage: pb.Stage, input: pb.StageTask["input"]) => requestFromTask(task({ stage, input }), undefined, undefined, signal).input;
+    const decode = (stage: pb.Stage, input: pb.StageTask["input"]) =>
+      requestFromTask(task({ stage, input }), undefined, undefined, signal).input;
     const compose = decode(pb.Stage.COMPOSE, {
       case: "composeInput",
       value: create(pb.ComposeInputSchema, {
         observed: [{ name: "o" }],
         desired: [{ kind: "leaf", kindVersion: 1, name: "d", providerConfig: "" }],
-        edges: [{ dependent: { kind: "leaf", name: "d" }, dependency: { kind: "leaf", name: "e" }, valueFlows: [{ dependentField: "/x", sourceField: "/y" }] }],
+        edges: [
+          {
+            dependent: { kind: "leaf", name: "d" },
+            dependency: { kind: "leaf", name: "e" },
+            valueFlows: [{ dependentField: "/x", sourceField: "/y" }],
+          },
+        ],
         configs: [{ name: "c", kind: "leaf", kindVersion: 1, isDefault: true }],
       }),
     });
@@ -184,7 +208,9 @@ describe("requestFromTask", () => {
     }
     const operate = decode(pb.Stage.OPERATE, {
       case: "operateInput",
-      value: create(pb.OperateInputSchema, { operation: { uid: "op", verb: "backup", input: { full: true }, attempts: 2, requestedBy: "alice" } }),
+      value: create(pb.OperateInputSchema, {
+        operation: { uid: "op", verb: "backup", input: { full: true }, attempts: 2, requestedBy: "alice" },
+      }),
     });
     assert.deepEqual(operate, {
       stage: "operate",
@@ -195,15 +221,24 @@ describe("requestFromTask", () => {
       value: create(pb.ReactInputSchema, { transition: pb.Transition.DELETED, dedupToken: "u:5:1:b", binding: "b" }),
     });
     assert.deepEqual(react, { stage: "react", transition: "deleted", dedupToken: "u:5:1:b", binding: "b" });
-    const teardown = decode(pb.Stage.DELETE, { case: "deleteInput", value: create(pb.DeleteInputSchema, { finalizer: "f" }) });
+    const teardown = decode(pb.Stage.DELETE, {
+      case: "deleteInput",
+      value: create(pb.DeleteInputSchema, { finalizer: "f" }),
+    });
     assert.deepEqual(teardown, { stage: "delete", finalizer: "f" });
     assert.deepEqual(decode(pb.Stage.WORK, { case: undefined }), { stage: "none" });
   });
 
   it("maps unknown triggers to unspecified and rejects an unknown stage or a missing resource", () => {
     const signal = new AbortController().signal;
-    assert.equal(requestFromTask(task({ trigger: 42 as pb.Trigger }), undefined, undefined, signal).trigger, "unspecified");
-    assert.throws(() => requestFromTask(task({ stage: pb.Stage.UNSPECIFIED }), undefined, undefined, signal), /unsupported stage 0/);
+    assert.equal(
+      requestFromTask(task({ trigger: 42 as pb.Trigger }), undefined, undefined, signal).trigger,
+      "unspecified",
+    );
+    assert.throws(
+      () => requestFromTask(task({ stage: pb.Stage.UNSPECIFIED }), undefined, undefined, signal),
+      /unsupported stage 0/,
+    );
     assert.throws(() => requestFromTask(task({ resource: undefined }), undefined, undefined, signal), /no resource/);
   });
 

@@ -97,7 +97,10 @@ export class FakeStream {
     this.ended = true;
     this.stream.once("wantTrailers", () => {
       if (!this.stream.destroyed) {
-        this.stream.sendTrailers({ "grpc-status": String(code), ...(message === "" ? {} : { "grpc-message": message }) });
+        this.stream.sendTrailers({
+          "grpc-status": String(code),
+          ...(message === "" ? {} : { "grpc-message": message }),
+        });
       }
     });
     this.stream.end();

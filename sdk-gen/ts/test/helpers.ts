@@ -25,7 +25,10 @@ export function stateFor(providers: Provider[], options: Partial<WorkerOptions> 
 let leases = 0;
 
 /** A WORK task for (kind, 1) with a fresh lease token. */
-export function workTask(kind: string, init: { deadlineMs?: number; reaction?: string; spec?: pb.Resource["spec"] } = {}): pb.StageTask {
+export function workTask(
+  kind: string,
+  init: { deadlineMs?: number; reaction?: string; spec?: pb.Resource["spec"] } = {},
+): pb.StageTask {
   leases += 1;
   return create(pb.StageTaskSchema, {
     stage: pb.Stage.WORK,

@@ -61,7 +61,10 @@ describe("ReactionRequest", () => {
   const bytes = (s: string) => new TextEncoder().encode(s);
 
   it("effectiveConfig deep-merges the override over the default", () => {
-    const r = request({ spec: { region: "eu", limits: { cpu: 1, mem: 2 } }, data: new Uint8Array() }, { limits: { cpu: 4 } });
+    const r = request(
+      { spec: { region: "eu", limits: { cpu: 1, mem: 2 } }, data: new Uint8Array() },
+      { limits: { cpu: 4 } },
+    );
     assert.deepEqual(r.effectiveConfig(), { region: "eu", limits: { cpu: 4, mem: 2 } });
   });
 

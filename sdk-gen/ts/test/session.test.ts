@@ -34,7 +34,10 @@ describe("worker sessions", () => {
     await broker.stop();
   });
 
-  function start(providers: Provider[], options: { maxParallel?: number; drainTimeoutMs?: number } = {}): Promise<void> {
+  function start(
+    providers: Provider[],
+    options: { maxParallel?: number; drainTimeoutMs?: number } = {},
+  ): Promise<void> {
     worker = new Worker({
       address,
       providers,
@@ -51,14 +54,20 @@ describe("worker sessions", () => {
 
   it("subscribes first, heartbeats running leases, and answers with the fence", async () => {
     const gate = deferred();
-    void start([defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { ok: 1 } }) } })], {
-      maxParallel: 3,
-    });
+    void start(
+      [defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { ok: 1 } }) } })],
+      {
+        maxParallel: 3,
+      },
+    );
     const stream = await broker.stream(1);
     const first = await stream.waitFor(() => true);
     assert.equal(first.payload.case, "subscribe");
     const subscribe = first.payload.value as pb.Subscribe;
-    assert.deepEqual(subscribe.kinds.map((k) => [k.kind, k.kindVersion]), [["k", 1]]);
+    assert.deepEqual(
+      subscribe.kinds.map((k) => [k.kind, k.kindVersion]),
+      [["k", 1]],
+    );
     assert.equal(subscribe.maxInflight, 3);
     assert.equal(subscribe.agent, "test-agent");
     assert.deepEqual(subscribe.resumed, []);
@@ -87,7 +96,9 @@ describe("worker sessions", () => {
 
   it("redelivers a result computed while disconnected first, listing its lease as resumed", async () => {
     const gate = deferred();
-    void start([defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { late: true } }) } })]);
+    void start([
+      defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { late: true } }) } }),
+    ]);
     const first = await broker.stream(1);
     await first.waitFor(is("subscribe"));
     const t = task();
@@ -129,10 +140,10 @@ describe("worker sessions", () => {
     ]);
     const stream = await broker.stream(1);
     const unready = await stream.waitFor(is("interest"));
-    assert.deepEqual(
-      unready.payload.case === "interest" && [unready.payload.value.kind, unready.payload.value.ready],
-      ["k", false],
-    );
+    assert.deepEqual(unready.payload.case === "interest" && [unready.payload.value.kind, unready.payload.value.ready], [
+      "k",
+      false,
+    ]);
     stream.send({
       case: "providerConfigUpdate",
       value: create(pb.ProviderConfigUpdateSchema, { kind: "k", kindVersion: 1, spec: { region: "eu", size: 1 } }),
@@ -149,7 +160,9 @@ describe("worker sessions", () => {
 
   it("drains on stop: unready first, running results delivered, late tasks refused, then the half-close", async () => {
     const gate = deferred();
-    const running = start([defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { drained: true } }) } })]);
+    const running = start([
+      defineProvider({ kind, reactions: { work: async () => (await gate.promise, { status: { drained: true } }) } }),
+    ]);
     const stream = await broker.stream(1);
     await stream.waitFor(is("subscribe"));
     const t = task();
@@ -160,10 +173,17 @@ describe("worker sessions", () => {
     assert.equal(unready.payload.case === "interest" && unready.payload.value.ready, false);
     const late = task();
     stream.send({ case: "task", value: late });
-    const refused = await stream.waitFor((m) => m.payload.case === "complete" && m.payload.value.leaseToken === late.leaseToken);
-    assert.equal(refused.payload.case === "complete" && refused.payload.value.error?.message, "worker is shutting down");
+    const refused = await stream.waitFor(
+      (m) => m.payload.case === "complete" && m.payload.value.leaseToken === late.leaseToken,
+    );
+    assert.equal(
+      refused.payload.case === "complete" && refused.payload.value.error?.message,
+      "worker is shutting down",
+    );
     gate.resolve();
-    const done = await stream.waitFor((m) => m.payload.case === "complete" && m.payload.value.leaseToken === t.leaseToken);
+    const done = await stream.waitFor(
+      (m) => m.payload.case === "complete" && m.payload.value.leaseToken === t.leaseToken,
+    );
     assert.deepEqual((done.payload.value as pb.StageComplete).status, { drained: true });
     await stream.halfClosed;
     await stopped;

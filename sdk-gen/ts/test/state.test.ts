@@ -74,12 +74,28 @@ describe("WorkerState leases", () => {
     state.begin("a", 1n);
     state.begin("c", 3n);
     state.finish(create(StageCompleteSchema, { leaseToken: "c", claimEpoch: 3n }));
-    assert.deepEqual(state.runningLeases().map((l) => [l.leaseToken, l.claimEpoch]), [["a", 1n], ["b", 2n]]);
-    assert.deepEqual(state.resumed().map((l) => [l.leaseToken, l.claimEpoch]), [["a", 1n], ["b", 2n], ["c", 3n]]);
+    assert.deepEqual(
+      state.runningLeases().map((l) => [l.leaseToken, l.claimEpoch]),
+      [
+        ["a", 1n],
+        ["b", 2n],
+      ],
+    );
+    assert.deepEqual(
+      state.resumed().map((l) => [l.leaseToken, l.claimEpoch]),
+      [
+        ["a", 1n],
+        ["b", 2n],
+        ["c", 3n],
+      ],
+    );
     state.finish(create(StageCompleteSchema, { leaseToken: "a", claimEpoch: 1n }));
     state.finish(create(StageCompleteSchema, { leaseToken: "b", claimEpoch: 2n }));
     assert.equal(state.stats().bufferedDropped, 1, "c was the oldest");
-    assert.deepEqual(state.takeResults().map((c) => c.leaseToken), ["a", "b"]);
+    assert.deepEqual(
+      state.takeResults().map((c) => c.leaseToken),
+      ["a", "b"],
+    );
     assert.deepEqual(state.outstanding(), { running: 0, undelivered: 0 });
   });
 });
@@ -95,8 +111,14 @@ describe("worker options", () => {
     assert.equal(settingsOf({ providers: [provider], drainTimeoutMs: 0 }).drainTimeoutMs, 0);
     assert.throws(() => providersOf([]), /at least one provider/);
     assert.throws(() => providersOf([provider, provider]), /more than one provider for k:1/);
-    assert.throws(() => providersOf([defineProvider({ kind: { kind: "", version: 1 }, reactions: {} })]), /invalid provider kind/);
-    assert.throws(() => providersOf([defineProvider({ kind: { kind: "k", version: 0 }, reactions: {} })]), /invalid provider kind/);
+    assert.throws(
+      () => providersOf([defineProvider({ kind: { kind: "", version: 1 }, reactions: {} })]),
+      /invalid provider kind/,
+    );
+    assert.throws(
+      () => providersOf([defineProvider({ kind: { kind: "k", version: 0 }, reactions: {} })]),
+      /invalid provider kind/,
+    );
   });
 
   it("derives the broker URL from the address and the TLS options", () => {

@@ -54,9 +54,23 @@ describe("accept", () => {
     const byStatus = got.map((c) => c.error ?? c.status);
     assert.deepEqual(
       byStatus.map((e) => (e && "terminal" in e ? [e.message, e.terminal, e.reason] : e)),
-      [["sync throw", false, ""], ["async rejection", false, ""], ["no way", true, "NoWay"], ["later", false, "Later"], { ok: true }],
+      [
+        ["sync throw", false, ""],
+        ["async rejection", false, ""],
+        ["no way", true, "NoWay"],
+        ["later", false, "Later"],
+        { ok: true },
+      ],
     );
-    assert.deepEqual(state.stats(), { completed: 1, failed: 4, bufferedDropped: 0, reconnects: 0, sessions: 0, running: 0, buffered: 0 });
+    assert.deepEqual(state.stats(), {
+      completed: 1,
+      failed: 4,
+      bufferedDropped: 0,
+      reconnects: 0,
+      sessions: 0,
+      running: 0,
+      buffered: 0,
+    });
   });
 
   it("cuts a handler off at its deadline with reason DeadlineExceeded, aborting its signal", async () => {
@@ -151,7 +165,10 @@ describe("accept", () => {
         ["provider for kind k:1 is not ready", false],
       ],
     );
-    assert.deepEqual(state.runningLeases().map((l) => l.leaseToken), [task.leaseToken]);
+    assert.deepEqual(
+      state.runningLeases().map((l) => l.leaseToken),
+      [task.leaseToken],
+    );
     gate.resolve();
     const [done] = await results(state, 1);
     assert.equal(done?.leaseToken, task.leaseToken);
@@ -163,7 +180,9 @@ describe("accept", () => {
     const cancel = new AbortController();
     const provider = defineProvider({
       kind,
-      reactions: { work: (r) => new Promise((_, reject) => r.signal.addEventListener("abort", () => reject(r.signal.reason))) },
+      reactions: {
+        work: (r) => new Promise((_, reject) => r.signal.addEventListener("abort", () => reject(r.signal.reason))),
+      },
     });
     const state = stateFor([provider]);
     accept(state, workTask("k", { deadlineMs: 60_000 }), false, cancel.signal);

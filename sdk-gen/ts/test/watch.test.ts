@@ -64,7 +64,14 @@ describe("Resources.watch", () => {
   it("resumes after the last resource_version, without a snapshot, across broken and ended streams", async () => {
     requests.length = 0;
     scripts = [
-      { events: [{ name: "a", version: "v1" }, { name: "b", version: "v2" }], status: Code.Unavailable, message: "restarting" },
+      {
+        events: [
+          { name: "a", version: "v1" },
+          { name: "b", version: "v2" },
+        ],
+        status: Code.Unavailable,
+        message: "restarting",
+      },
       { events: [], status: Code.ResourceExhausted },
       { events: [{ name: "c", version: "v3" }], status: 0 },
       { events: [{ name: "d", version: "v4" }], status: 0 },
@@ -101,7 +108,10 @@ describe("Resources.watch", () => {
     };
     await assert.rejects(iterate(true), (err: unknown) => err instanceof ConvergeError && err.code === Code.OutOfRange);
     scripts = [{ events: [], status: Code.Unavailable }];
-    await assert.rejects(iterate(false), (err: unknown) => err instanceof ConvergeError && err.code === Code.Unavailable);
+    await assert.rejects(
+      iterate(false),
+      (err: unknown) => err instanceof ConvergeError && err.code === Code.Unavailable,
+    );
     converge.close();
     assert.deepEqual(seen, ["a"]);
   });

@@ -36,7 +36,8 @@ const DEFAULT_CONFIG = "ts-sdk-e2e-config-default";
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 
 function conformanceManifest(file: string): JsonObject {
-  return (JSON.parse(readFileSync(join(repoRoot, "conformance", "kinds", file), "utf8")) as { manifest: JsonObject }).manifest;
+  return (JSON.parse(readFileSync(join(repoRoot, "conformance", "kinds", file), "utf8")) as { manifest: JsonObject })
+    .manifest;
 }
 
 async function applyKinds(converge: ReturnType<typeof createConvergeClient>): Promise<void> {
@@ -80,11 +81,20 @@ async function waitFor(
     }
     await sleep(150);
   }
-  assert.fail(`${kind}/${name} did not reach the expected state in ${timeoutMs} ms; last: phase ${Phase[last?.phase ?? 0]}, status ${JSON.stringify(last?.status)}, conditions ${JSON.stringify(last?.conditions.map((c) => [c.type, c.reason, c.message]))}`);
+  const conditions = last?.conditions.map((c) => [c.type, c.reason, c.message]);
+  assert.fail(
+    `${kind}/${name} did not reach the expected state in ${timeoutMs} ms; last: phase ${Phase[last?.phase ?? 0]}, ` +
+      `status ${JSON.stringify(last?.status)}, conditions ${JSON.stringify(conditions)}`,
+  );
 }
 
 /** Polls until `kind/name` no longer exists. */
-async function waitGone(converge: ReturnType<typeof createConvergeClient>, kind: string, name: string, timeoutMs = 30_000): Promise<void> {
+async function waitGone(
+  converge: ReturnType<typeof createConvergeClient>,
+  kind: string,
+  name: string,
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     try {
@@ -175,7 +185,10 @@ describe("worker runtime against a server", { skip }, () => {
     });
     const ready = r.conditions.find((c) => c.type === "Ready");
     assert.equal(ready?.reason, "Conformed");
-    assert.deepEqual(linesOf(name).map((l) => l["event"]), ["start", "end"]);
+    assert.deepEqual(
+      linesOf(name).map((l) => l["event"]),
+      ["start", "end"],
+    );
     assert.ok(worker.stats().sessions >= 1);
   });
 
@@ -186,7 +199,12 @@ describe("worker runtime against a server", { skip }, () => {
     assert.equal(r.status?.["attempt"], 2);
     assert.deepEqual(
       linesOf(name).map((l) => [l["event"], l["attempt"]]),
-      [["start", 1], ["end", 1], ["start", 2], ["end", 2]],
+      [
+        ["start", 1],
+        ["end", 1],
+        ["start", 2],
+        ["end", 2],
+      ],
     );
   });
 
@@ -209,7 +227,11 @@ describe("worker runtime against a server", { skip }, () => {
     await waitFor(converge, "conf-leaf", bystander, isReady);
     // maxTransientAttempts 4: the throws turn terminal after the fourth.
     await waitFor(converge, "conf-leaf", thrower, isFailed, 60_000);
-    assert.equal(linesOf(thrower).filter((l) => l["event"] === "end").length, 0, "a throwing handler writes no end line");
+    assert.equal(
+      linesOf(thrower).filter((l) => l["event"] === "end").length,
+      0,
+      "a throwing handler writes no end line",
+    );
   });
 
   it("asks for a requeue without failing", async () => {
@@ -225,9 +247,21 @@ describe("worker runtime against a server", { skip }, () => {
     const name = `${run}-configured`;
     const configName = `${run}-cfg`;
     await converge.providerConfig.applyProviderConfig({
-      providerConfig: { name: configName, kind: "conf-leaf", kindVersion: 1, spec: { region: "eu", size: { cpu: 2 } }, data: new TextEncoder().encode("bundle") },
+      providerConfig: {
+        name: configName,
+        kind: "conf-leaf",
+        kindVersion: 1,
+        spec: { region: "eu", size: { cpu: 2 } },
+        data: new TextEncoder().encode("bundle"),
+      },
     });
-    await converge.resource.applyResource({ kind: "conf-leaf", kindVersion: 1, name, spec: {}, providerConfig: configName });
+    await converge.resource.applyResource({
+      kind: "conf-leaf",
+      kindVersion: 1,
+      name,
+      spec: {},
+      providerConfig: configName,
+    });
     const r = await waitFor(converge, "conf-leaf", name, isReady);
     const config = r.status?.["config"] as JsonObject | null;
     // Another suite may have set a default for conf-leaf; the override wins per key either way.
@@ -260,7 +294,7 @@ describe("worker runtime against a server", { skip }, () => {
     const firstB = lines.findIndex((l) => l["name"] === b && l["event"] === "start");
     assert.ok(
       firstA >= 0 && firstB > firstA,
-      `the dependent ran after its dependency: ${JSON.stringify(lines.filter((l) => l["name"] === a || l["name"] === b))}`,
+      `the dependent ran after its dependency: ${JSON.stringify(linesOf(a).concat(linesOf(b)))}`,
     );
 
     // Deleting the root tears the children down, the dependent before its dependency.
@@ -268,18 +302,30 @@ describe("worker runtime against a server", { skip }, () => {
     await waitGone(converge, "conf-leaf", a);
     await waitGone(converge, "conf-composite", name);
     const teardowns = lines.filter((l) => l["event"] === "teardown" && (l["name"] === a || l["name"] === b));
-    assert.deepEqual(teardowns.map((l) => l["name"]), [b, a]);
+    assert.deepEqual(
+      teardowns.map((l) => l["name"]),
+      [b, a],
+    );
   });
 
   it("primes, receives pushes of and merges the default provider config", async () => {
     const region = `eu-${run}`;
     await converge.providerConfig.applyProviderConfig({
-      providerConfig: { name: DEFAULT_CONFIG, kind: CONFIG_KIND, kindVersion: 1, isDefault: true, spec: { region, tier: { a: 1 } } },
+      providerConfig: {
+        name: DEFAULT_CONFIG,
+        kind: CONFIG_KIND,
+        kindVersion: 1,
+        isDefault: true,
+        spec: { region, tier: { a: 1 } },
+      },
     });
     // Live push to the running worker.
     const pushedBy = Date.now() + 10_000;
     while (reporter.seen.at(-1)?.spec?.["region"] !== region) {
-      assert.ok(Date.now() < pushedBy, `no push arrived; onConfig saw ${JSON.stringify(reporter.seen.map((c) => c?.spec))}`);
+      assert.ok(
+        Date.now() < pushedBy,
+        `no push arrived; onConfig saw ${JSON.stringify(reporter.seen.map((c) => c?.spec))}`,
+      );
       await sleep(50);
     }
     const name = `${run}-merged`;
@@ -309,7 +355,10 @@ describe("worker runtime against a server", { skip }, () => {
     const name = `${run}-hang`;
     await converge.resource.applyResource({ kind: HANG_KIND, kindVersion: 1, name, spec: {} });
     const r = await waitFor(converge, HANG_KIND, name, isFailed, 30_000);
-    assert.ok(r.conditions.some((c) => c.reason === "DeadlineExceeded"), JSON.stringify(r.conditions.map((c) => [c.type, c.reason, c.message])));
+    assert.ok(
+      r.conditions.some((c) => c.reason === "DeadlineExceeded"),
+      JSON.stringify(r.conditions.map((c) => [c.type, c.reason, c.message])),
+    );
     assert.equal(hangAborted, "TimeoutError");
   });
 
@@ -321,7 +370,12 @@ describe("worker runtime against a server", { skip }, () => {
     // Compiled next to this test: dist-test/src/conformance/worker.js.
     const script = fileURLToPath(new URL("../src/conformance/worker.js", import.meta.url));
     const child = spawn(process.execPath, [script], {
-      env: { ...process.env, CONVERGE_BROKER_ADDR: `http://${addr}`, CONFORMANCE_LOG: log, CONFORMANCE_DRAIN_TIMEOUT_MS: "15000" },
+      env: {
+        ...process.env,
+        CONVERGE_BROKER_ADDR: `http://${addr}`,
+        CONFORMANCE_LOG: log,
+        CONFORMANCE_DRAIN_TIMEOUT_MS: "15000",
+      },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";
@@ -341,7 +395,12 @@ describe("worker runtime against a server", { skip }, () => {
       assert.equal(await exited, 0, `exit status; worker stderr:\n${stderr}`);
       const r = await waitFor(converge, "conf-leaf", name, isReady, 10_000);
       assert.equal(r.status?.["attempt"], 1, "the drained result was applied, not a retry");
-      assert.deepEqual(readLines(log).filter((l) => l["name"] === name).map((l) => l["event"]), ["start", "end"]);
+      assert.deepEqual(
+        readLines(log)
+          .filter((l) => l["name"] === name)
+          .map((l) => l["event"]),
+        ["start", "end"],
+      );
     } finally {
       child.kill("SIGKILL");
       rmSync(dir, { recursive: true, force: true });

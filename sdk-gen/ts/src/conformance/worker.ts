@@ -68,7 +68,9 @@ async function main(): Promise<number> {
     }
     worker = new Worker(options(sink.log));
   } catch (err) {
-    process.stderr.write(`conformance worker: bad configuration: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(
+      `conformance worker: bad configuration: ${err instanceof Error ? err.message : String(err)}\n`,
+    );
     return 2;
   }
   const stop = () => void worker.stop().catch(() => {});

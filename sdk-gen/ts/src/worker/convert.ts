@@ -297,7 +297,9 @@ function optionalObject(value: unknown, field: string): JsonObject | undefined {
 function conditionToProto(c: Condition, index: number): pb.Condition {
   const status = CONDITION_STATUSES[c.status];
   if (status === undefined) {
-    throw new NotAnObject(`conditions[${index}].status must be "True", "False" or "Unknown", got ${describe(c.status)}`);
+    throw new NotAnObject(
+      `conditions[${index}].status must be "True", "False" or "Unknown", got ${describe(c.status)}`,
+    );
   }
   return create(pb.ConditionSchema, { type: c.type, status, reason: c.reason ?? "", message: c.message ?? "" });
 }

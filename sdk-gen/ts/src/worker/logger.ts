@@ -22,7 +22,8 @@ function formatFields(fields: LogFields | undefined): string {
   }
   let text = "";
   for (const [key, value] of Object.entries(fields)) {
-    const shown = typeof value === "string" ? value : typeof value === "bigint" ? value.toString() : JSON.stringify(value);
+    const shown =
+      typeof value === "string" ? value : typeof value === "bigint" ? value.toString() : JSON.stringify(value);
     text += ` ${key}=${shown}`;
   }
   return text;
@@ -36,7 +37,9 @@ export function stderrLogger(level: LogLevel = "info"): Logger {
   const threshold = LEVELS.indexOf(level);
   const write = (at: LogLevel) => (message: string, fields?: LogFields) => {
     if (LEVELS.indexOf(at) >= threshold) {
-      process.stderr.write(`${new Date().toISOString()} ${at.toUpperCase()} converge-worker: ${message}${formatFields(fields)}\n`);
+      process.stderr.write(
+        `${new Date().toISOString()} ${at.toUpperCase()} converge-worker: ${message}${formatFields(fields)}\n`,
+      );
     }
   };
   return { debug: write("debug"), info: write("info"), warn: write("warn"), error: write("error") };

@@ -74,7 +74,10 @@ export interface WorkerOptions {
   backoffMaxMs?: number;
   /** Results kept for redelivery while disconnected (default 1024; the oldest is dropped beyond). */
   resultBufferCapacity?: number;
-  /** How long a session must last to count as healthy and reset the backoff (default 10 s; receiving a task also counts). */
+  /**
+   * How long a session must last to count as healthy and reset the backoff
+   * (default 10 s; receiving a task also counts).
+   */
   healthySessionMs?: number;
   /** Bound on each unary call and on opening the stream (default 10 s). */
   rpcTimeoutMs?: number;
@@ -106,7 +109,9 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 function duration(name: string, value: number | undefined, fallback: number, allowZero = false): number {
   const v = value ?? fallback;
   if (!Number.isFinite(v) || v < 0 || (!allowZero && v === 0) || v > MAX_TIMER_MS) {
-    throw new WorkerConfigError(`invalid worker option ${name}: ${v} (milliseconds, ${allowZero ? ">= 0" : "> 0"} and at most ${MAX_TIMER_MS})`);
+    throw new WorkerConfigError(
+      `invalid worker option ${name}: ${v} (milliseconds, ${allowZero ? ">= 0" : "> 0"} and at most ${MAX_TIMER_MS})`,
+    );
   }
   return v;
 }
@@ -155,7 +160,8 @@ export function providersOf(providers: readonly Provider[]): Map<string, Provide
     const { kind, version } = provider.kind;
     if (kind === "" || !Number.isInteger(version) || version < 1 || version > 2 ** 31 - 1) {
       throw new WorkerConfigError(
-        `invalid provider kind ${JSON.stringify(provider.kind)}: the kind must be non-empty and the version an integer >= 1`,
+        `invalid provider kind ${JSON.stringify(provider.kind)}: ` +
+          "the kind must be non-empty and the version an integer >= 1",
       );
     }
     const key = formatKindVersion(provider.kind);

@@ -1,15 +1,7 @@
 // The request a handler receives for one task.
 
 import { mergeJson } from "./merge.js";
-import type {
-  JsonObject,
-  KindVersion,
-  ProviderConfig,
-  Resource,
-  Stage,
-  StageInput,
-  Trigger,
-} from "./types.js";
+import type { JsonObject, KindVersion, ProviderConfig, Resource, Stage, StageInput, Trigger } from "./types.js";
 
 /** The decoded task fields, as produced by the conversion from a StageTask. */
 export interface ReactionRequestInit {

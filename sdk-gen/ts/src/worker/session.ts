@@ -300,11 +300,14 @@ class Session {
     if (deadline === undefined) {
       return;
     }
-    const timer = setTimeout(() => {
-      const { running, undelivered } = this.state.outstanding();
-      this.log.warn("drain timeout reached; closing the stream", { running, undelivered });
-      this.close();
-    }, Math.max(0, deadline - Date.now()));
+    const timer = setTimeout(
+      () => {
+        const { running, undelivered } = this.state.outstanding();
+        this.log.warn("drain timeout reached; closing the stream", { running, undelivered });
+        this.close();
+      },
+      Math.max(0, deadline - Date.now()),
+    );
     this.cleanups.push(() => clearTimeout(timer));
   }
 

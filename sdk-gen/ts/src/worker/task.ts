@@ -83,9 +83,12 @@ export function accept(state: WorkerState, task: StageTask, draining: boolean, c
  */
 function deadlineSignal(ms: number): { signal: AbortSignal; clear: () => void } {
   const controller = new AbortController();
-  const timer = setTimeout(() => {
-    controller.abort(new DOMException("the task deadline passed", "TimeoutError"));
-  }, Math.min(ms, 2 ** 31 - 1));
+  const timer = setTimeout(
+    () => {
+      controller.abort(new DOMException("the task deadline passed", "TimeoutError"));
+    },
+    Math.min(ms, 2 ** 31 - 1),
+  );
   return { signal: controller.signal, clear: () => clearTimeout(timer) };
 }
 

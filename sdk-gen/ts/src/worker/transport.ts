@@ -15,7 +15,9 @@ export interface OwnedTransport {
 
 /** The base URL of an address: a bare `host:port` gets http, or https when TLS material is given. */
 export function baseUrlOf(address: string, tls: TlsOptions | undefined): string {
-  const url = /^[a-z][a-z0-9+.-]*:\/\//i.test(address) ? address : `${tls === undefined ? "http" : "https"}://${address}`;
+  const url = /^[a-z][a-z0-9+.-]*:\/\//i.test(address)
+    ? address
+    : `${tls === undefined ? "http" : "https"}://${address}`;
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -26,7 +28,9 @@ export function baseUrlOf(address: string, tls: TlsOptions | undefined): string 
     throw new WorkerConfigError(`invalid broker address ${JSON.stringify(address)}: the scheme must be http or https`);
   }
   if (tls !== undefined && parsed.protocol !== "https:") {
-    throw new WorkerConfigError(`TLS options were given but the broker address ${JSON.stringify(address)} is plaintext http`);
+    throw new WorkerConfigError(
+      `TLS options were given but the broker address ${JSON.stringify(address)} is plaintext http`,
+    );
   }
   return url;
 }
