@@ -122,7 +122,11 @@ export class Worker {
       this.options.transport === undefined
         ? createWorkerTransport(this.options.address ?? "", this.options.tls)
         : undefined;
-    const client = createClient(WorkerService, this.options.transport ?? owned!.transport);
+    const transport = this.options.transport ?? owned?.transport;
+    if (transport === undefined) {
+      throw new WorkerConfigError("no broker address or transport given");
+    }
+    const client = createClient(WorkerService, transport);
     const refresher = new ConfigRefresher(this.state, client);
     try {
       if (!(await this.prime(client))) {
