@@ -36,11 +36,11 @@ export const DEFAULT_AGENT = "converge-sdk-ts/0.0.0";
  */
 export interface TlsOptions {
   /** CA bundle that signs the broker's certificate; absent = Node's default roots. */
-  ca?: string | Buffer;
+  ca?: string | Uint8Array;
   /** Client certificate chain for mTLS. */
-  cert?: string | Buffer;
+  cert?: string | Uint8Array;
   /** Private key of the client certificate. */
-  key?: string | Buffer;
+  key?: string | Uint8Array;
   /** Server name to verify, when it differs from the address's host. */
   serverName?: string;
 }

@@ -7,6 +7,11 @@ import { MAX_MESSAGE_BYTES } from "./convert.js";
 import { WorkerConfigError } from "./errors.js";
 import type { TlsOptions } from "./options.js";
 
+/** PEM material as Node's TLS options take it. */
+function pem(value: string | Uint8Array): string | Buffer {
+  return typeof value === "string" ? value : Buffer.from(value);
+}
+
 /** A transport and the function that tears its connection down. */
 export interface OwnedTransport {
   readonly transport: Transport;
@@ -49,9 +54,9 @@ export function createWorkerTransport(address: string, tls: TlsOptions | undefin
     tls === undefined
       ? {}
       : {
-          ...(tls.ca === undefined ? {} : { ca: tls.ca }),
-          ...(tls.cert === undefined ? {} : { cert: tls.cert }),
-          ...(tls.key === undefined ? {} : { key: tls.key }),
+          ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
+          ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
+          ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
           ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
         },
   );
