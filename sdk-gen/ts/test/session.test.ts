@@ -219,4 +219,36 @@ describe("worker sessions", () => {
     await assert.rejects(stopped ?? Promise.resolve(), { name: "DrainIncompleteError" });
     assert.equal(aborted, true);
   });
+
+  it("drains when the run's signal aborts", async () => {
+    const shutdown = new AbortController();
+    worker = new Worker({ address, providers: [defineProvider({ kind, reactions: {} })], logger: memoryLogger() });
+    const running = worker.run(shutdown.signal);
+    const stream = await broker.stream(1);
+    await stream.waitFor(is("subscribe"));
+    shutdown.abort();
+    await running;
+    await stream.halfClosed;
+  });
+
+  it("keeps retrying the config prime until stopped, without opening a stream", async () => {
+    await broker.stop();
+    const log = memoryLogger();
+    worker = new Worker({
+      address,
+      providers: [defineProvider({ kind, reactions: {} })],
+      backoffBaseMs: 5,
+      backoffMaxMs: 20,
+      logger: log,
+    });
+    const running = worker.run();
+    while (log.lines.filter((l) => l.startsWith("warn cannot fetch provider configs")).length < 3) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await worker.stop();
+    await running;
+    assert.equal(worker.stats().sessions, 0);
+    broker = new FakeBroker(); // afterEach stops a broker
+    await broker.start();
+  });
 });
