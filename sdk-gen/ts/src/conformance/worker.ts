@@ -3,7 +3,7 @@
 // drains. Exit status: 0 after a clean drain, 1 when the drain timed out, 2
 // for bad configuration.
 //
-//   CONVERGE_BROKER_ADDR=http://127.0.0.1:50051 node dist/src/conformance/worker.js
+//   CONVERGE_BROKER_ADDR=http://127.0.0.1:50051 node dist/conformance/worker.js   (after npm run build, in sdk-gen/ts)
 
 import { closeSync, openSync, writeSync } from "node:fs";
 
