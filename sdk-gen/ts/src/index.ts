@@ -3,9 +3,11 @@
 //
 //   const converge = createConvergeClient("127.0.0.1:50051");
 //   const v = await converge.cluster.getVersion({});
+//   for await (const r of converge.resources.list({ kind: "x" })) console.log(r.name);
 //   converge.close();
 //
-// Generated messages live under ./gen (e.g. "@converge/sdk/gen/converge/v1/resource_pb").
+// Generated messages live under ./gen (e.g. "@converge/sdk/gen/converge/v1/resource_pb");
+// the worker runtime under ./worker ("@converge/sdk/worker").
 
 import { type Client, ConnectError, type Transport, createClient } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
@@ -18,9 +20,20 @@ import { ReactorBindingService } from "./gen/converge/v1/reactor_binding_service
 import { ResourceService } from "./gen/converge/v1/resource_service_pb.js";
 import { WorkerService } from "./gen/converge/worker/v1/worker_pb.js";
 import { type ErrorInfo, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import { Resources } from "./resources.js";
 
 export { Code, ConnectError } from "@connectrpc/connect";
 export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+export { ConvergeError, type FieldViolation } from "./errors.js";
+export {
+  type ApplyInput,
+  type CallOptions,
+  type DeleteOptions,
+  type ListFilter,
+  Resources,
+  type WatchInput,
+  type WatchOptions,
+} from "./resources.js";
 
 /** Domain of the google.rpc.ErrorInfo that converge attaches to its errors. */
 export const ERROR_DOMAIN = "converge.dev";
@@ -34,6 +47,8 @@ export interface ConvergeClient {
   readonly reactorBinding: Client<typeof ReactorBindingService>;
   readonly cluster: Client<typeof ClusterService>;
   readonly worker: Client<typeof WorkerService>;
+  /** ResourceService conveniences: apply, get, paginated list, resuming watch, delete, with {@link ConvergeError}s. */
+  readonly resources: Resources;
   /** Closes the HTTP/2 connection this client opened (no-op for a caller's transport). */
   close(): void;
 }
@@ -54,14 +69,16 @@ export function createConvergeClient(address: string | Transport): ConvergeClien
   } else {
     transport = address;
   }
+  const resource = createClient(ResourceService, transport);
   return {
-    resource: createClient(ResourceService, transport),
+    resource,
     operation: createClient(OperationService, transport),
     kind: createClient(KindService, transport),
     providerConfig: createClient(ProviderConfigService, transport),
     reactorBinding: createClient(ReactorBindingService, transport),
     cluster: createClient(ClusterService, transport),
     worker: createClient(WorkerService, transport),
+    resources: new Resources(resource),
     close,
   };
 }

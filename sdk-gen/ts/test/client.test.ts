@@ -1,9 +1,14 @@
 // Tests against a running converge server whose address is in CONVERGE_ADDR
 // (sdk-gen/test starts one). Without CONVERGE_ADDR they are skipped.
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 
-import { Code, ConnectError, ERROR_DOMAIN, createConvergeClient, errorInfo } from "../src/index.js";
+import { fromJson } from "@bufbuild/protobuf";
+
+import { KindManifestSchema } from "../src/gen/converge/v1/kind_pb.js";
+import { WatchEventType } from "../src/gen/converge/v1/resource_pb.js";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { Code, ConnectError, ConvergeError, ERROR_DOMAIN, createConvergeClient, errorInfo } from "../src/index.js";
 
 const addr = process.env.CONVERGE_ADDR ?? "";
 const skip = addr === "" ? "CONVERGE_ADDR is not set: start a converge server and set it (sdk-gen/test does)" : false;
@@ -65,5 +70,153 @@ describe("errorInfo", () => {
   it("is undefined for errors without details", () => {
     assert.equal(errorInfo(new Error("plain")), undefined);
     assert.equal(errorInfo(new ConnectError("no details", Code.NotFound)), undefined);
+  });
+});
+
+describe("ConvergeError", () => {
+  it("decodes the code, ErrorInfo, BadRequest and RetryInfo of a ConnectError", () => {
+    const source = new ConnectError("spec violates the schema", Code.InvalidArgument, undefined, [
+      {
+        desc: ErrorInfoSchema,
+        value: { reason: "SPEC_SCHEMA_VIOLATION", domain: ERROR_DOMAIN, metadata: { kind: "k" } },
+      },
+      {
+        desc: BadRequestSchema,
+        value: { fieldViolations: [{ field: "/spec/n", description: "must be an integer" }] },
+      },
+      { desc: RetryInfoSchema, value: { retryDelay: { seconds: 2n, nanos: 0 } } },
+    ]);
+    const err = ConvergeError.from(source);
+    assert.equal(err.code, Code.InvalidArgument);
+    assert.equal(err.codeName, "InvalidArgument");
+    assert.equal(err.message, "spec violates the schema");
+    assert.equal(err.reason, "SPEC_SCHEMA_VIOLATION");
+    assert.equal(err.domain, ERROR_DOMAIN);
+    assert.deepEqual(err.metadata, { kind: "k" });
+    assert.deepEqual(err.fieldViolations, [{ field: "/spec/n", description: "must be an integer", reason: "" }]);
+    assert.equal(err.retryDelayMs, 2000);
+    assert.equal(err.cause, source);
+    assert.equal(ConvergeError.from(err), err, "idempotent");
+  });
+
+  it("wraps errors without details as Unknown with empty details", () => {
+    const err = ConvergeError.from(new Error("plain"));
+    assert.equal(err.code, Code.Unknown);
+    assert.equal(err.reason, "");
+    assert.deepEqual(err.fieldViolations, []);
+    assert.equal(err.retryDelayMs, undefined);
+  });
+});
+
+describe("resource helpers", { skip }, () => {
+  const converge = createConvergeClient(addr);
+  const kind = "ts-sdk-client";
+  const run = `tsc-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+  after(() => converge.close());
+
+  before(async () => {
+    await converge.kind.applyKindManifest(
+      {
+        manifest: fromJson(KindManifestSchema, {
+          kind,
+          kindVersion: 1,
+          description: "TypeScript SDK client tests: plain resources nobody reconciles.",
+          specSchema: { type: "object", additionalProperties: false, properties: { n: { type: "integer" } } },
+          reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS"] }],
+        }),
+      },
+      { timeoutMs },
+    );
+  });
+
+  it("applies, gets, lists across pages and deletes", async () => {
+    const labels = { run };
+    const names = [`${run}-a`, `${run}-b`, `${run}-c`];
+    for (const name of names) {
+      const { resource, created } = await converge.resources.apply({
+        kind,
+        kindVersion: 1,
+        name,
+        labels,
+        spec: { n: 1 },
+      });
+      assert.equal(created, true);
+      assert.equal(resource.name, name);
+    }
+    const again = await converge.resources.apply({ kind, kindVersion: 1, name: names[0], labels, spec: { n: 1 } });
+    assert.equal(again.created, false);
+    assert.equal(again.resource.generation, 1n, "identical content is a no-op");
+    assert.deepEqual((await converge.resources.get(kind, names[1] ?? "")).spec, { n: 1 });
+
+    const listed: string[] = [];
+    for await (const r of converge.resources.list({ kind, labelSelector: `run=${run}`, pageSize: 2 })) {
+      listed.push(r.name);
+    }
+    assert.deepEqual(listed.sort(), names);
+
+    for (const name of names) {
+      const deleted = await converge.resources.delete(kind, name);
+      assert.ok(deleted?.deleteTime, `${name} is being deleted`);
+    }
+    assert.equal(await converge.resources.delete(kind, `${run}-missing`, { allowMissing: true }), undefined);
+  });
+
+  it("throws ConvergeErrors with the reason and field violations", async () => {
+    const missing = await converge.resources.get(kind, `${run}-nope`).then(
+      () => assert.fail("expected NOT_FOUND"),
+      (e: unknown) => e,
+    );
+    assert.ok(missing instanceof ConvergeError);
+    assert.equal(missing.code, Code.NotFound);
+    assert.equal(missing.reason, "RESOURCE_NOT_FOUND");
+    assert.equal(missing.domain, ERROR_DOMAIN);
+
+    const invalid = await converge.resources.apply({ kind, kindVersion: 1, name: `${run}-bad`, spec: { n: "x" } }).then(
+      () => assert.fail("expected INVALID_ARGUMENT"),
+      (e: unknown) => e,
+    );
+    assert.ok(invalid instanceof ConvergeError);
+    assert.equal(invalid.code, Code.InvalidArgument, invalid.message);
+    assert.ok(
+      invalid.fieldViolations.some((v) => v.field.includes("/n")),
+      JSON.stringify(invalid.fieldViolations),
+    );
+  });
+
+  it("watches from a snapshot and resumes from a resource_version without repeating it", async () => {
+    const name = `${run}-watched`;
+    const labels = { run: `${run}-w` };
+    await converge.resources.apply({ kind, kindVersion: 1, name, labels, spec: { n: 1 } });
+    const stop = new AbortController();
+    let position = "";
+    const seen: string[] = [];
+    for await (const event of converge.resources.watch(
+      { kind, labelSelector: `run=${run}-w` },
+      { signal: stop.signal },
+    )) {
+      seen.push(`${WatchEventType[event.type]}:${event.resource?.name ?? ""}`);
+      if (event.initialEventsEnd) {
+        position = event.resourceVersion;
+        break;
+      }
+    }
+    assert.deepEqual(seen, [`ADDED:${name}`, "BOOKMARK:"]);
+    assert.notEqual(position, "");
+
+    await converge.resources.apply({ kind, kindVersion: 1, name, labels, spec: { n: 2 } });
+    const resumed = converge.resources.watch(
+      { kind, labelSelector: `run=${run}-w`, resourceVersion: position },
+      { signal: stop.signal },
+    );
+    for await (const event of resumed) {
+      if (event.type === WatchEventType.BOOKMARK) {
+        continue;
+      }
+      assert.equal(event.type, WatchEventType.MODIFIED, "no snapshot when resuming");
+      assert.deepEqual(event.resource?.spec, { n: 2 });
+      break;
+    }
+    stop.abort();
+    await converge.resources.delete(kind, name);
   });
 });

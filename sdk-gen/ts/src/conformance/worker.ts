@@ -1,0 +1,94 @@
+// The TypeScript conformance worker (conformance/README.md): serves conf-leaf
+// v1 and conf-composite v1 on the SDK's runtime until SIGTERM or SIGINT, then
+// drains. Exit status: 0 after a clean drain, 1 when the drain timed out, 2
+// for bad configuration.
+//
+//   CONVERGE_BROKER_ADDR=http://127.0.0.1:50051 node dist/conformance/worker.js   (after npm run build, in sdk-gen/ts)
+
+import { closeSync, openSync, writeSync } from "node:fs";
+
+import { DrainIncompleteError, Worker, type WorkerOptions, stderrLogger } from "../worker/index.js";
+import { type ConformanceLog, conformanceProviders } from "./providers.js";
+
+class ConfigError extends Error {}
+
+/** A non-negative integer environment variable, or undefined when unset. */
+function intEnv(name: string, { min }: { min: number }): number | undefined {
+  const text = process.env[name];
+  if (text === undefined || text === "") {
+    return undefined;
+  }
+  const value = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(value) || value < min) {
+    throw new ConfigError(`${name} must be an integer >= ${min}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+/**
+ * Appends one line per record with a single write(2) on an O_APPEND file, so
+ * lines of concurrent handlers (and processes) never interleave.
+ */
+function fileLog(path: string): { log: ConformanceLog; close: () => void } {
+  const fd = openSync(path, "a");
+  return {
+    log: (line) => {
+      writeSync(fd, `${JSON.stringify(line)}\n`);
+    },
+    close: () => closeSync(fd),
+  };
+}
+
+function options(log: ConformanceLog): WorkerOptions {
+  const address = process.env["CONVERGE_BROKER_ADDR"];
+  if (address === undefined || address === "") {
+    throw new ConfigError("CONVERGE_BROKER_ADDR is required (e.g. http://127.0.0.1:50051)");
+  }
+  const maxParallel = intEnv("CONFORMANCE_MAX_PARALLEL", { min: 1 }) ?? 4;
+  const drainTimeoutMs = intEnv("CONFORMANCE_DRAIN_TIMEOUT_MS", { min: 0 }) ?? 10_000;
+  const heartbeatIntervalMs = intEnv("CONFORMANCE_HEARTBEAT_MS", { min: 1 });
+  return {
+    address,
+    providers: conformanceProviders(log),
+    maxParallel,
+    drainTimeoutMs,
+    ...(heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs }),
+    agent: "converge-sdk-ts-conformance/0.0.0",
+    logger: stderrLogger("info"),
+  };
+}
+
+async function main(): Promise<number> {
+  let worker: Worker;
+  let sink: { log: ConformanceLog; close: () => void } = { log: () => {}, close: () => {} };
+  try {
+    const path = process.env["CONFORMANCE_LOG"];
+    if (path !== undefined && path !== "") {
+      sink = fileLog(path);
+    }
+    worker = new Worker(options(sink.log));
+  } catch (err) {
+    process.stderr.write(
+      `conformance worker: bad configuration: ${err instanceof Error ? err.message : String(err)}\n`,
+    );
+    return 2;
+  }
+  const stop = () => void worker.stop().catch(() => {});
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+  try {
+    await worker.run();
+    process.stderr.write("conformance worker: drained cleanly\n");
+    return 0;
+  } catch (err) {
+    if (err instanceof DrainIncompleteError) {
+      process.stderr.write(`conformance worker: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  } finally {
+    sink.close();
+  }
+}
+
+process.exitCode = await main();

@@ -1,0 +1,89 @@
+// The errors a handler throws to fail its task, and the errors the worker
+// itself reports.
+
+import { type KindVersion, formatKindVersion } from "./types.js";
+
+/**
+ * The reason of a failure caused by the task deadline. The runtime reports it
+ * for a handler it cut off; the server reports an operation whose last attempt
+ * failed with it as DEADLINE_EXCEEDED.
+ */
+export const DEADLINE_EXCEEDED_REASON = "DeadlineExceeded";
+
+/** Options of a {@link HandlerError}. */
+export interface HandlerErrorOptions {
+  /** UpperCamelCase reason recorded on the resulting condition and event; absent = a server default. */
+  reason?: string;
+  /** The underlying error, for logs. */
+  cause?: unknown;
+}
+
+/**
+ * A failed handler run with an explicit class. Throw a {@link TerminalError}
+ * or a {@link TransientError}; any other thrown value (or rejected promise)
+ * counts as a transient failure without a reason.
+ */
+export abstract class HandlerError extends Error {
+  /** Whether retrying cannot help: the generation is marked failed at once. */
+  abstract readonly terminal: boolean;
+  /** UpperCamelCase reason; empty = a server default. */
+  readonly reason: string;
+
+  constructor(message: string, options: HandlerErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.reason = options.reason ?? "";
+  }
+}
+
+/** A failure that retrying cannot fix (bad spec, permission denied, ...). */
+export class TerminalError extends HandlerError {
+  override readonly name = "TerminalError";
+  readonly terminal = true;
+}
+
+/**
+ * A failure that retrying may fix. The broker retries it with backoff until
+ * the kind's `max_transient_attempts`. Only needed to attach a reason: any
+ * other thrown value is transient too.
+ */
+export class TransientError extends HandlerError {
+  override readonly name = "TransientError";
+  readonly terminal = false;
+}
+
+/**
+ * What {@link defineProvider}'s dispatcher throws for a reaction name it has
+ * no handler for. Terminal: the manifest routed a reaction to code that does
+ * not implement it, and running the same code again cannot change that (the
+ * operator fixes the worker or the manifest, then reconciles).
+ */
+export class UnknownReactionError extends TerminalError {
+  constructor(reaction: string, kind: KindVersion) {
+    super(`reaction ${JSON.stringify(reaction)} is not handled by the provider of ${formatKindVersion(kind)}`, {
+      reason: "UnknownReaction",
+    });
+  }
+}
+
+/** A worker option is out of range, or the providers are inconsistent. */
+export class WorkerConfigError extends Error {
+  override readonly name = "WorkerConfigError";
+}
+
+/**
+ * The drain timed out before every in-flight handler finished and every
+ * result was delivered. The broker re-runs those tasks once their leases are
+ * released or go stale.
+ */
+export class DrainIncompleteError extends Error {
+  override readonly name = "DrainIncompleteError";
+
+  constructor(
+    /** Handlers still running at the end (their signals were aborted). */
+    readonly running: number,
+    /** Results computed but never sent. */
+    readonly undelivered: number,
+  ) {
+    super(`drain timed out with ${running} handlers still running and ${undelivered} results undelivered`);
+  }
+}
