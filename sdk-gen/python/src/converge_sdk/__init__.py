@@ -5,6 +5,8 @@ packages: ``converge_sdk.gen.converge.v1``, ``converge_sdk.gen.converge.worker.v
 google.rpc types come from ``googleapis-common-protos`` (``google.rpc``).
 """
 
+__version__ = "0.1.0"
+
 from converge_sdk.client import ERROR_DOMAIN, ConvergeClient, error_info, error_status
 
 __all__ = ["ERROR_DOMAIN", "ConvergeClient", "error_info", "error_status"]
