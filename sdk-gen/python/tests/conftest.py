@@ -1,0 +1,65 @@
+"""Shared helpers for the tests that need a running converge server (its
+address in CONVERGE_ADDR; sdk-gen/test starts one). Without CONVERGE_ADDR
+those tests are skipped."""
+
+import asyncio
+import json
+import os
+import pathlib
+import time
+import uuid
+
+import pytest
+
+from converge_sdk import AsyncConvergeClient
+from converge_sdk.gen.converge.v1 import resource_pb2
+
+ADDR = os.environ.get("CONVERGE_ADDR", "")
+REPO = pathlib.Path(__file__).resolve().parents[3]
+KINDS_DIR = REPO / "conformance" / "kinds"
+
+
+def require_server() -> str:
+    if not ADDR:
+        pytest.skip("CONVERGE_ADDR is not set: start a converge server and set it (sdk-gen/test does)")
+    return ADDR
+
+
+def unique(prefix: str) -> str:
+    """A resource name no other test (or language) uses on the shared server."""
+    return f"py-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def conformance_manifests():
+    return [json.loads((KINDS_DIR / name).read_text())["manifest"] for name in ("leaf.json", "composite.json")]
+
+
+async def apply_conformance_kinds(client: AsyncConvergeClient) -> None:
+    # The kinds may exist already (other suites share the server): re-applying
+    # the same manifest is a no-op.
+    for manifest in conformance_manifests():
+        await client.apply_kind_manifest(manifest)
+
+
+async def wait_for(client: AsyncConvergeClient, kind: str, name: str, predicate, timeout: float = 60.0):
+    """Polls the resource until ``predicate(resource)`` holds; fails with the
+    last state seen on timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await client.get_resource(kind, name)
+        if predicate(last):
+            return last
+        await asyncio.sleep(0.2)
+    phase = resource_pb2.Phase.Name(last.phase) if last is not None else "none"
+    pytest.fail(f"{kind}/{name} did not reach the expected state in {timeout} s; last phase {phase}: {last}")
+
+
+def is_ready(resource) -> bool:
+    return resource.phase == resource_pb2.PHASE_READY
+
+
+def read_log(path: pathlib.Path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
