@@ -3,11 +3,14 @@ the conformance providers served by an in-process Worker, and the
 conformance worker as its own process (SIGTERM drain)."""
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
 import sys
 import time
+
+from google.protobuf import struct_pb2
 
 from conftest import apply_conformance_kinds, is_ready, read_log, require_server, unique, wait_for
 
@@ -15,6 +18,7 @@ from converge_sdk import AsyncConvergeClient
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
 from converge_sdk.gen.converge.v1 import resource_pb2
 from converge_sdk.worker import Worker, WorkerSettings
+from converge_sdk.worker.convert import struct_to_json
 
 SETTINGS = WorkerSettings(max_parallel=4, heartbeat_interval=1.0, drain_timeout=10.0)
 
@@ -145,6 +149,37 @@ def test_compose_with_value_flows_and_teardown_order(tmp_path):
     asyncio.run(_serving(addr, tmp_path / "log", scenario))
     teardowns = [l["name"] for l in read_log(tmp_path / "log") if l["event"] == "teardown"]
     assert teardowns.index(sink) < teardowns.index(source), "dependents are torn down before their dependencies"
+
+
+def test_a_config_override_reaches_the_handler(tmp_path):
+    addr = require_server()
+    config, name = unique("cfg"), unique("configured")
+    override = {"region": "eu", "nested": {"depth": 2}}
+
+    async def scenario(client):
+        from converge_sdk.gen.converge.v1 import provider_config_pb2, provider_config_service_pb2
+
+        spec = struct_pb2.Struct()
+        spec.update(override)
+        # A non-default config: attaching it to one resource leaves every
+        # other test's (and language's) resources alone.
+        await client.provider_config.ApplyProviderConfig(
+            provider_config_service_pb2.ApplyProviderConfigRequest(
+                provider_config=provider_config_pb2.ProviderConfig(
+                    name=config, kind="conf-leaf", kind_version=1, spec=spec, data=b"py-bundle"
+                )
+            ),
+            timeout=10,
+        )
+        await client.apply_resource("conf-leaf", name, {}, provider_config=config)
+        resource = await wait_for(client, "conf-leaf", name, is_ready)
+        status = struct_to_json(resource.status)
+        # Deep-merged over whatever default the kind has: the override's keys win.
+        assert status["config"]["region"] == "eu"
+        assert status["config"]["nested"]["depth"] == 2
+        assert base64.b64decode(status["bundle"]) == b"py-bundle"
+
+    asyncio.run(_serving(addr, tmp_path / "log", scenario))
 
 
 def test_the_conformance_worker_drains_on_sigterm(tmp_path):

@@ -98,7 +98,8 @@ async def execute(state: SharedState, provider: Provider, request: ReactionReque
         done, _ = await asyncio.wait({inner}, timeout=timeout)
     except asyncio.CancelledError:
         # The run itself is being torn down (drain gave up): take the handler
-        # down with it.
+        # down with it, as a cancellation rather than a handler failure.
+        request.cancel_event.set()
         inner.cancel()
         raise
     if inner in done:
