@@ -14,7 +14,7 @@ import asyncio
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import grpc
 
@@ -57,9 +57,10 @@ class _Writer:
     cannot be written ends the session; the completions among it and those
     still queued go back to the result buffer for the next stream."""
 
-    def __init__(self, call: Any, state: SharedState) -> None:
+    def __init__(self, call: Any, state: SharedState, on_failure: Callable[[], None]) -> None:
         self._call = call
         self._state = state
+        self._on_failure = on_failure
         self._queue: "asyncio.Queue[Union[pb.WorkStreamRequest, _Close]]" = asyncio.Queue()
         self.failed = False
         self.task: Optional["asyncio.Task[None]"] = None
@@ -88,6 +89,7 @@ class _Writer:
                 log.debug("work stream write failed: %s", exc)
                 self.failed = True
                 self._rebuffer(item)
+                self._on_failure()
                 return
 
     def _rebuffer(self, failed: Union[pb.WorkStreamRequest, _Close]) -> None:
@@ -122,14 +124,14 @@ class Session:
         self._settings = run.state.settings
         self._readiness: Dict[KindVersion, bool] = {}
         self._got_task = False
-        self._opened_at = 0.0
+        self._opened_at: Optional[float] = None
         self._closing = False
         self._end: "asyncio.Future[SessionEnd]" = asyncio.get_running_loop().create_future()
 
     async def run(self) -> SessionEnd:
         state, run = self._state, self._run
         call = run.stub.WorkStream()
-        writer = _Writer(call, state)
+        writer = _Writer(call, state, self._lost)
         self._writer = writer
 
         # The opening burst is queued before anything else, so Subscribe is
@@ -218,7 +220,10 @@ class Session:
             self._end.set_result(end)
 
     def _lost(self) -> None:
-        healthy = self._got_task or time.monotonic() - self._opened_at >= self._settings.healthy_session
+        opened_at = self._opened_at
+        healthy = opened_at is not None and (
+            self._got_task or time.monotonic() - opened_at >= self._settings.healthy_session
+        )
         self._finish(SessionEnd.LOST_HEALTHY if healthy else SessionEnd.LOST)
 
     def _send(self, message: pb.WorkStreamRequest) -> None:
