@@ -338,3 +338,28 @@ def test_a_provider_that_requires_its_default_is_ready_only_while_one_is_cached(
         assert not state.is_ready(KIND, recorder)
 
     asyncio.run(main())
+
+
+def test_a_sync_handler_past_its_deadline_keeps_its_slot_until_it_returns():
+    release = threading.Event()
+
+    def stuck(request):
+        release.wait(5)
+
+    provider = Reactions(KIND, {"stuck": stuck})
+
+    async def main():
+        state = _state(provider, max_parallel=1)
+        started = time.monotonic()
+        error = await _failure(state, provider, _request("stuck", deadline=time.monotonic() + 0.1))
+        assert error.reason == DEADLINE_EXCEEDED_REASON
+        assert time.monotonic() - started < 2.0, "the deadline is reported on time"
+        assert state.slots.locked(), "the thread is still busy, so its slot is too"
+        release.set()
+        for _ in range(100):
+            if not state.slots.locked():
+                break
+            await asyncio.sleep(0.02)
+        assert not state.slots.locked()
+
+    asyncio.run(main())

@@ -87,10 +87,10 @@ class Reactions(Provider):
     A coroutine function runs on the event loop and is cancelled at the task
     deadline. A plain ``def`` handler runs in ``executor`` (the loop's
     default thread pool when ``None``) so it cannot block the loop; its
-    deadline cancellation is best-effort: the runtime stops waiting for it,
-    reports the deadline failure and sets ``request.cancel_event``, but the
-    thread runs on until the function returns, so long-running synchronous
-    handlers should poll ``request.cancelled()``.
+    deadline cancellation is best-effort: the runtime reports the deadline
+    failure and sets ``request.cancel_event``, but the thread runs on (keeping
+    its concurrency slot) until the function returns, so long-running
+    synchronous handlers should poll ``request.cancelled()``.
 
     An unknown reaction raises :class:`UnknownReactionError`, transient
     unless ``unknown_reaction_terminal`` is set.
@@ -141,7 +141,16 @@ class Reactions(Provider):
         # copy_context: the thread sees the task's context variables (e.g. a
         # logging correlation id), as asyncio.to_thread would.
         call = functools.partial(contextvars.copy_context().run, handler, request)
-        result = await loop.run_in_executor(self._executor, call)
+        future = loop.run_in_executor(self._executor, call)
+        try:
+            result = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: this coroutine (and with it the
+            # handler's slot) lives on until the function returns, so
+            # max_parallel still bounds the busy threads. The runtime has
+            # already reported the deadline and set request.cancel_event.
+            await asyncio.wait({future})
+            raise
         if inspect.isawaitable(result):
             # A plain function that returned an awaitable (e.g. a lambda
             # wrapping a coroutine function): finish it on the loop.
