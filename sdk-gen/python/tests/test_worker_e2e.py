@@ -23,13 +23,13 @@ from converge_sdk.worker.convert import struct_to_json
 SETTINGS = WorkerSettings(max_parallel=4, heartbeat_interval=1.0, drain_timeout=10.0)
 
 
-async def _serving(addr, log_path, scenario):
+async def _serving(addr, log_path, scenario, settings=SETTINGS):
     """Runs ``scenario(client)`` while an in-process worker serves the
     conformance kinds, then drains the worker."""
     events = EventLog(str(log_path), "python")
     async with AsyncConvergeClient(addr) as client:
         await apply_conformance_kinds(client)
-        worker = Worker([leaf_provider(events), composite_provider(events)], address=addr, settings=SETTINGS)
+        worker = Worker([leaf_provider(events), composite_provider(events)], address=addr, settings=settings)
         try:
             async with worker:
                 await scenario(client)
@@ -109,6 +109,42 @@ def test_an_exception_fails_only_its_task(tmp_path):
     asyncio.run(_serving(addr, tmp_path / "log", scenario))
     lines = read_log(tmp_path / "log")
     assert not [l for l in lines if l["name"] == bad and l["event"] == "end"], "a raising handler writes no end line"
+
+
+def test_requeue_after_runs_the_task_again_without_a_failure(tmp_path):
+    addr = require_server()
+    name = unique("requeue")
+
+    async def scenario(client):
+        await client.apply_resource("conf-leaf", name, {"requeueMs": 200})
+        resource = await wait_for(client, "conf-leaf", name, is_ready)
+        status = struct_to_json(resource.status)
+        assert status["requeuedGeneration"] == 1 and status["observedGeneration"] == 1
+        assert resource.failure_attempts == 0
+
+    asyncio.run(_serving(addr, tmp_path / "log", scenario))
+    runs = [l for l in read_log(tmp_path / "log") if l["name"] == name and l["event"] == "start"]
+    assert len(runs) == 2, runs
+
+
+def test_concurrency_never_exceeds_max_parallel(tmp_path):
+    addr = require_server()
+    names = [unique(f"par{i}") for i in range(6)]
+
+    async def scenario(client):
+        for name in names:
+            await client.apply_resource("conf-leaf", name, {"sleepMs": 400})
+        for name in names:
+            await wait_for(client, "conf-leaf", name, is_ready)
+
+    settings = WorkerSettings(max_parallel=2, heartbeat_interval=1.0, drain_timeout=10.0)
+    asyncio.run(_serving(addr, tmp_path / "log", scenario, settings))
+    running, peak = 0, 0
+    for line in read_log(tmp_path / "log"):
+        if line["name"] in names:
+            running += {"start": 1, "end": -1}.get(line["event"], 0)
+            peak = max(peak, running)
+    assert peak == 2, f"peak {peak} handlers at once with max_parallel=2"
 
 
 def test_compose_with_value_flows_and_teardown_order(tmp_path):
