@@ -243,3 +243,27 @@ def test_drain_timeout_reports_the_work_left():
             await server.stop(0)
 
     asyncio.run(main())
+
+
+def test_cancelling_run_leaves_no_session_tasks_behind():
+    async def main():
+        server, broker, addr = await _start_broker()
+        worker = Worker([_provider({})], address=addr, settings=WorkerSettings(heartbeat_interval=0.1))
+        run = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            session.send_task("C1")  # a handler that never finishes on its own
+            await _eventually(lambda: worker.stats().running == 1)
+            run.cancel()
+            results = await asyncio.gather(run, return_exceptions=True)
+            assert isinstance(results[0], asyncio.CancelledError)
+            await asyncio.sleep(0.1)
+            leftovers = [
+                t for t in asyncio.all_tasks()
+                if t.get_coro().__qualname__.split(".")[0] in ("Session", "_Writer", "_run", "_in_slot", "Worker")
+            ]
+            assert not leftovers, leftovers
+        finally:
+            await server.stop(0)
+
+    asyncio.run(main())

@@ -151,31 +151,39 @@ class Session:
             if not ready:
                 writer.send(_interest(kind, False))
         writer.start()
+        tasks: List["asyncio.Task[Any]"] = []
+        try:
+            if not await self._open(call):
+                await self._abandon(call, writer, [])
+                return SessionEnd.NOT_OPENED
+            state.counters.sessions += 1
+            log.info("work stream open (%d kinds)", len(state.providers))
+            self._opened_at = time.monotonic()
+            state.config_repull.set()
 
-        if not await self._open(call):
-            await self._abandon(call, writer, [])
-            return SessionEnd.NOT_OPENED
-        state.counters.sessions += 1
-        log.info("work stream open (%d kinds)", len(state.providers))
-        self._opened_at = time.monotonic()
-        state.config_repull.set()
-
-        # Redeliver what was computed while disconnected before anything else.
-        self._flush()
-        reader = asyncio.get_running_loop().create_task(self._read(call), name="converge-work-stream-reader")
-        helpers = [
-            asyncio.get_running_loop().create_task(coro)
-            for coro in (self._heartbeats(), self._readiness_loop(), self._flusher(), self._drain_watch())
-        ]
-        self._check_drained()
-        end = await self._end
-        for helper in helpers:
-            helper.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
-        if end is SessionEnd.CLOSED:
-            return await self._close(call, writer, reader)
-        await self._abandon(call, writer, [reader])
-        return end
+            # Redeliver what was computed while disconnected before anything
+            # else.
+            self._flush()
+            loop = asyncio.get_running_loop()
+            reader = loop.create_task(self._read(call), name="converge-work-stream-reader")
+            helpers = [
+                loop.create_task(coro)
+                for coro in (self._heartbeats(), self._readiness_loop(), self._flusher(), self._drain_watch())
+            ]
+            tasks = [reader, *helpers]
+            self._check_drained()
+            end = await self._end
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            if end is SessionEnd.CLOSED:
+                return await self._close(call, writer, reader)
+            await self._abandon(call, writer, [reader])
+            return end
+        except asyncio.CancelledError:
+            # The run itself is being cancelled: leave nothing behind.
+            await asyncio.shield(self._abandon(call, writer, tasks))
+            raise
 
     async def _open(self, call: Any) -> bool:
         """Waits until the broker accepted Subscribe (its response headers),
