@@ -39,12 +39,16 @@ def test_converge_error_decodes_every_detail():
         code=3,
         message="spec is invalid",
         details=[
-            _packed(error_details_pb2.ErrorInfo(reason="SCHEMA_VIOLATION", domain=ERROR_DOMAIN, metadata={"kind": "x"})),
+            _packed(
+                error_details_pb2.ErrorInfo(reason="SCHEMA_VIOLATION", domain=ERROR_DOMAIN, metadata={"kind": "x"})
+            ),
             _packed(
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(field="/spec/a", description="not allowed"),
-                        error_details_pb2.BadRequest.FieldViolation(field="/spec/b", description="too big", reason="MAX"),
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field="/spec/b", description="too big", reason="MAX"
+                        ),
                     ]
                 )
             ),
@@ -93,7 +97,10 @@ def test_apply_get_list_delete_and_errors():
             assert got.name == names[1] and got.status is not None and dict(got.spec) == {"value": names[1]}
 
             # page_size 1 forces one page per resource: the iterator follows the cursor.
-            listed = [r.name async for r in client.list_resources(kind="conf-leaf", label_selector=f"py-run={run}", page_size=1)]
+            listed = [
+                r.name
+                async for r in client.list_resources(kind="conf-leaf", label_selector=f"py-run={run}", page_size=1)
+            ]
             assert sorted(listed) == names
 
             with pytest.raises(ConvergeError) as excinfo:
@@ -140,14 +147,20 @@ def test_watch_resumes_from_a_resource_version():
                 assert end.type == resource_pb2.WATCH_EVENT_TYPE_BOOKMARK and end.initial_events_end
                 await client.apply_resource("conf-leaf", name, {"value": 2}, labels={"py-run": run})
                 modified = await next_change(it)
-                assert modified.type == resource_pb2.WATCH_EVENT_TYPE_MODIFIED and dict(modified.resource.spec) == {"value": 2}
+                assert modified.type == resource_pb2.WATCH_EVENT_TYPE_MODIFIED and dict(modified.resource.spec) == {
+                    "value": 2
+                }
                 position = watch.resource_version
                 assert position == modified.resource_version
             # A change made while nobody watches is delivered on resume, and
             # nothing before the saved position is repeated.
             await client.apply_resource("conf-leaf", name, {"value": 3}, labels={"py-run": run})
-            async with client.watch_resources(label_selector=f"py-run={run}", kind="conf-leaf", resource_version=position) as watch:
+            async with client.watch_resources(
+                label_selector=f"py-run={run}", kind="conf-leaf", resource_version=position
+            ) as watch:
                 resumed = await next_change(watch.__aiter__())
-                assert resumed.type == resource_pb2.WATCH_EVENT_TYPE_MODIFIED and dict(resumed.resource.spec) == {"value": 3}
+                assert resumed.type == resource_pb2.WATCH_EVENT_TYPE_MODIFIED and dict(resumed.resource.spec) == {
+                    "value": 3
+                }
 
     asyncio.run(main())

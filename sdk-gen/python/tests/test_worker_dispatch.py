@@ -34,12 +34,28 @@ KIND = KindVersion("leaf", 1)
 
 def _request(reaction="work", deadline=None):
     resource = Resource(
-        uid="u", kind="leaf", kind_version=1, name="r", labels={}, spec={}, status=None,
-        generation=1, observed_generation=0, ready=False, healthy=False,
+        uid="u",
+        kind="leaf",
+        kind_version=1,
+        name="r",
+        labels={},
+        spec={},
+        status=None,
+        generation=1,
+        observed_generation=0,
+        ready=False,
+        healthy=False,
     )
     return ReactionRequest(
-        reaction=reaction, stage=Stage.WORK, trigger=Trigger.SPEC_CHANGE, kind=KIND, resource=resource,
-        generation=1, attempt=1, input=None, deadline=deadline,
+        reaction=reaction,
+        stage=Stage.WORK,
+        trigger=Trigger.SPEC_CHANGE,
+        kind=KIND,
+        resource=resource,
+        generation=1,
+        attempt=1,
+        input=None,
+        deadline=deadline,
     )
 
 
@@ -177,8 +193,15 @@ def test_concurrency_is_bounded_by_max_parallel():
 
 def _task(lease, kind="leaf", deadline=None):
     task = pb.StageTask(
-        stage=pb.STAGE_WORK, kind=kind, kind_version=1, generation=1, reaction="work", lease_token=lease,
-        claim_epoch=3, manifest_version=5, attempt=1,
+        stage=pb.STAGE_WORK,
+        kind=kind,
+        kind_version=1,
+        generation=1,
+        reaction="work",
+        lease_token=lease,
+        claim_epoch=3,
+        manifest_version=5,
+        attempt=1,
         resource=pb.Resource(kind=kind, kind_version=1, name="r", spec=struct_pb2.Struct()),
     )
     if deadline is not None:

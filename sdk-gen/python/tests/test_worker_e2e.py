@@ -62,8 +62,13 @@ def test_a_resource_becomes_ready_served_by_the_worker(tmp_path):
     lines = [l for l in read_log(tmp_path / "log") if l["name"] == name]
     assert [l["event"] for l in lines] == ["start", "end"]
     assert lines[0] == {
-        "event": "start", "kind": "conf-leaf", "name": name, "reaction": "work",
-        "generation": 1, "attempt": 1, "language": "python",
+        "event": "start",
+        "kind": "conf-leaf",
+        "name": name,
+        "reaction": "work",
+        "generation": 1,
+        "attempt": 1,
+        "language": "python",
     }
 
 
@@ -261,9 +266,13 @@ def test_the_conformance_worker_drains_on_sigterm(tmp_path):
 def test_bad_configuration_exits_2():
     env = {k: v for k, v in os.environ.items() if k != "CONVERGE_BROKER_ADDR"}
     env["PYTHONPATH"] = os.pathsep.join([str(p) for p in sys.path if p])
-    result = subprocess.run([sys.executable, "-m", "converge_sdk.conformance"], env=env, capture_output=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "converge_sdk.conformance"], env=env, capture_output=True, timeout=30
+    )
     assert result.returncode == 2, result.stderr
     env["CONVERGE_BROKER_ADDR"] = "http://127.0.0.1:1"
     env["CONFORMANCE_MAX_PARALLEL"] = "zero"
-    result = subprocess.run([sys.executable, "-m", "converge_sdk.conformance"], env=env, capture_output=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "converge_sdk.conformance"], env=env, capture_output=True, timeout=30
+    )
     assert result.returncode == 2, result.stderr

@@ -43,8 +43,16 @@ class FakeSession:
 
     def send_task(self, lease, **fields):
         task = pb.StageTask(
-            stage=pb.STAGE_WORK, kind=KIND.kind, kind_version=KIND.version, generation=2, reaction="work",
-            trigger=pb.TRIGGER_SPEC_CHANGE, lease_token=lease, claim_epoch=7, manifest_version=11, attempt=1,
+            stage=pb.STAGE_WORK,
+            kind=KIND.kind,
+            kind_version=KIND.version,
+            generation=2,
+            reaction="work",
+            trigger=pb.TRIGGER_SPEC_CHANGE,
+            lease_token=lease,
+            claim_epoch=7,
+            manifest_version=11,
+            attempt=1,
             resource=pb.Resource(kind=KIND.kind, kind_version=1, name=lease, spec=_struct({}), generation=2),
             **fields,
         )
@@ -134,8 +142,13 @@ def test_session_protocol_reconnect_redelivery_and_drain():
         gates = {}
         provider = _provider(gates)
         settings = WorkerSettings(
-            max_parallel=3, heartbeat_interval=0.1, backoff_base=0.05, backoff_max=0.2, healthy_session=0.0,
-            drain_timeout=5.0, close_grace=2.0,
+            max_parallel=3,
+            heartbeat_interval=0.1,
+            backoff_base=0.05,
+            backoff_max=0.2,
+            healthy_session=0.0,
+            drain_timeout=5.0,
+            close_grace=2.0,
         )
         worker = Worker([provider], address=f"http://{addr}", settings=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
@@ -170,7 +183,10 @@ def test_session_protocol_reconnect_redelivery_and_drain():
             assert [(r.lease_token, r.claim_epoch) for r in s2.subscribe.resumed] == [("L1", 7)]
             complete = await s2.next("complete", skip=())
             assert (complete.lease_token, complete.claim_epoch, complete.generation, complete.manifest_version) == (
-                "L1", 7, 2, 11,
+                "L1",
+                7,
+                2,
+                11,
             )
             assert complete.stage == pb.STAGE_WORK and not complete.HasField("error")
             assert struct_to_json(complete.status) == {"config": {"a": 1, "nested": {"x": 1, "y": 2}}, "bundle": "dflt"}
@@ -259,7 +275,8 @@ def test_cancelling_run_leaves_no_session_tasks_behind():
             assert isinstance(results[0], asyncio.CancelledError)
             await asyncio.sleep(0.1)
             leftovers = [
-                t for t in asyncio.all_tasks()
+                t
+                for t in asyncio.all_tasks()
                 if t.get_coro().__qualname__.split(".")[0] in ("Session", "_Writer", "_run", "_in_slot", "Worker")
             ]
             assert not leftovers, leftovers

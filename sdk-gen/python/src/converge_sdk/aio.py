@@ -18,7 +18,20 @@ from __future__ import annotations
 import asyncio
 import random
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import grpc
 from google.protobuf import json_format, struct_pb2
@@ -225,7 +238,12 @@ class AsyncConvergeClient:
         """Requests deletion; returns the resource (now DELETING), or
         ``None`` when ``allow_missing`` is set and it did not exist."""
         request = resource_service_pb2.DeleteResourceRequest(
-            kind=kind, name=name, allow_missing=allow_missing, etag=etag, request_id=request_id, validate_only=validate_only
+            kind=kind,
+            name=name,
+            allow_missing=allow_missing,
+            etag=etag,
+            request_id=request_id,
+            validate_only=validate_only,
         )
         response: resource_service_pb2.DeleteResourceResponse = await _call(
             lambda: self.resource.DeleteResource(request, timeout=self.timeout)

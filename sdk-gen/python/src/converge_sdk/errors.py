@@ -111,7 +111,8 @@ class ConvergeError(Exception):
                 reason, domain, metadata = info.reason, info.domain, dict(info.metadata)
             elif detail.Unpack(bad):
                 violations.extend(
-                    FieldViolation(field=v.field, description=v.description, reason=v.reason) for v in bad.field_violations
+                    FieldViolation(field=v.field, description=v.description, reason=v.reason)
+                    for v in bad.field_violations
                 )
             elif detail.Unpack(retry):
                 retry_delay = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9

@@ -351,7 +351,9 @@ def _edge_to_proto(e: DepEdge) -> pb.DepEdge:
     return pb.DepEdge(
         dependent=_ref_to_proto(e.dependent),
         dependency=_ref_to_proto(e.dependency),
-        value_flows=[pb.ValueFlow(dependent_field=f.dependent_field, source_field=f.source_field) for f in e.value_flows],
+        value_flows=[
+            pb.ValueFlow(dependent_field=f.dependent_field, source_field=f.source_field) for f in e.value_flows
+        ],
     )
 
 
@@ -428,7 +430,9 @@ class Fence:
             complete.healthy = outcome.healthy
         if outcome.requeue_after is not None:
             if not math.isfinite(outcome.requeue_after) or outcome.requeue_after < 0:
-                raise InvalidValue(f"requeue_after must be a finite, non-negative number of seconds, got {outcome.requeue_after}")
+                raise InvalidValue(
+                    f"requeue_after must be a finite, non-negative number of seconds, got {outcome.requeue_after}"
+                )
             if outcome.requeue_after > 0:
                 complete.requeue_after.CopyFrom(duration_to_proto(outcome.requeue_after))
         return complete

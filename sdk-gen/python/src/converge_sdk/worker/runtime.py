@@ -29,9 +29,7 @@ class DrainIncomplete(Exception):
     once their leases are released or go stale."""
 
     def __init__(self, running: int, undelivered: int) -> None:
-        super().__init__(
-            f"drain timed out with {running} handlers still running and {undelivered} results undelivered"
-        )
+        super().__init__(f"drain timed out with {running} handlers still running and {undelivered} results undelivered")
         #: Handlers still running at the end (they were cancelled).
         self.running = running
         #: Results computed but never sent.
@@ -170,7 +168,9 @@ class Worker:
         try:
             if not await self._prime(run):
                 return
-            refresher = asyncio.get_running_loop().create_task(self._refresh_configs(run), name="converge-config-refresh")
+            refresher = asyncio.get_running_loop().create_task(
+                self._refresh_configs(run), name="converge-config-refresh"
+            )
             await self._serve(run)
         finally:
             if refresher is not None:

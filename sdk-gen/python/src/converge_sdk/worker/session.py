@@ -197,7 +197,9 @@ class Session:
         if shutdown is not None:
             waiters.add(shutdown)
         try:
-            done, _ = await asyncio.wait(waiters, timeout=self._settings.rpc_timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waiters, timeout=self._settings.rpc_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             if shutdown is not None:
                 shutdown.cancel()
@@ -282,7 +284,9 @@ class Session:
 
     def _apply_update(self, update: pb.ProviderConfigUpdate) -> None:
         kind = KindVersion(update.kind, update.kind_version)
-        config = None if update.deleted else provider_config(update.spec if update.HasField("spec") else None, update.data)
+        config = (
+            None if update.deleted else provider_config(update.spec if update.HasField("spec") else None, update.data)
+        )
         self._state.apply_pushed_config(kind, config)
 
     async def _heartbeats(self) -> None:
@@ -338,7 +342,9 @@ class Session:
         assert run.drain_deadline is not None
         await asyncio.sleep(max(0.0, run.drain_deadline - time.monotonic()))
         running, undelivered = self._state.outstanding()
-        log.warning("drain timeout reached with %d running and %d undelivered; closing the stream", running, undelivered)
+        log.warning(
+            "drain timeout reached with %d running and %d undelivered; closing the stream", running, undelivered
+        )
         self._finish(SessionEnd.CLOSED)
 
     async def _close(self, call: Any, writer: _Writer, reader: "asyncio.Task[None]") -> SessionEnd:

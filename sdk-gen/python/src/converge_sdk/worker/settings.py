@@ -64,7 +64,13 @@ class WorkerSettings:
 
     def validate(self) -> None:
         """Raises :class:`ValueError` naming the first setting out of range."""
-        positive = ("heartbeat_interval", "readiness_poll_interval", "config_refresh_interval", "backoff_base", "rpc_timeout")
+        positive = (
+            "heartbeat_interval",
+            "readiness_poll_interval",
+            "config_refresh_interval",
+            "backoff_base",
+            "rpc_timeout",
+        )
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):

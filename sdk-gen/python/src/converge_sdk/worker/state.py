@@ -18,6 +18,7 @@ from converge_sdk.worker.types import KindVersion, ProviderConfig
 
 log = logging.getLogger("converge_sdk.worker")
 
+
 @dataclass(frozen=True)
 class WorkerStats:
     """A snapshot of a worker's counters."""
