@@ -70,6 +70,8 @@ class FakeBroker(worker_pb2_grpc.WorkerServiceServicer):
     async def GetProviderConfig(self, request, context):
         self.config_calls += 1
         assert [(k.kind, k.kind_version) for k in request.kinds] == [(KIND.kind, KIND.version)]
+        if self.default is None:
+            return pb.GetProviderConfigResponse()
         return pb.GetProviderConfigResponse(
             entries=[pb.ProviderConfigEntry(kind=KIND.kind, kind_version=1, spec=_struct(self.default), data=b"dflt")]
         )
@@ -126,6 +128,13 @@ def _provider(gates):
 
     leaf.on_config = on_config
     return leaf
+
+
+def _drain(queue):
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
 
 
 async def _eventually(predicate):
@@ -281,6 +290,95 @@ def test_cancelling_run_leaves_no_session_tasks_behind():
             ]
             assert not leftovers, leftovers
         finally:
+            await server.stop(0)
+
+    asyncio.run(main())
+
+
+class NeedsConfig(Reactions):
+    def __init__(self):
+        super().__init__(KIND, {"work": lambda request: Outcome()})
+        self.healthy = True
+
+    def requires_default_config(self):
+        return True
+
+    def ready(self):
+        return self.healthy
+
+
+def test_readiness_follows_the_default_config_and_ready():
+    async def main():
+        server, broker, addr = await _start_broker()
+        broker.default = None
+        provider = NeedsConfig()
+        # Polls are far apart: every Interest below comes from a config change.
+        settings = WorkerSettings(heartbeat_interval=0.1, readiness_poll_interval=60)
+        worker = Worker([provider], address=addr, settings=settings)
+        run = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            first = await session.next("interest", skip=())
+            assert (first.kind, first.ready) == ("leaf", False), "unready until a default config exists"
+            session.send_task("U1")
+            refused = await session.next("complete")
+            assert refused.error.message == "provider for kind leaf:1 is not ready" and not refused.error.terminal
+
+            update = pb.ProviderConfigUpdate(kind="leaf", kind_version=1, spec=_struct({"k": 1}))
+            session.outbox.put_nowait(pb.WorkStreamResponse(provider_config_update=update))
+            assert (await session.next("interest")).ready is True, "announced as soon as the default arrived"
+            session.send_task("U2")
+            assert not (await session.next("complete")).HasField("error")
+
+            provider.healthy = False
+            update = pb.ProviderConfigUpdate(kind="leaf", kind_version=1, spec=_struct({"k": 2}))
+            session.outbox.put_nowait(pb.WorkStreamResponse(provider_config_update=update))
+            assert (await session.next("interest")).ready is False, "ready() is consulted too"
+            worker.shutdown()
+            await asyncio.sleep(0.2)
+            session.outbox.put_nowait(None)
+            await asyncio.wait_for(run, TIMEOUT)
+        finally:
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+            await server.stop(0)
+
+    asyncio.run(main())
+
+
+def test_results_buffered_while_disconnected_are_redelivered_oldest_first():
+    async def main():
+        server, broker, addr = await _start_broker()
+        gates = {}
+        settings = WorkerSettings(heartbeat_interval=0.1, backoff_base=0.05, backoff_max=0.1, result_buffer_capacity=2)
+        worker = Worker([_provider(gates)], address=addr, settings=settings)
+        run = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            s1 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            for lease in ("R1", "R2", "R3"):
+                s1.send_task(lease)
+            await _eventually(lambda: worker.stats().running == 3)
+            broker.accepting.clear()
+            s1.outbox.put_nowait(grpc.StatusCode.UNAVAILABLE)
+            await _eventually(lambda: worker.stats().reconnects >= 1)
+            for count, lease in enumerate(("R1", "R2", "R3"), start=1):
+                gates.setdefault(lease, asyncio.Event()).set()
+                await _eventually(lambda: worker.stats().completed == count)
+            # Capacity 2: the oldest result (R1) was dropped to make room.
+            assert worker.stats().buffered == 2 and worker.stats().buffered_dropped == 1
+            broker.accepting.set()
+            s2 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            # Subscribe lists what was running or buffered when this connection
+            # attempt began (it may have waited on the broker since).
+            assert {"R2", "R3"} <= {r.lease_token for r in s2.subscribe.resumed}
+            assert (await s2.next("complete", skip=())).lease_token == "R2"
+            assert (await s2.next("complete")).lease_token == "R3"
+            await asyncio.sleep(0.3)
+            assert all(m is None or m.WhichOneof("payload") == "heartbeat" for m in _drain(s2.inbox)), "R1 is gone"
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
             await server.stop(0)
 
     asyncio.run(main())
