@@ -93,6 +93,15 @@ def test_work_outcome_parts():
     assert not complete.HasField("operation_output")
 
 
+def test_requeue_after_takes_a_timedelta_and_refuses_negative_delays():
+    from datetime import timedelta
+
+    complete = _fence().success(Outcome(requeue_after=timedelta(milliseconds=250)))
+    assert (complete.requeue_after.seconds, complete.requeue_after.nanos) == (0, 250_000_000)
+    refused = _fence().success(Outcome(requeue_after=-1))
+    assert refused.error.terminal and "requeue_after" in refused.error.message
+
+
 def test_absent_parts_stay_absent():
     complete = _fence().success(Outcome(requeue_after=0))
     for name in ("status", "healthy", "requeue_after", "compose_result", "operation_output", "error"):

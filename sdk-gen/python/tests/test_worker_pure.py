@@ -6,7 +6,8 @@ import random
 import pytest
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
-from converge_sdk.worker import Backoff, KindVersion, TlsConfig, WorkerSettings, merge_json
+from converge_sdk.worker import KindVersion, TlsConfig, WorkerSettings, merge_json
+from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.buffer import ResultBuffer
 from converge_sdk.worker.settings import parse_address
 

@@ -56,7 +56,6 @@ What the runtime does (the same as the Rust SDK's ``converge_sdk::worker``):
   their results (reconnecting if needed), closes the stream and returns.
 """
 
-from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.outcome import (
     DEADLINE_EXCEEDED_REASON,
     HandlerError,
@@ -120,7 +119,6 @@ __all__ = [
     "DEFAULT_READINESS_POLL_INTERVAL",
     "DEFAULT_RESULT_BUFFER_CAPACITY",
     "DEFAULT_RPC_TIMEOUT",
-    "Backoff",
     "ChildSpec",
     "ComposeInput",
     "Condition",

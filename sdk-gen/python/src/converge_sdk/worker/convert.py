@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
@@ -429,12 +429,12 @@ class Fence:
         if outcome.healthy is not None:
             complete.healthy = outcome.healthy
         if outcome.requeue_after is not None:
-            if not math.isfinite(outcome.requeue_after) or outcome.requeue_after < 0:
-                raise InvalidValue(
-                    f"requeue_after must be a finite, non-negative number of seconds, got {outcome.requeue_after}"
-                )
-            if outcome.requeue_after > 0:
-                complete.requeue_after.CopyFrom(duration_to_proto(outcome.requeue_after))
+            delay = outcome.requeue_after
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            if not math.isfinite(seconds) or seconds < 0:
+                raise InvalidValue(f"requeue_after must be a finite, non-negative delay, got {delay!r}")
+            if seconds > 0:
+                complete.requeue_after.CopyFrom(duration_to_proto(seconds))
         return complete
 
 

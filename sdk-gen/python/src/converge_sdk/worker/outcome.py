@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from datetime import timedelta
+from typing import List, Optional, Union
 
 from converge_sdk.worker.types import ChildSpec, Condition, DepEdge, JsonObject, KindVersion, ProviderConfigSpec
 
@@ -39,8 +40,9 @@ class Outcome:
     #: Explicit health; ``None`` = taken from a ``Ready`` condition, if any.
     healthy: Optional[bool] = None
     #: "Not done yet": the parts are applied but the task runs again after
-    #: this many seconds. Not a failure. ``None`` or 0 = done.
-    requeue_after: Optional[float] = None
+    #: this delay (seconds, or a ``timedelta``). Not a failure. ``None`` or 0
+    #: = done.
+    requeue_after: Union[float, timedelta, None] = None
 
 
 class HandlerError(Exception):
