@@ -382,3 +382,33 @@ def test_results_buffered_while_disconnected_are_redelivered_oldest_first():
             await server.stop(0)
 
     asyncio.run(main())
+
+
+def test_prime_retries_until_a_broker_answers():
+    import socket
+
+    async def main():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        settings = WorkerSettings(backoff_base=0.05, backoff_max=0.2, rpc_timeout=1.0)
+        worker = Worker([_provider({})], address=f"127.0.0.1:{port}", settings=settings)
+        run = asyncio.get_running_loop().create_task(worker.run())
+        server = None
+        try:
+            await asyncio.sleep(0.5)  # several failed attempts against a closed port
+            assert not run.done() and worker.stats().sessions == 0
+            server = grpc.aio.server()
+            broker = FakeBroker()
+            worker_pb2_grpc.add_WorkerServiceServicer_to_server(broker, server)
+            server.add_insecure_port(f"127.0.0.1:{port}")
+            await server.start()
+            session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            assert broker.config_calls >= 1 and session.subscribe.kinds[0].kind == "leaf"
+        finally:
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            if server is not None:
+                await server.stop(0)
+
+    asyncio.run(main())
