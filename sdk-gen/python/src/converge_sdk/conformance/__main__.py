@@ -24,6 +24,7 @@ import sys
 from dataclasses import replace
 from typing import Mapping, Optional
 
+from converge_sdk import __version__
 from converge_sdk.conformance.handlers import composite_provider, leaf_provider
 from converge_sdk.conformance.log import EventLog
 from converge_sdk.worker import DrainIncomplete, Worker, WorkerSettings
@@ -50,7 +51,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: Optional[int]) -> 
 
 def settings_from_env(env: Mapping[str, str]) -> WorkerSettings:
     """The worker settings the environment asks for."""
-    settings = WorkerSettings(agent="converge-sdk-python-conformance")
+    settings = WorkerSettings(agent=f"converge-sdk-python/{__version__} (conformance)")
     max_parallel = _positive_int(env, "CONFORMANCE_MAX_PARALLEL", 4)
     drain_ms = _positive_int(env, "CONFORMANCE_DRAIN_TIMEOUT_MS", 10_000)
     heartbeat_ms = _positive_int(env, "CONFORMANCE_HEARTBEAT_MS", None)
