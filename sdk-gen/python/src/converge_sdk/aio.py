@@ -89,7 +89,8 @@ class AsyncConvergeClient:
     ``target`` is a gRPC target such as ``"127.0.0.1:50051"``; the channel is
     plaintext unless ``credentials`` is given. Pass ``channel`` instead to use
     one you built (it is then yours to close). ``timeout`` bounds each unary
-    helper call in seconds (``None`` = unbounded).
+    helper call in seconds (``None`` = unbounded). Create it inside the event
+    loop that uses it (in async code), as every ``grpc.aio`` channel.
     """
 
     def __init__(
