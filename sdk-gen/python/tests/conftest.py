@@ -15,6 +15,9 @@ from converge_sdk import AsyncConvergeClient
 from converge_sdk.gen.converge.v1 import resource_pb2
 
 ADDR = os.environ.get("CONVERGE_ADDR", "")
+#: Marks every resource this test session creates, so the session can
+#: remove exactly its own resources from the shared server at the end.
+RUN = uuid.uuid4().hex[:6]
 REPO = pathlib.Path(__file__).resolve().parents[3]
 KINDS_DIR = REPO / "conformance" / "kinds"
 
@@ -27,7 +30,7 @@ def require_server() -> str:
 
 def unique(prefix: str) -> str:
     """A resource name no other test (or language) uses on the shared server."""
-    return f"py-{prefix}-{uuid.uuid4().hex[:10]}"
+    return f"py-{RUN}-{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def conformance_manifests():
@@ -63,3 +66,52 @@ def read_log(path: pathlib.Path):
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_own_resources():
+    """After the session, deletes the resources it created and serves their
+    teardowns until they are gone, so no pending work of this suite is left
+    for the Go and TypeScript suites that share the server."""
+    yield
+    if ADDR:
+        asyncio.run(_cleanup(ADDR))
+
+
+async def _cleanup(addr: str) -> None:
+    from converge_sdk import ConvergeError
+    from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
+    from converge_sdk.worker import Worker, WorkerSettings
+
+    prefix = f"py-{RUN}-"
+    async with AsyncConvergeClient(addr) as client:
+
+        async def own():
+            found = []
+            for kind in ("conf-composite", "conf-leaf"):
+                try:
+                    async for r in client.list_resources(kind=kind, roots_only=True):
+                        if r.name.startswith(prefix):
+                            found.append((kind, r.name))
+                except ConvergeError as err:
+                    if err.reason != "KIND_NOT_FOUND":
+                        raise
+            return found
+
+        mine = await own()
+        if not mine:
+            return
+        events = EventLog(None, "python")
+        worker = Worker(
+            [leaf_provider(events), composite_provider(events)],
+            address=addr,
+            settings=WorkerSettings(heartbeat_interval=1.0, drain_timeout=10.0),
+        )
+        async with worker:
+            for kind, name in mine:
+                await client.delete_resource(kind, name, allow_missing=True)
+            deadline = time.monotonic() + 60
+            while (left := await own()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.3)
+        if left:
+            raise AssertionError(f"test resources not torn down within 60 s: {left}")
