@@ -2,17 +2,23 @@
 address in CONVERGE_ADDR; sdk-gen/test starts one). Without CONVERGE_ADDR
 those tests are skipped."""
 
-import asyncio
-import json
 import os
-import pathlib
-import time
-import uuid
 
-import pytest
+# gRPC core logs transport events (a fake broker's GOAWAY on stop) at info
+# level to stderr; keep test output to what the tests say. Set before grpc is
+# first imported, which is when the core reads it.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from converge_sdk import AsyncConvergeClient
-from converge_sdk.gen.converge.v1 import resource_pb2
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+
+from converge_sdk import AsyncConvergeClient  # noqa: E402
+from converge_sdk.gen.converge.v1 import resource_pb2  # noqa: E402
 
 ADDR = os.environ.get("CONVERGE_ADDR", "")
 #: Marks every resource this test session creates, so the session can
