@@ -67,10 +67,12 @@ class Worker:
     time, reconnecting as needed, until shut down.
 
     ``address`` is the broker, ``http://host:port`` or ``host:port``
-    (plaintext) or ``https://host:port`` (TLS with ``tls``, or the system
-    roots). Pass ``channel`` instead to use a ``grpc.aio.Channel`` you built
-    (it is then yours to close). ``channel_options`` are extra gRPC channel
-    arguments.
+    (plaintext) or ``https://host:port`` (TLS, verified against the system
+    roots unless ``tls`` says otherwise); giving ``tls`` makes the channel TLS
+    whatever the scheme. Pass ``channel`` instead to use a
+    ``grpc.aio.Channel`` you built (it is then yours to close; ``tls`` and
+    ``channel_options`` do not apply). ``channel_options`` are extra gRPC
+    channel arguments.
 
     Use it as ``await worker.run()`` with :meth:`shutdown` called from
     elsewhere (e.g. a signal handler), or as an async context manager that
