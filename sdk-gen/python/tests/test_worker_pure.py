@@ -103,3 +103,34 @@ def test_kind_version_parses():
     for bad in ("noop:0", "noop:x", ":1"):
         with pytest.raises(ValueError):
             KindVersion.parse(bad)
+
+
+def test_worker_validates_its_providers_and_builds_tls_channels():
+    import asyncio
+
+    import grpc
+
+    from converge_sdk.worker import Reactions, Worker
+
+    leaf = Reactions(KindVersion("leaf", 1))
+    with pytest.raises(ValueError, match="at least one provider"):
+        Worker([], address="127.0.0.1:1")
+    with pytest.raises(ValueError, match="more than one provider"):
+        Worker([leaf, Reactions(KindVersion("leaf", 1))], address="127.0.0.1:1")
+    with pytest.raises(ValueError, match="exactly one of address and channel"):
+        Worker([leaf])
+    with pytest.raises(ValueError, match="version"):
+        Worker([Reactions(KindVersion("leaf", 0))], address="127.0.0.1:1")
+
+    async def channels():
+        # No connection is attempted until a call; building must succeed.
+        for worker in (
+            Worker([leaf], address="https://127.0.0.1:1"),
+            Worker([leaf], address="127.0.0.1:1", tls=TlsConfig(server_name="broker.internal")),
+            Worker([leaf], address="http://127.0.0.1:1"),
+        ):
+            channel = worker._make_channel()
+            assert isinstance(channel, grpc.aio.Channel)
+            await channel.close()
+
+    asyncio.run(channels())
