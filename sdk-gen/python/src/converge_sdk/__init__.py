@@ -3,8 +3,28 @@
 Generated messages and stubs live under ``converge_sdk.gen`` (mirroring the proto
 packages: ``converge_sdk.gen.converge.v1``, ``converge_sdk.gen.converge.worker.v1``);
 google.rpc types come from ``googleapis-common-protos`` (``google.rpc``).
+
+- :class:`ConvergeClient`: blocking stubs for every service;
+- :class:`AsyncConvergeClient` (``converge_sdk.aio``): asyncio stubs plus
+  apply / get / list / watch / delete helpers raising :class:`ConvergeError`;
+- ``converge_sdk.worker``: the worker runtime that serves kinds for a broker;
+- ``converge_sdk.conformance``: the SDK conformance worker.
 """
 
-from converge_sdk.client import ERROR_DOMAIN, ConvergeClient, error_info, error_status
+__version__ = "0.1.0"
 
-__all__ = ["ERROR_DOMAIN", "ConvergeClient", "error_info", "error_status"]
+from converge_sdk.aio import AsyncConvergeClient, ResourceWatch
+from converge_sdk.client import ConvergeClient
+from converge_sdk.errors import ERROR_DOMAIN, ConvergeError, FieldViolation, error_info, error_status
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "AsyncConvergeClient",
+    "ConvergeClient",
+    "ConvergeError",
+    "FieldViolation",
+    "ResourceWatch",
+    "__version__",
+    "error_info",
+    "error_status",
+]

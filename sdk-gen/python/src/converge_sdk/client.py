@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
+from converge_sdk.errors import ERROR_DOMAIN, error_info, error_status
 from converge_sdk.gen.converge.v1 import (
     cluster_service_pb2_grpc,
     kind_service_pb2_grpc,
@@ -23,10 +23,9 @@ from converge_sdk.gen.converge.v1 import (
 )
 from converge_sdk.gen.converge.worker.v1 import worker_pb2_grpc
 
-#: Domain of the google.rpc.ErrorInfo that converge attaches to its errors.
-ERROR_DOMAIN = "converge.dev"
-
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# error_info and friends moved to converge_sdk.errors; re-exported here for
+# code that imported them from this module.
+__all__ = ["ERROR_DOMAIN", "ConvergeClient", "error_info", "error_status"]
 
 
 class ConvergeClient:
@@ -76,31 +75,3 @@ class ConvergeClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def error_status(err: BaseException) -> Optional[status_pb2.Status]:
-    """The google.rpc.Status carried by a failed call, or None.
-
-    Reads the ``grpc-status-details-bin`` trailer of a ``grpc.RpcError`` raised by
-    a stub call.
-    """
-    trailing_metadata = getattr(err, "trailing_metadata", None)
-    if not callable(trailing_metadata):
-        return None
-    for key, value in trailing_metadata() or ():
-        if key == _STATUS_DETAILS_KEY:
-            return status_pb2.Status.FromString(value)
-    return None
-
-
-def error_info(err: BaseException) -> Optional[error_details_pb2.ErrorInfo]:
-    """The google.rpc.ErrorInfo (reason, domain, metadata) of a failed call, or None."""
-    status = error_status(err)
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    return None

@@ -1,0 +1,100 @@
+"""``python -m converge_sdk.conformance``: the conformance worker process.
+
+Environment (see ``conformance/README.md``):
+
+- ``CONVERGE_BROKER_ADDR`` broker address, e.g. ``http://127.0.0.1:50051``
+  (required);
+- ``CONFORMANCE_MAX_PARALLEL`` bounded concurrency, default 4;
+- ``CONFORMANCE_DRAIN_TIMEOUT_MS`` graceful-drain grace period, default 10000;
+- ``CONFORMANCE_HEARTBEAT_MS`` heartbeat interval, default the SDK's (5000);
+- ``CONFORMANCE_LOG`` file to append the JSON event lines to; unset = none.
+
+SIGTERM and SIGINT start the graceful drain. Exit status: 0 after a clean
+drain, 1 if the grace period ran out with work left, 2 for bad
+configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import replace
+from typing import Mapping, Optional
+
+from converge_sdk import __version__
+from converge_sdk.conformance.handlers import composite_provider, leaf_provider
+from converge_sdk.conformance.log import EventLog
+from converge_sdk.worker import DrainIncomplete, Worker, WorkerSettings
+
+log = logging.getLogger("converge_sdk.conformance")
+
+
+class ConfigError(ValueError):
+    """The environment does not describe a runnable worker."""
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: Optional[int]) -> Optional[int]:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not an integer") from None
+    if value < 1:
+        raise ConfigError(f"{name}={text!r} must be at least 1")
+    return value
+
+
+def settings_from_env(env: Mapping[str, str]) -> WorkerSettings:
+    """The worker settings the environment asks for."""
+    settings = WorkerSettings(agent=f"converge-sdk-python/{__version__} (conformance)")
+    max_parallel = _positive_int(env, "CONFORMANCE_MAX_PARALLEL", 4)
+    drain_ms = _positive_int(env, "CONFORMANCE_DRAIN_TIMEOUT_MS", 10_000)
+    heartbeat_ms = _positive_int(env, "CONFORMANCE_HEARTBEAT_MS", None)
+    assert max_parallel is not None and drain_ms is not None
+    settings = replace(settings, max_parallel=max_parallel, drain_timeout=drain_ms / 1000)
+    if heartbeat_ms is not None:
+        settings = replace(settings, heartbeat_interval=heartbeat_ms / 1000)
+    settings.validate()
+    return settings
+
+
+async def _serve(worker: Worker) -> int:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.shutdown)
+    try:
+        await worker.run()
+    except DrainIncomplete as exc:
+        log.error("%s", exc)
+        return 1
+    log.info("drained cleanly")
+    return 0
+
+
+def main() -> int:
+    """Runs the conformance worker; returns the exit status."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    env = os.environ
+    try:
+        address = env.get("CONVERGE_BROKER_ADDR", "").strip()
+        if not address:
+            raise ConfigError("CONVERGE_BROKER_ADDR is required (e.g. http://127.0.0.1:50051)")
+        settings = settings_from_env(env)
+        events = EventLog(env.get("CONFORMANCE_LOG") or None, "python")
+        worker = Worker([leaf_provider(events), composite_provider(events)], address=address, settings=settings)
+    except (ConfigError, ValueError, OSError) as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
+    try:
+        return asyncio.run(_serve(worker))
+    finally:
+        events.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""The :class:`Worker`: priming, the reconnect loop, drain and stats."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import TracebackType
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
+
+import grpc
+
+from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
+from converge_sdk.gen.converge.worker.v1 import worker_pb2_grpc
+from converge_sdk.worker.backoff import Backoff
+from converge_sdk.worker.convert import kind_to_proto, provider_config
+from converge_sdk.worker.provider import Provider
+from converge_sdk.worker.session import Session, SessionEnd
+from converge_sdk.worker.settings import MAX_MESSAGE_BYTES, TlsConfig, WorkerSettings, parse_address
+from converge_sdk.worker.state import SharedState, WorkerStats
+from converge_sdk.worker.types import KindVersion
+
+log = logging.getLogger("converge_sdk.worker")
+
+
+class DrainIncomplete(Exception):
+    """Shutdown's drain timeout passed before every in-flight handler
+    finished and every result was delivered. The broker re-runs those tasks
+    once their leases are released or go stale."""
+
+    def __init__(self, running: int, undelivered: int) -> None:
+        super().__init__(f"drain timed out with {running} handlers still running and {undelivered} results undelivered")
+        #: Handlers still running at the end (they were cancelled).
+        self.running = running
+        #: Results computed but never sent.
+        self.undelivered = undelivered
+
+
+class Run:
+    """The state of one :meth:`Worker.run`, handed to each session."""
+
+    def __init__(self, state: SharedState, stub: Any) -> None:
+        self.state = state
+        self.stub = stub
+        #: Running task coroutines. They belong to the run, not to a session,
+        #: so a stream drop does not cancel them.
+        self.tasks: Set["asyncio.Task[None]"] = set()
+        #: Set by :meth:`Worker.shutdown`.
+        self.shutdown_requested = asyncio.Event()
+        #: When the drain gives up (``time.monotonic``); set once draining.
+        self.drain_deadline: Optional[float] = None
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_deadline is not None
+
+    def start_drain(self) -> None:
+        """Enters drain mode (idempotent)."""
+        if self.drain_deadline is None:
+            timeout = self.state.settings.drain_timeout
+            log.info("shutdown requested; draining for up to %.1f s", timeout)
+            self.drain_deadline = time.monotonic() + timeout
+
+
+class Worker:
+    """The worker runtime: serves its providers over one ``WorkStream`` at a
+    time, reconnecting as needed, until shut down.
+
+    ``address`` is the broker, ``http://host:port`` or ``host:port``
+    (plaintext) or ``https://host:port`` (TLS, verified against the system
+    roots unless ``tls`` says otherwise); giving ``tls`` makes the channel TLS
+    whatever the scheme. Pass ``channel`` instead to use a
+    ``grpc.aio.Channel`` you built (it is then yours to close; ``tls`` and
+    ``channel_options`` do not apply). ``channel_options`` are extra gRPC
+    channel arguments.
+
+    Use it as ``await worker.run()`` with :meth:`shutdown` called from
+    elsewhere (e.g. a signal handler), or as an async context manager that
+    runs it in the background and drains on exit::
+
+        async with Worker([provider], address="http://127.0.0.1:50051"):
+            await stop_event.wait()
+    """
+
+    def __init__(
+        self,
+        providers: Iterable[Provider],
+        *,
+        address: Optional[str] = None,
+        channel: Optional[grpc.aio.Channel] = None,
+        tls: Optional[TlsConfig] = None,
+        settings: Optional[WorkerSettings] = None,
+        channel_options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        self._settings = settings if settings is not None else WorkerSettings()
+        self._settings.validate()
+        by_kind: Dict[KindVersion, Provider] = {}
+        for provider in providers:
+            kind = provider.kind
+            if not kind.kind or kind.version < 1:
+                raise ValueError(f"invalid provider kind {kind}: the kind must be non-empty and the version >= 1")
+            if kind in by_kind:
+                raise ValueError(f"more than one provider for {kind}")
+            by_kind[kind] = provider
+        if not by_kind:
+            raise ValueError("a worker needs at least one provider")
+        if (address is None) == (channel is None):
+            raise ValueError("give exactly one of address and channel")
+        self._target: Optional[Tuple[str, bool]] = parse_address(address) if address is not None else None
+        self._channel = channel
+        self._tls = tls
+        self._channel_options = list(channel_options)
+        self._providers = by_kind
+        self._state: Optional[SharedState] = None
+        self._run: Optional[Run] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stop_early = False
+        self._background: Optional["asyncio.Task[None]"] = None
+
+    @property
+    def kinds(self) -> List[KindVersion]:
+        """The pairs this worker serves, sorted."""
+        return sorted(self._providers)
+
+    @property
+    def settings(self) -> WorkerSettings:
+        """The worker's settings."""
+        return self._settings
+
+    def stats(self) -> WorkerStats:
+        """The current counters (zero before :meth:`run`)."""
+        return self._state.stats() if self._state is not None else WorkerStats()
+
+    def shutdown(self) -> None:
+        """Starts the graceful drain: announce every pair unready, fail tasks
+        that still arrive (transiently), wait up to the drain timeout for
+        in-flight handlers, deliver their results, close the stream; then
+        :meth:`run` returns. Idempotent, and safe to call from any thread or
+        from a signal handler, before or during :meth:`run`."""
+        loop, run = self._loop, self._run
+        if loop is None or run is None:
+            self._stop_early = True
+            return
+        try:
+            running_loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            running_loop = None
+        if running_loop is loop:
+            run.shutdown_requested.set()
+        else:
+            loop.call_soon_threadsafe(run.shutdown_requested.set)
+
+    async def run(self) -> None:
+        """Serves until :meth:`shutdown`, then drains and returns. Broker
+        failures never end it: they are retried with backoff.
+
+        Raises :class:`DrainIncomplete` if the drain timed out with work left.
+        """
+        if self._run is not None:
+            raise RuntimeError("a worker runs once")
+        self._loop = asyncio.get_running_loop()
+        state = SharedState(self._providers, self._settings)
+        self._state = state
+        channel = self._channel if self._channel is not None else self._make_channel()
+        run = Run(state, worker_pb2_grpc.WorkerServiceStub(channel))
+        self._run = run
+        if self._stop_early:
+            run.shutdown_requested.set()
+        refresher: Optional["asyncio.Task[None]"] = None
+        try:
+            if not await self._prime(run):
+                return
+            refresher = asyncio.get_running_loop().create_task(
+                self._refresh_configs(run), name="converge-config-refresh"
+            )
+            await self._serve(run)
+        finally:
+            if refresher is not None:
+                refresher.cancel()
+            leftover = list(run.tasks)
+            for task in leftover:
+                task.cancel()
+            await asyncio.gather(*leftover, *([refresher] if refresher else []), return_exceptions=True)
+            if self._channel is None:
+                await channel.close()
+
+    async def __aenter__(self) -> "Worker":
+        self._background = asyncio.get_running_loop().create_task(self.run(), name="converge-worker")
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.shutdown()
+        assert self._background is not None
+        await self._background
+
+    def _make_channel(self) -> grpc.aio.Channel:
+        assert self._target is not None
+        target, wants_tls = self._target
+        s = self._settings
+        options: List[Tuple[str, Any]] = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # The broker sends no keepalive of its own; HTTP/2 pings are how a
+            # silently dead broker is noticed.
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # The worker's own backoff paces reconnects; keep the channel's
+            # from stacking minutes of delay on top after a broker restart.
+            ("grpc.initial_reconnect_backoff_ms", max(1, int(s.backoff_base * 1000))),
+            ("grpc.min_reconnect_backoff_ms", max(1, int(s.backoff_base * 1000))),
+            ("grpc.max_reconnect_backoff_ms", max(1, int(s.backoff_max * 1000))),
+            *self._channel_options,
+        ]
+        if self._tls is not None or wants_tls:
+            credentials = (self._tls or TlsConfig()).credentials()
+            if self._tls is not None and self._tls.server_name:
+                options.append(("grpc.ssl_target_name_override", self._tls.server_name))
+            return grpc.aio.secure_channel(target, credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options)
+
+    async def _prime(self, run: Run) -> bool:
+        """Primes the config cache, retrying until the broker answers. False
+        if shutdown came first."""
+        s = self._settings
+        backoff = Backoff(s.backoff_base, s.backoff_max)
+        while not run.shutdown_requested.is_set():
+            try:
+                await _fetch_configs(run)
+                return True
+            except grpc.aio.AioRpcError as exc:
+                log.warning("cannot fetch provider configs (%s: %s); retrying", exc.code(), exc.details())
+            try:
+                await asyncio.wait_for(run.shutdown_requested.wait(), timeout=backoff.next_delay())
+            except asyncio.TimeoutError:
+                pass
+        return False
+
+    async def _serve(self, run: Run) -> None:
+        """The reconnect loop."""
+        state, s = run.state, self._settings
+        backoff = Backoff(s.backoff_base, s.backoff_max)
+        while True:
+            if run.drain_deadline is not None:
+                running, undelivered = state.outstanding()
+                if running == 0 and undelivered == 0:
+                    return
+                if time.monotonic() >= run.drain_deadline:
+                    raise DrainIncomplete(running, undelivered)
+            end = await Session(run).run()
+            if end is SessionEnd.CLOSED:
+                running, undelivered = state.outstanding()
+                if running or undelivered:
+                    raise DrainIncomplete(running, undelivered)
+                return
+            if end in (SessionEnd.LOST, SessionEnd.LOST_HEALTHY):
+                state.counters.reconnects += 1
+                if end is SessionEnd.LOST_HEALTHY:
+                    backoff.reset()
+            # Nothing left to deliver: no reason to reconnect just to close.
+            if run.draining and state.outstanding() == (0, 0):
+                return
+            delay = backoff.next_delay()
+            log.debug("reconnecting in %.2f s", delay)
+            await self._sleep_unless_shutdown(run, delay)
+
+    @staticmethod
+    async def _sleep_unless_shutdown(run: Run, delay: float) -> None:
+        """Sleeps ``delay``; a shutdown request starts the drain and ends the
+        sleep early, and once draining the sleep never passes the drain
+        deadline."""
+        if run.drain_deadline is not None:
+            await asyncio.sleep(max(0.0, min(delay, run.drain_deadline - time.monotonic())))
+            return
+        try:
+            await asyncio.wait_for(run.shutdown_requested.wait(), timeout=delay)
+            run.start_drain()
+        except asyncio.TimeoutError:
+            pass
+
+    async def _refresh_configs(self, run: Run) -> None:
+        """The failsafe refresher: re-pulls configs periodically and whenever
+        a session asks (on every (re)connect)."""
+        repull = run.state.config_repull
+        while True:
+            try:
+                await asyncio.wait_for(repull.wait(), timeout=self._settings.config_refresh_interval)
+            except asyncio.TimeoutError:
+                pass
+            repull.clear()
+            try:
+                await _fetch_configs(run)
+            except grpc.aio.AioRpcError as exc:
+                log.debug("provider config refresh failed: %s %s", exc.code(), exc.details())
+
+
+async def _fetch_configs(run: Run) -> None:
+    """Fetches the default config of every served pair and applies it. Pairs
+    the broker omits have no default."""
+    state = run.state
+    request = pb.GetProviderConfigRequest(kinds=[kind_to_proto(k) for k in state.providers])
+    epoch = state.config_epoch()
+    response = await run.stub.GetProviderConfig(request, timeout=state.settings.rpc_timeout)
+    configs = {kind: None for kind in state.providers}
+    fetched = {}
+    for entry in response.entries:
+        kind = KindVersion(entry.kind, entry.kind_version)
+        if kind in configs:
+            fetched[kind] = provider_config(entry.spec if entry.HasField("spec") else None, entry.data)
+    for kind in configs:
+        state.apply_fetched_config(kind, fetched.get(kind), epoch)

@@ -1,0 +1,145 @@
+"""Worker settings, TLS options and the broker address."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+import grpc
+
+from converge_sdk import __version__
+
+#: Default number of handlers running at once (also sent as max_inflight).
+DEFAULT_MAX_PARALLEL = 16
+#: Default seconds between liveness attestations.
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+#: Default seconds between ``ready()`` polls.
+DEFAULT_READINESS_POLL_INTERVAL = 2.0
+#: Default seconds in-flight handlers get to finish on shutdown.
+DEFAULT_DRAIN_TIMEOUT = 30.0
+#: Default seconds between failsafe ``GetProviderConfig`` refreshes.
+DEFAULT_CONFIG_REFRESH_INTERVAL = 60.0
+#: Default first reconnect delay, seconds.
+DEFAULT_BACKOFF_BASE = 0.1
+#: Default longest reconnect delay, seconds.
+DEFAULT_BACKOFF_MAX = 30.0
+#: Default number of results kept for redelivery while disconnected.
+DEFAULT_RESULT_BUFFER_CAPACITY = 1024
+#: Default seconds a session must last to count as healthy (resets the
+#: reconnect backoff).
+DEFAULT_HEALTHY_SESSION = 10.0
+#: Default bound in seconds on a unary call and on opening the stream.
+DEFAULT_RPC_TIMEOUT = 10.0
+#: Default seconds a closing worker waits for the broker to end the stream
+#: after half-closing it, so the last completions are flushed, not reset.
+DEFAULT_CLOSE_GRACE = 5.0
+
+#: Largest message sent or received, as the Rust SDK and the server allow.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The tunables of a worker; every one has a default. Durations are in
+    seconds. Validated by :meth:`validate` (the worker calls it)."""
+
+    #: Most handlers running at once, also sent as ``max_inflight``.
+    max_parallel: int = DEFAULT_MAX_PARALLEL
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    readiness_poll_interval: float = DEFAULT_READINESS_POLL_INTERVAL
+    #: How long shutdown waits for in-flight handlers and their delivery.
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    config_refresh_interval: float = DEFAULT_CONFIG_REFRESH_INTERVAL
+    backoff_base: float = DEFAULT_BACKOFF_BASE
+    backoff_max: float = DEFAULT_BACKOFF_MAX
+    result_buffer_capacity: int = DEFAULT_RESULT_BUFFER_CAPACITY
+    #: A session open this long (or that received a task) resets the backoff.
+    healthy_session: float = DEFAULT_HEALTHY_SESSION
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT
+    close_grace: float = DEFAULT_CLOSE_GRACE
+    #: The ``agent`` string sent in Subscribe (display only).
+    agent: str = f"converge-sdk-python/{__version__}"
+
+    def validate(self) -> None:
+        """Raises :class:`ValueError` naming the first setting out of range."""
+        positive = (
+            "heartbeat_interval",
+            "readiness_poll_interval",
+            "config_refresh_interval",
+            "backoff_base",
+            "rpc_timeout",
+        )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"invalid worker setting {f.name}: must be finite")
+            if f.name in positive and value <= 0:
+                raise ValueError(f"invalid worker setting {f.name}: must be greater than zero")
+        for name in ("drain_timeout", "backoff_max", "healthy_session", "close_grace"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"invalid worker setting {name}: must not be negative")
+        if not 1 <= self.max_parallel <= 2**31 - 1:
+            raise ValueError("invalid worker setting max_parallel: must be between 1 and 2^31-1")
+        if self.result_buffer_capacity < 1:
+            raise ValueError("invalid worker setting result_buffer_capacity: must be at least 1")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS for the broker channel: a CA bundle to verify the broker (``None``
+    = the system roots) and, for mutual TLS, a client certificate chain and
+    key, all PEM. ``server_name`` overrides the name checked against the
+    broker's certificate.
+
+    The converge server does not serve TLS yet, so this path is plumbed to
+    the channel but untested against a real server.
+    """
+
+    ca_bundle: Optional[bytes] = None
+    client_cert: Optional[bytes] = None
+    client_key: Optional[bytes] = None
+    server_name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ValueError("a client certificate needs its key and vice versa")
+
+    @classmethod
+    def from_files(
+        cls,
+        ca_bundle: Union[str, Path, None] = None,
+        client_cert: Union[str, Path, None] = None,
+        client_key: Union[str, Path, None] = None,
+        server_name: Optional[str] = None,
+    ) -> "TlsConfig":
+        """Reads the PEM files given."""
+
+        def read(path: Union[str, Path, None]) -> Optional[bytes]:
+            return None if path is None else Path(path).read_bytes()
+
+        return cls(read(ca_bundle), read(client_cert), read(client_key), server_name)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The gRPC channel credentials."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_bundle, private_key=self.client_key, certificate_chain=self.client_cert
+        )
+
+
+def parse_address(address: str) -> Tuple[str, bool]:
+    """Splits a broker address into a gRPC target and whether it asks for
+    TLS: ``http://host:port`` and a bare ``host:port`` are plaintext,
+    ``https://host:port`` is TLS."""
+    for scheme, tls in (("http://", False), ("https://", True)):
+        if address.startswith(scheme):
+            target = address[len(scheme) :].rstrip("/")
+            break
+    else:
+        if "://" in address:
+            raise ValueError(f"invalid broker address {address!r}: only http:// and https:// are supported")
+        target, tls = address, False
+    if not target or "/" in target:
+        raise ValueError(f"invalid broker address {address!r}: expected [http[s]://]host:port")
+    return target, tls
