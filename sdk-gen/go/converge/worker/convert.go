@@ -283,6 +283,57 @@ func conditionStatusToProto(s ConditionStatus) (workerv1.ConditionStatus, bool) 
 	}
 }
 
+func eventTypeToProto(t EventType) (workerv1.EventType, bool) {
+	switch t {
+	case EventNormal:
+		return workerv1.EventType_EVENT_TYPE_NORMAL, true
+	case EventWarning:
+		return workerv1.EventType_EVENT_TYPE_WARNING, true
+	default:
+		return workerv1.EventType_EVENT_TYPE_UNSPECIFIED, false
+	}
+}
+
+// eventToProto is the wire form of the i-th event of an outcome; a detail
+// that is not a JSON object, or an unknown type, is an error.
+func eventToProto(e Event, i int) (*workerv1.WorkerEvent, error) {
+	t, ok := eventTypeToProto(e.Type)
+	if !ok {
+		return nil, fmt.Errorf("events[%d] (%q) has an unknown type %d", i, e.Reason, int(e.Type))
+	}
+	detail, err := encodeObject(e.Detail, fmt.Sprintf("events[%d].detail", i))
+	if err != nil {
+		return nil, err
+	}
+	out := eventWithoutDetail(e)
+	out.Type, out.Detail = t, detail
+	return out, nil
+}
+
+// eventWithoutDetail is the wire form of an event, leaving its detail out
+// (and an unknown type unspecified, which the server records as normal).
+func eventWithoutDetail(e Event) *workerv1.WorkerEvent {
+	t, _ := eventTypeToProto(e.Type)
+	return &workerv1.WorkerEvent{Category: e.Category, Type: t, Reason: e.Reason, Message: e.Message}
+}
+
+// failureEventsToProto is the wire form of a failure's events. A detail that
+// is not a JSON object cannot travel and is left out, but its event is still
+// sent: the failure matters more than its detail.
+func failureEventsToProto(events []Event) []*workerv1.WorkerEvent {
+	if len(events) == 0 {
+		return nil
+	}
+	out := make([]*workerv1.WorkerEvent, len(events))
+	for i, e := range events {
+		out[i] = eventWithoutDetail(e)
+		if detail, err := encodeObject(e.Detail, ""); err == nil {
+			out[i].Detail = detail
+		}
+	}
+	return out
+}
+
 func kindToProto(k KindVersion) *workerv1.KindVersion {
 	return &workerv1.KindVersion{Kind: k.Kind, KindVersion: k.Version}
 }
@@ -387,6 +438,7 @@ func (f fence) failure(err error) *workerv1.StageComplete {
 		msg = "handler failed without a message"
 	}
 	c.Error = &workerv1.TaskError{Message: msg, Terminal: IsTerminal(err), Reason: reasonOf(err)}
+	c.Events = failureEventsToProto(eventsOf(err))
 	return c
 }
 
@@ -421,9 +473,18 @@ func (f fence) encode(o *Outcome) (*workerv1.StageComplete, error) {
 		if !ok {
 			return nil, fmt.Errorf("conditions[%d] (%q) has no status", i, cond.Type)
 		}
-		c.Conditions = append(c.Conditions, &workerv1.Condition{
-			Type: cond.Type, Status: status, Reason: cond.Reason, Message: cond.Message,
-		})
+		pc := &workerv1.Condition{Type: cond.Type, Status: status, Reason: cond.Reason, Message: cond.Message}
+		if cond.Liveness != 0 {
+			pc.Liveness = durationpb.New(cond.Liveness)
+		}
+		c.Conditions = append(c.Conditions, pc)
+	}
+	for i, e := range o.Events {
+		pe, err := eventToProto(e, i)
+		if err != nil {
+			return nil, err
+		}
+		c.Events = append(c.Events, pe)
 	}
 	// A compose result replaces the previous composition, so a composer always
 	// sends one (empty = prune all); other stages only when they set parts.

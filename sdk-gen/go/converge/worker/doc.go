@@ -55,8 +55,18 @@
 // Errors: a handler's error is a transient failure unless it is marked with
 // Terminal (or is an *Error with Terminal set); WithReason, Terminalf and
 // Transientf attach an UpperCamelCase reason. Reactions dispatches on the
-// reaction name and fails unknown names terminally with an error matching
-// ErrUnknownReaction.
+// reaction name and fails unknown names transiently (a newer worker may know
+// them; the kind's max_transient_attempts bounds the retries) with an error
+// matching ErrUnknownReaction, reason UnknownReaction.
+//
+// Observations: a handler records events on the resource's timeline with
+// Outcome.Events (or Outcome.AddEvents) on success and WithEvents on a
+// failure, e.g.
+//
+//	return nil, worker.WithEvents(err, worker.WarningEvent("QuotaLow", "3 buckets left"))
+//
+// and reports a liveness condition, one that reads Unknown with reason
+// ReportExpired unless renewed in time, by setting Condition.Liveness.
 //
 // Go cannot stop a goroutine from outside: a handler that ignores its
 // context's cancellation is reported failed shortly after the deadline, but

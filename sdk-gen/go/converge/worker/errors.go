@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // DeadlineExceededReason is the reason of the failure a task gets when its
@@ -15,17 +16,19 @@ const DeadlineExceededReason = "DeadlineExceeded"
 const UnknownReactionReason = "UnknownReaction"
 
 // ErrUnknownReaction is matched (errors.Is) by the error a handler returns for
-// a reaction name it does not handle. Such a failure is terminal: running the
-// same code again cannot help.
+// a reaction name it does not handle (see UnknownReaction). Such a failure is
+// transient: a newer worker for the same pair may know the reaction, and the
+// kind's max_transient_attempts bounds the retries.
 var ErrUnknownReaction = errors.New("unknown reaction")
 
 // ErrDrainIncomplete is matched (errors.Is) by the *DrainError Run returns
 // when the drain timeout passed with work left.
 var ErrDrainIncomplete = errors.New("drain incomplete")
 
-// Error is a handler failure with an explicit class and reason. A handler may
-// return any error: one that is not (and does not wrap) an *Error is a
-// transient failure without a reason, reported with its Error() text.
+// Error is a handler failure with an explicit class, reason and events. A
+// handler may return any error: one that is not (and does not wrap) an *Error
+// is a transient failure without a reason or events, reported with its Error()
+// text.
 //
 // Transient failures are retried by the broker with backoff up to the kind's
 // max_transient_attempts; terminal failures mark the generation failed at
@@ -38,6 +41,10 @@ type Error struct {
 	// Reason is an optional UpperCamelCase reason recorded on the resulting
 	// condition and event; empty = a server default.
 	Reason string
+	// Events describe what the handler did before it failed; they are
+	// recorded with the failure. An event whose Detail is not a JSON object
+	// is sent without its detail.
+	Events []Event
 }
 
 // Error returns the message of the underlying error.
@@ -51,8 +58,8 @@ func (e *Error) Error() string {
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Terminal marks err as a terminal failure (keeping a reason it already
-// carries). Terminal(nil) is nil.
+// Terminal marks err as a terminal failure (keeping the reason and events it
+// already carries). Terminal(nil) is nil.
 func Terminal(err error) error {
 	if err == nil {
 		return nil
@@ -71,8 +78,8 @@ func Transientf(reason, format string, args ...any) error {
 	return &Error{Err: fmt.Errorf(format, args...), Reason: reason}
 }
 
-// WithReason attaches a reason to err, keeping its class. WithReason(nil, r)
-// is nil.
+// WithReason attaches a reason to err, keeping its class and events.
+// WithReason(nil, r) is nil.
 func WithReason(err error, reason string) error {
 	if err == nil {
 		return nil
@@ -80,24 +87,37 @@ func WithReason(err error, reason string) error {
 	return &Error{Err: err, Terminal: IsTerminal(err), Reason: reason}
 }
 
-// UnknownReaction is the error a handler returns for a reaction it does not
-// handle: terminal, reason UnknownReaction, matching ErrUnknownReaction.
-func UnknownReaction(reaction string, kind KindVersion) error {
+// WithEvents attaches events to err, keeping its class, reason and the events
+// it already carries (those come first). They are recorded with the failure.
+// WithEvents(nil, ...) is nil; without events it returns err unchanged.
+func WithEvents(err error, events ...Event) error {
+	if err == nil || len(events) == 0 {
+		return err
+	}
 	return &Error{
-		Err:      fmt.Errorf("%w %q for kind %s", ErrUnknownReaction, reaction, kind),
-		Terminal: true,
-		Reason:   UnknownReactionReason,
+		Err:      err,
+		Terminal: IsTerminal(err),
+		Reason:   reasonOf(err),
+		Events:   append(slices.Clone(eventsOf(err)), events...),
 	}
 }
 
-// IsTerminal reports whether err is classified as terminal: an *Error with
-// Terminal set in its chain, or ErrUnknownReaction.
+// UnknownReaction is the error a handler returns for a reaction it does not
+// handle: transient, reason UnknownReaction, matching ErrUnknownReaction. A
+// provider that wants such tasks to fail at once can return
+// Terminal(UnknownReaction(...)), which keeps the reason.
+func UnknownReaction(reaction string, kind KindVersion) error {
+	return &Error{
+		Err:    fmt.Errorf("%w %q for kind %s", ErrUnknownReaction, reaction, kind),
+		Reason: UnknownReactionReason,
+	}
+}
+
+// IsTerminal reports whether err is classified as terminal: the first *Error
+// in its chain has Terminal set. Any other error is transient.
 func IsTerminal(err error) bool {
 	var e *Error
-	if errors.As(err, &e) {
-		return e.Terminal
-	}
-	return errors.Is(err, ErrUnknownReaction)
+	return errors.As(err, &e) && e.Terminal
 }
 
 // reasonOf is the reason carried by the first *Error in err's chain.
@@ -110,6 +130,19 @@ func reasonOf(err error) string {
 		return UnknownReactionReason
 	}
 	return ""
+}
+
+// eventsOf is the events of the first *Error in err's chain that carries
+// any, so wrapping with Terminal or WithReason keeps them.
+func eventsOf(err error) []Event {
+	var e *Error
+	for errors.As(err, &e) {
+		if len(e.Events) > 0 {
+			return e.Events
+		}
+		err = e.Err
+	}
+	return nil
 }
 
 // DrainError is returned by Run when the drain timeout passed before every

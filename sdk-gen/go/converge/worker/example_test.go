@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"os"
@@ -61,4 +62,48 @@ func Example() {
 		log.Printf("drain incomplete: %v", err)
 		os.Exit(1)
 	}
+}
+
+// A handler that records what it did on the resource's event timeline, with
+// a success and with a failure, and keeps a liveness condition fresh.
+func ExampleWithEvents() {
+	createBuckets := func(want int) (created int, err error) {
+		if want > 2 {
+			return 2, errors.New("quota exhausted")
+		}
+		return want, nil
+	}
+	work := func(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+		want := int(req.Resource.Spec["buckets"].(float64))
+		created, err := createBuckets(want)
+		progress := worker.Event{
+			Reason:  "BucketsCreated",
+			Message: "created the buckets it could",
+			Detail:  map[string]any{"created": created, "wanted": want},
+		}
+		if err != nil {
+			// Transient (retried); the event is recorded with the failure.
+			return nil, worker.WithEvents(err, progress, worker.WarningEvent("QuotaExhausted", err.Error()))
+		}
+		out := &worker.Outcome{Conditions: []worker.Condition{{
+			Type: "Reachable", Status: worker.ConditionTrue,
+			Liveness: 2 * time.Minute, // reads Unknown unless reported again in time
+		}}}
+		return out.AddEvents(progress), nil
+	}
+
+	for _, buckets := range []float64{2, 3} {
+		req := &worker.Request{Reaction: "work", Resource: worker.Resource{Spec: map[string]any{"buckets": buckets}}}
+		out, err := work(context.Background(), req)
+		var failure *worker.Error
+		switch {
+		case errors.As(err, &failure):
+			fmt.Printf("failed (terminal %v): %v, %d events\n", worker.IsTerminal(err), err, len(failure.Events))
+		case err == nil:
+			fmt.Printf("succeeded: %d event, liveness %v\n", len(out.Events), out.Conditions[0].Liveness)
+		}
+	}
+	// Output:
+	// succeeded: 1 event, liveness 2m0s
+	// failed (terminal false): quota exhausted, 2 events
 }

@@ -12,7 +12,8 @@ import "context"
 // broker drops: the result is buffered and delivered on the next stream.
 //
 // A returned error fails the task: transient unless marked with Terminal (or
-// an *Error with Terminal set). A panic is recovered and fails only its task,
+// an *Error with Terminal set); events attached with WithEvents are recorded
+// with the failure. A panic is recovered and fails only its task,
 // transiently.
 type Handler interface {
 	Handle(ctx context.Context, req *Request) (*Outcome, error)
@@ -27,7 +28,11 @@ func (f HandlerFunc) Handle(ctx context.Context, req *Request) (*Outcome, error)
 }
 
 // Reactions is a Handler that dispatches on Request.Reaction. A reaction with
-// no entry fails terminally with an error matching ErrUnknownReaction.
+// no entry fails transiently with UnknownReaction (matching
+// ErrUnknownReaction, reason UnknownReaction): a newer worker for the pair may
+// know it, and the kind's max_transient_attempts bounds the retries. To fail
+// such tasks at once, wrap Reactions in a Handler that returns
+// Terminal(UnknownReaction(...)) for them.
 type Reactions map[string]HandlerFunc
 
 // Handle runs the handler registered for req.Reaction.

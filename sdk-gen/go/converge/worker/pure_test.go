@@ -196,12 +196,20 @@ func TestErrorClassification(t *testing.T) {
 	if Terminal(nil) != nil || WithReason(nil, "x") != nil {
 		t.Error("nil stays nil")
 	}
-	u := UnknownReaction("nope", testKind)
-	if !errors.Is(u, ErrUnknownReaction) || !IsTerminal(u) || reasonOf(u) != UnknownReactionReason {
-		t.Errorf("UnknownReaction = %v", u)
+	// An unknown reaction is transient: a newer worker may know it.
+	u := fmt.Errorf("dispatch: %w", UnknownReaction("nope", testKind))
+	if !errors.Is(u, ErrUnknownReaction) || IsTerminal(u) || reasonOf(u) != UnknownReactionReason {
+		t.Errorf("UnknownReaction = %v (terminal %v, reason %q)", u, IsTerminal(u), reasonOf(u))
 	}
-	if !IsTerminal(fmt.Errorf("x: %w", ErrUnknownReaction)) {
-		t.Error("the bare sentinel is terminal too")
+	if e := testFence(workerv1.Stage_STAGE_WORK).failure(u).GetError(); e.GetTerminal() || e.GetReason() != UnknownReactionReason ||
+		!strings.Contains(e.GetMessage(), `unknown reaction "nope" for kind test:1`) {
+		t.Errorf("unknown reaction failure = %v", e)
+	}
+	if bare := fmt.Errorf("x: %w", ErrUnknownReaction); IsTerminal(bare) || reasonOf(bare) != UnknownReactionReason {
+		t.Error("the bare sentinel should be transient with its reason")
+	}
+	if tu := Terminal(UnknownReaction("nope", testKind)); !IsTerminal(tu) || !errors.Is(tu, ErrUnknownReaction) || reasonOf(tu) != UnknownReactionReason {
+		t.Errorf("Terminal(UnknownReaction) = %v", tu)
 	}
 	f := testFence(workerv1.Stage_STAGE_WORK).failure(Transientf("Later", "try %d", 2))
 	if e := f.GetError(); e.GetTerminal() || e.GetReason() != "Later" || e.GetMessage() != "try 2" {
@@ -209,6 +217,120 @@ func TestErrorClassification(t *testing.T) {
 	}
 	if !errors.Is(&DrainError{Running: 1}, ErrDrainIncomplete) {
 		t.Error("DrainError should match ErrDrainIncomplete")
+	}
+}
+
+func TestEventsAndLivenessTravelWithASuccess(t *testing.T) {
+	type probe struct {
+		Millis int `json:"ms"`
+	}
+	out := &Outcome{Conditions: []Condition{
+		{Type: "Reachable", Status: ConditionTrue, Liveness: 2500 * time.Millisecond},
+		{Type: "Ready", Status: ConditionTrue},
+	}}
+	out = out.AddEvents(
+		Event{Category: "probe", Type: EventWarning, Reason: "ProbeSlow", Message: "slow", Detail: probe{Millis: 900}},
+		NormalEvent("Probed", "done"),
+	)
+	c := testFence(workerv1.Stage_STAGE_WORK).complete(out, nil)
+	if c.GetError() != nil {
+		t.Fatalf("error %v", c.GetError())
+	}
+	conds := c.GetConditions()
+	if len(conds) != 2 || conds[0].GetLiveness().AsDuration() != 2500*time.Millisecond || conds[1].GetLiveness() != nil {
+		t.Errorf("conditions = %v, want a 2.5 s liveness on the first only", conds)
+	}
+	events := c.GetEvents()
+	if len(events) != 2 {
+		t.Fatalf("events = %v", events)
+	}
+	if e := events[0]; e.GetCategory() != "probe" || e.GetType() != workerv1.EventType_EVENT_TYPE_WARNING ||
+		e.GetReason() != "ProbeSlow" || e.GetMessage() != "slow" || e.GetDetail().AsMap()["ms"] != 900.0 {
+		t.Errorf("events[0] = %v", e)
+	}
+	if e := events[1]; e.GetCategory() != "" || e.GetType() != workerv1.EventType_EVENT_TYPE_NORMAL || e.GetReason() != "Probed" || e.GetDetail() != nil {
+		t.Errorf("events[1] = %v", e)
+	}
+	var none *Outcome
+	if got := none.AddEvents(WarningEvent("W", "m")); len(got.Events) != 1 || got.Events[0].Type != EventWarning {
+		t.Errorf("AddEvents on nil = %v", got)
+	}
+	if c := testFence(workerv1.Stage_STAGE_WORK).complete(nil, nil); c.GetEvents() != nil || c.GetError() != nil {
+		t.Errorf("an empty outcome sent %v", c)
+	}
+}
+
+func TestInvalidEventsFailASuccessTerminally(t *testing.T) {
+	cases := map[string]Event{
+		"events[0].detail must be a JSON object, got an array": {Reason: "Tried", Detail: []int{1}},
+		"events[0].detail cannot be encoded":                   {Reason: "Tried", Detail: map[string]any{"f": func() {}}},
+		`events[0] ("Tried") has an unknown type 7`:            {Reason: "Tried", Type: EventType(7)},
+	}
+	for want, e := range cases {
+		c := testFence(workerv1.Stage_STAGE_WORK).complete(&Outcome{Events: []Event{e}}, nil)
+		if err := c.GetError(); err == nil || !err.GetTerminal() || err.GetReason() != invalidOutcomeReason || !strings.Contains(err.GetMessage(), want) {
+			t.Errorf("%q: error = %v", want, err)
+		}
+		if len(c.GetEvents()) != 0 {
+			t.Errorf("%q: an invalid outcome sent events %v", want, c.GetEvents())
+		}
+	}
+}
+
+func TestEventsTravelWithAFailure(t *testing.T) {
+	tried := Event{Reason: "Tried", Message: "once", Detail: []int{1}}
+	noted := Event{Category: "probe", Type: EventWarning, Reason: "Noted", Detail: map[string]any{"k": "v"}}
+	odd := Event{Reason: "Odd", Type: EventType(9)}
+	err := fmt.Errorf("handler: %w", WithReason(Terminal(WithEvents(errBoom, tried, noted)), "Broken"))
+	err = WithEvents(err, odd)
+	if !IsTerminal(err) || reasonOf(err) != "Broken" || !errors.Is(err, errBoom) || err.Error() != "handler: boom" {
+		t.Fatalf("class, reason or text lost: terminal=%v reason=%q text=%q", IsTerminal(err), reasonOf(err), err.Error())
+	}
+	var he *Error
+	if !errors.As(err, &he) || len(he.Events) != 3 {
+		t.Fatalf("events of the *Error = %v", he)
+	}
+	c := testFence(workerv1.Stage_STAGE_WORK).complete(nil, err)
+	if e := c.GetError(); !e.GetTerminal() || e.GetReason() != "Broken" || e.GetMessage() != "handler: boom" {
+		t.Errorf("task error = %v", e)
+	}
+	events := c.GetEvents()
+	if len(events) != 3 {
+		t.Fatalf("events = %v", events)
+	}
+	// A detail that is not an object is dropped, its event kept.
+	if e := events[0]; e.GetReason() != "Tried" || e.GetMessage() != "once" || e.GetDetail() != nil || e.GetType() != workerv1.EventType_EVENT_TYPE_NORMAL {
+		t.Errorf("events[0] = %v", e)
+	}
+	if e := events[1]; e.GetCategory() != "probe" || e.GetType() != workerv1.EventType_EVENT_TYPE_WARNING || e.GetDetail().AsMap()["k"] != "v" {
+		t.Errorf("events[1] = %v", e)
+	}
+	if e := events[2]; e.GetReason() != "Odd" || e.GetType() != workerv1.EventType_EVENT_TYPE_UNSPECIFIED {
+		t.Errorf("events[2] = %v", e)
+	}
+
+	// Transient failures carry events too; a plain error carries none.
+	if c := testFence(workerv1.Stage_STAGE_WORK).failure(WithEvents(errBoom, NormalEvent("N", ""))); c.GetError().GetTerminal() || len(c.GetEvents()) != 1 {
+		t.Errorf("transient failure with an event = %v", c)
+	}
+	if c := testFence(workerv1.Stage_STAGE_WORK).failure(errBoom); c.GetEvents() != nil {
+		t.Errorf("plain error sent events %v", c.GetEvents())
+	}
+	if WithEvents(nil, tried) != nil || WithEvents(errBoom) != errBoom {
+		t.Error("WithEvents(nil) should be nil and WithEvents without events the error itself")
+	}
+	// Accumulating never writes into the wrapped error's slice, even when it
+	// has room to spare.
+	base := &Error{Err: errBoom, Events: append(make([]Event, 0, 4), tried)}
+	first, second := WithEvents(base, noted), WithEvents(base, odd)
+	if got := eventsOf(first); len(got) != 2 || got[0].Reason != "Tried" || got[1].Reason != "Noted" {
+		t.Errorf("first derived events = %v", got)
+	}
+	if got := eventsOf(second); len(got) != 2 || got[1].Reason != "Odd" {
+		t.Errorf("second derived events = %v", got)
+	}
+	if len(base.Events) != 1 {
+		t.Errorf("the wrapped error's events changed: %v", base.Events)
 	}
 }
 

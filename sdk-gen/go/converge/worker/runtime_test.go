@@ -226,6 +226,9 @@ func TestErrorsAreClassified(t *testing.T) {
 		"plain":    func(context.Context, *Request) (*Outcome, error) { return nil, errBoom },
 		"terminal": func(context.Context, *Request) (*Outcome, error) { return nil, WithReason(Terminal(errBoom), "Bad") },
 		"badstat":  func(context.Context, *Request) (*Outcome, error) { return &Outcome{Status: []int{1}}, nil },
+		"evented": func(context.Context, *Request) (*Outcome, error) {
+			return nil, WithEvents(Terminal(errBoom), WarningEvent("HalfDone", "created 1 of 2"))
+		},
 	}
 	r := newRig(t, nil, WithHandler(testKind, h))
 	s := r.session()
@@ -236,13 +239,18 @@ func TestErrorsAreClassified(t *testing.T) {
 		{"plain", "", false},
 		{"terminal", "Bad", true},
 		{"badstat", invalidOutcomeReason, true},
-		{"nope", UnknownReactionReason, true},
+		{"evented", "", true},
+		{"nope", UnknownReactionReason, false},
 	}
 	for _, tc := range cases {
 		s.task(t, workTask(tc.reaction, tc.reaction))
-		e := s.completion(t).GetError()
+		c := s.completion(t)
+		e := c.GetError()
 		if e == nil || e.GetTerminal() != tc.terminal || e.GetReason() != tc.reason {
 			t.Errorf("%s: error = %v, want terminal=%v reason=%q", tc.reaction, e, tc.terminal, tc.reason)
+		}
+		if wantEvents := tc.reaction == "evented"; (len(c.GetEvents()) == 1) != wantEvents {
+			t.Errorf("%s: events = %v", tc.reaction, c.GetEvents())
 		}
 	}
 	// A pair this worker does not serve fails transiently.

@@ -186,6 +186,15 @@ type Condition struct {
 	Reason string
 	// Message is a human-readable explanation; may be empty.
 	Message string
+	// Liveness, when non-zero, makes it a liveness condition: the report
+	// holds for this long. The server accepts 1 s to 24 h and fails the task
+	// with reason ConditionInvalid otherwise.
+	// Unless the condition is reported again within that window, reads show
+	// it with status Unknown and reason "ReportExpired"; the last report is
+	// kept and shown again once renewed. Renewing an unchanged report costs
+	// at most one write per half window. Zero = an ordinary condition, held
+	// until replaced.
+	Liveness time.Duration
 }
 
 // ResourceRef is the public identity of a resource.

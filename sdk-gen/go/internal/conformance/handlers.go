@@ -44,6 +44,13 @@ type leafSpec struct {
 	Panic         bool  `json:"panic"`
 	RequeueMs     int64 `json:"requeueMs"`
 	TeardownMs    int64 `json:"teardownMs"`
+	LivenessMs    int64 `json:"livenessMs"`
+	Events        []struct {
+		Category string `json:"category"`
+		Type     string `json:"type"`
+		Reason   string `json:"reason"`
+		Message  string `json:"message"`
+	} `json:"events"`
 }
 
 // logged writes the start line, runs body and writes the end line when body
@@ -107,6 +114,20 @@ func (h *handlers) work(ctx context.Context, req *worker.Request) (*worker.Outco
 		if spec.RequeueMs > 0 && !(hasStored && sameNumber(stored, req.Generation)) {
 			status["requeuedGeneration"] = req.Generation
 			outcome.RequeueAfter = time.Duration(spec.RequeueMs) * time.Millisecond
+			return outcome, nil
+		}
+		if spec.LivenessMs > 0 {
+			outcome.Conditions = append(outcome.Conditions, worker.Condition{
+				Type: "Reachable", Status: worker.ConditionTrue, Reason: "Probed",
+				Liveness: time.Duration(spec.LivenessMs) * time.Millisecond,
+			})
+		}
+		for _, e := range spec.Events {
+			event := worker.Event{Category: e.Category, Reason: e.Reason, Message: e.Message}
+			if e.Type == "Warning" {
+				event.Type = worker.EventWarning
+			}
+			outcome.Events = append(outcome.Events, event)
 		}
 		return outcome, nil
 	})
