@@ -6,7 +6,7 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 
 import * as pb from "../src/gen/converge/worker/v1/worker_pb.js";
 import { Fence, durationToMs, failureOf, requestFromTask } from "../src/worker/convert.js";
-import { TerminalError, TransientError } from "../src/worker/index.js";
+import { TerminalError, TransientError, UnknownReactionError } from "../src/worker/index.js";
 
 const fence = (stage = pb.Stage.WORK) => new Fence("lease-1", 7n, stage, 3n, 99n);
 
@@ -45,6 +45,66 @@ describe("Fence", () => {
     const c = fence().succeeded({ requeueAfterMs: 0 });
     assert.equal(c.healthy, undefined);
     assert.equal(c.requeueAfter, undefined);
+    assert.deepEqual(c.events, []);
+  });
+
+  it("encodes events and condition liveness with a success", () => {
+    const c = fence().succeeded({
+      conditions: [
+        { type: "Reachable", status: "True", livenessMs: 2500 },
+        { type: "Ready", status: "True", livenessMs: 0 },
+        { type: "Synced", status: "True" },
+      ],
+      events: [
+        { category: "probe", type: "Warning", reason: "ProbeSlow", message: "slow", detail: { ms: 900 } },
+        { reason: "BucketCreated" },
+      ],
+    });
+    assert.equal(c.error, undefined);
+    assert.deepEqual(
+      c.conditions.map((x) => (x.liveness === undefined ? undefined : [x.liveness.seconds, x.liveness.nanos])),
+      [[2n, 500_000_000], undefined, undefined],
+      "0 and absent both mean an ordinary condition",
+    );
+    assert.deepEqual(
+      c.events.map((e) => [e.category, e.type, e.reason, e.message, e.detail]),
+      [
+        ["probe", pb.EventType.WARNING, "ProbeSlow", "slow", { ms: 900 }],
+        ["", pb.EventType.NORMAL, "BucketCreated", "", undefined],
+      ],
+    );
+  });
+
+  it("rounds liveness to whole milliseconds", () => {
+    const c = fence().succeeded({ conditions: [{ type: "Alive", status: "True", livenessMs: 1000.6 }] });
+    const liveness = c.conditions[0]?.liveness;
+    assert.ok(liveness);
+    assert.equal(durationMs(liveness), 1001);
+  });
+
+  it("sends the events of a failure, dropping a detail that is not a JSON object", () => {
+    const failure = failureOf(
+      new TransientError("down", {
+        reason: "Down",
+        events: [
+          { reason: "Tried", message: "once", detail: [1] as never },
+          { type: "Warning", reason: "Gave", detail: { step: 2 } },
+          { type: "Loud" as never, reason: "Odd", detail: { kept: true } },
+        ],
+      }),
+    );
+    const c = fence().failed(failure);
+    assert.equal(c.error?.message, "down");
+    assert.equal(c.error?.terminal, false);
+    assert.equal(c.error?.reason, "Down");
+    assert.deepEqual(
+      c.events.map((e) => [e.type, e.reason, e.message, e.detail]),
+      [
+        [pb.EventType.NORMAL, "Tried", "once", undefined],
+        [pb.EventType.WARNING, "Gave", "", { step: 2 }],
+        [pb.EventType.NORMAL, "Odd", "", { kept: true }],
+      ],
+    );
   });
 
   it("always sends a compose result for a compose task (empty = prune all)", () => {
@@ -91,6 +151,20 @@ describe("Fence", () => {
         /children\[0\]\.spec must be a JSON object/,
       ],
       [{ conditions: [{ type: "Ready", status: "yes" }] }, /conditions\[0\]\.status/],
+      [
+        { conditions: [{ type: "Ok", status: "True" }, { type: "Alive", status: "True", livenessMs: -1 }] },
+        /conditions\[1\]\.livenessMs must be a non-negative number of milliseconds, got -1/,
+      ],
+      [
+        { conditions: [{ type: "Alive", status: "True", livenessMs: Number.NaN }] },
+        /conditions\[0\]\.livenessMs must be a non-negative number/,
+      ],
+      [
+        { events: [{ reason: "Fine" }, { reason: "Tried", detail: [1] }] },
+        /events\[1\]\.detail must be a JSON object, got an array/,
+      ],
+      [{ events: [{ reason: "Tried", detail: "text" }] }, /events\[0\]\.detail must be a JSON object, got string/],
+      [{ events: [{ type: "Loud", reason: "Tried" }] }, /events\[0\]\.type must be "Normal" or "Warning"/],
       ["done", /returned done, not an outcome object/],
     ];
     for (const [outcome, pattern] of cases) {
@@ -100,36 +174,53 @@ describe("Fence", () => {
       assert.equal(c.error.reason, "InvalidOutcome");
       assert.match(c.error.message, pattern);
       assert.equal(c.status, undefined, "a failed completion carries no outcome parts");
+      assert.deepEqual(c.events, [], "the events of an invalid outcome are not sent");
       assert.equal(c.leaseToken, "lease-1");
     }
   });
 
   it("never sends an empty error message", () => {
-    const c = fence().failed({ message: "", terminal: false, reason: "" });
+    const c = fence().failed({ message: "", terminal: false, reason: "", events: [] });
     assert.equal(c.error?.message, "handler failed without a message");
   });
 });
 
 describe("failureOf", () => {
-  it("keeps the class and reason of handler errors, and makes anything else transient", () => {
-    assert.deepEqual(failureOf(new TerminalError("bad spec", { reason: "InvalidSpec" })), {
+  it("keeps the class, reason and events of handler errors, and makes anything else transient", () => {
+    const events = [{ reason: "Checked" }];
+    assert.deepEqual(failureOf(new TerminalError("bad spec", { reason: "InvalidSpec", events })), {
       message: "bad spec",
       terminal: true,
       reason: "InvalidSpec",
+      events: [{ reason: "Checked" }],
     });
     assert.deepEqual(failureOf(new TransientError("busy", { reason: "Busy" })), {
       message: "busy",
       terminal: false,
       reason: "Busy",
+      events: [],
     });
     assert.deepEqual(failureOf(new TypeError("x is undefined")), {
       message: "x is undefined",
       terminal: false,
       reason: "",
+      events: [],
     });
-    assert.deepEqual(failureOf(new Error("")), { message: "Error", terminal: false, reason: "" });
+    assert.deepEqual(failureOf(new Error("")), { message: "Error", terminal: false, reason: "", events: [] });
     assert.equal(failureOf("plain string").terminal, false);
     assert.match(failureOf({ code: 5 }).message, /non-error value: \{"code":5\}/);
+  });
+
+  it("treats an unknown reaction as transient, keeping its reason", () => {
+    const err = new UnknownReactionError("mystery", { kind: "k", version: 2 });
+    assert.ok(err instanceof TransientError);
+    assert.equal(err.name, "UnknownReactionError");
+    assert.deepEqual(failureOf(err), {
+      message: 'reaction "mystery" is not handled by the provider of k:2',
+      terminal: false,
+      reason: "UnknownReaction",
+      events: [],
+    });
   });
 });
 

@@ -9,7 +9,7 @@ const never = new AbortController().signal;
 const kind = { kind: "k", version: 1 };
 
 describe("defineProvider", () => {
-  it("dispatches on the reaction name and fails unknown reactions terminally", async () => {
+  it("dispatches on the reaction name and fails unknown reactions transiently", async () => {
     const provider = defineProvider({
       kind,
       reactions: { work: () => ({ status: { did: "work" } }), teardown: () => ({ status: { did: "teardown" } }) },
@@ -19,7 +19,7 @@ describe("defineProvider", () => {
     accept(state, workTask("k", { reaction: "mystery" }), false, never);
     const [a, b] = await results(state, 2);
     assert.deepEqual(a?.status, { did: "teardown" });
-    assert.equal(b?.error?.terminal, true);
+    assert.equal(b?.error?.terminal, false, "a newer worker may know the reaction");
     assert.equal(b?.error?.reason, "UnknownReaction");
     assert.match(b?.error?.message ?? "", /"mystery" is not handled by the provider of k:1/);
   });
@@ -71,6 +71,35 @@ describe("accept", () => {
       running: 0,
       buffered: 0,
     });
+  });
+
+  it("sends the events a handler reports, with its outcome or with its failure", async () => {
+    const provider = defineProvider({
+      kind,
+      reactions: {
+        work: () => ({ events: [{ reason: "Worked", detail: { n: 1 } }] }),
+        teardown: () => {
+          throw new TerminalError("gone wrong", {
+            reason: "Broken",
+            events: [{ type: "Warning", reason: "HalfDone", message: "one of two" }],
+          });
+        },
+      },
+    });
+    const state = stateFor([provider]);
+    accept(state, workTask("k"), false, never);
+    accept(state, workTask("k", { reaction: "teardown" }), false, never);
+    const [ok, failed] = (await results(state, 2)).sort((a, b) => a.leaseToken.localeCompare(b.leaseToken));
+    assert.equal(ok?.error, undefined);
+    assert.deepEqual(
+      ok?.events.map((e) => [e.reason, e.detail]),
+      [["Worked", { n: 1 }]],
+    );
+    assert.equal(failed?.error?.reason, "Broken");
+    assert.deepEqual(
+      failed?.events.map((e) => [e.reason, e.message]),
+      [["HalfDone", "one of two"]],
+    );
   });
 
   it("cuts a handler off at its deadline with reason DeadlineExceeded, aborting its signal", async () => {

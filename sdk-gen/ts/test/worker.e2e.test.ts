@@ -17,9 +17,16 @@ import { type JsonObject, fromJson } from "@bufbuild/protobuf";
 
 import { conformanceProviders } from "../src/conformance/providers.js";
 import { KindManifestSchema } from "../src/gen/converge/v1/kind_pb.js";
-import { Phase, type Resource } from "../src/gen/converge/v1/resource_pb.js";
+import { EventType, Phase, type Resource } from "../src/gen/converge/v1/resource_pb.js";
 import { Code, ConvergeError, createConvergeClient } from "../src/index.js";
-import { type Provider, type ProviderConfig, TransientError, Worker, defineProvider } from "../src/worker/index.js";
+import {
+  type Provider,
+  type ProviderConfig,
+  TerminalError,
+  TransientError,
+  Worker,
+  defineProvider,
+} from "../src/worker/index.js";
 import { memoryLogger } from "./helpers.js";
 
 const addr = process.env.CONVERGE_ADDR ?? "";
@@ -29,6 +36,10 @@ const run = `ts-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`;
 const HANG_KIND = "ts-sdk-e2e-hang";
 /** A kind only these tests serve, so its default provider config concerns no other suite. */
 const CONFIG_KIND = "ts-sdk-e2e-config";
+/** A kind only these tests serve: a handler reporting events and a liveness condition. */
+const OBSERVE_KIND = "ts-sdk-e2e-observe";
+/** A kind only these tests serve, whose provider has no handler for its one reaction. */
+const UNKNOWN_KIND = "ts-sdk-e2e-unknown";
 /** Fixed: a pair has one default config, and each run updates it. */
 const DEFAULT_CONFIG = "ts-sdk-e2e-config-default";
 
@@ -56,7 +67,30 @@ async function applyKinds(converge: ReturnType<typeof createConvergeClient>): Pr
     specSchema: { type: "object" },
     reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS", "EMIT_CONDITIONS"] }],
   };
-  for (const manifest of [conformanceManifest("leaf.json"), conformanceManifest("composite.json"), hang, configured]) {
+  const observe: JsonObject = {
+    kind: OBSERVE_KIND,
+    kindVersion: 1,
+    description: "TypeScript SDK end-to-end tests: events and liveness conditions.",
+    specSchema: { type: "object" },
+    reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS", "EMIT_CONDITIONS"] }],
+  };
+  const unknown: JsonObject = {
+    kind: UNKNOWN_KIND,
+    kindVersion: 1,
+    description: "TypeScript SDK end-to-end tests: a reaction the provider does not handle.",
+    specSchema: { type: "object" },
+    reactions: [{ name: "work", trigger: "TRIGGER_SPEC_CHANGE", emits: ["EMIT_STATUS"] }],
+    policy: { maxTransientAttempts: 2 },
+  };
+  const manifests = [
+    conformanceManifest("leaf.json"),
+    conformanceManifest("composite.json"),
+    hang,
+    configured,
+    observe,
+    unknown,
+  ];
+  for (const manifest of manifests) {
     await converge.kind.applyKindManifest({ manifest: fromJson(KindManifestSchema, manifest) }, { timeoutMs: 10_000 });
   }
 }
@@ -126,6 +160,49 @@ function configReporter(): { provider: Provider; seen: Array<ProviderConfig | un
   return { provider, seen };
 }
 
+/** A provider of OBSERVE_KIND: `spec.fail` makes it fail terminally, with events either way. */
+function observer(): Provider {
+  return defineProvider({
+    kind: { kind: OBSERVE_KIND, version: 1 },
+    reactions: {
+      work: (request) => {
+        if (request.resource.spec["fail"] === true) {
+          throw new TerminalError("gave up", {
+            reason: "GaveUp",
+            // The detail is not an object: the event still travels, without it.
+            events: [{ reason: "Tried", message: "before failing", detail: [1] as never }],
+          });
+        }
+        return {
+          status: { observed: true },
+          conditions: [
+            { type: "Ready", status: "True", reason: "Observed" },
+            { type: "Reachable", status: "True", reason: "Probed", livenessMs: 60_000 },
+          ],
+          events: [
+            { category: "probe", type: "Warning", reason: "ProbeSlow", message: "slow", detail: { ms: 900 } },
+            { reason: "Observed" },
+          ],
+        };
+      },
+    },
+  });
+}
+
+/** A provider of UNKNOWN_KIND without a `work` handler, recording the attempts it is asked to run. */
+function unhandled(): { provider: Provider; attempts: number[] } {
+  const attempts: number[] = [];
+  const inner = defineProvider({ kind: { kind: UNKNOWN_KIND, version: 1 }, reactions: { teardown: () => undefined } });
+  const provider: Provider = {
+    ...inner,
+    handle: (request) => {
+      attempts.push(request.attempt);
+      return inner.handle(request);
+    },
+  };
+  return { provider, attempts };
+}
+
 const isReady = (r: Resource) => r.phase === Phase.READY;
 const isFailed = (r: Resource) => r.phase === Phase.FAILED;
 
@@ -134,6 +211,7 @@ describe("worker runtime against a server", { skip }, () => {
   const lines: JsonObject[] = [];
   let hangAborted: string | undefined;
   const reporter = configReporter();
+  const unknown = unhandled();
   let worker: Worker;
   let done: Promise<void>;
 
@@ -153,7 +231,13 @@ describe("worker runtime against a server", { skip }, () => {
     });
     worker = new Worker({
       address: addr,
-      providers: [...conformanceProviders((line) => lines.push(line)), hang, reporter.provider],
+      providers: [
+        ...conformanceProviders((line) => lines.push(line)),
+        hang,
+        reporter.provider,
+        observer(),
+        unknown.provider,
+      ],
       maxParallel: 4,
       heartbeatIntervalMs: 1_000,
       drainTimeoutMs: 10_000,
@@ -349,6 +433,55 @@ describe("worker runtime against a server", { skip }, () => {
     await primed.stop();
     await running;
     assert.equal(late.seen[0]?.spec?.["region"], region);
+  });
+
+  it("records the events of a success and holds a liveness condition", async () => {
+    const name = `${run}-observed`;
+    await converge.resources.apply({ kind: OBSERVE_KIND, kindVersion: 1, name, spec: {} });
+    const r = await waitFor(converge, OBSERVE_KIND, name, isReady);
+    const reachable = r.conditions.find((c) => c.type === "Reachable");
+    assert.ok(
+      reachable?.expireTime,
+      `a liveness condition has an expiry: ${JSON.stringify(r.conditions.map((c) => [c.type, c.reason]))}`,
+    );
+    const ordinary = r.conditions.find((c) => c.type === "Ready");
+    assert.equal(ordinary?.expireTime, undefined);
+    const probe = await converge.resource.listResourceEvents({ kind: OBSERVE_KIND, name, category: "probe" });
+    assert.deepEqual(
+      probe.events.map((e) => [e.type, e.reason, e.message, e.detail]),
+      [[EventType.WARNING, "ProbeSlow", "slow", { ms: 900 }]],
+    );
+    const own = await converge.resource.listResourceEvents({ kind: OBSERVE_KIND, name, category: "worker" });
+    assert.deepEqual(
+      own.events.map((e) => [e.type, e.reason]),
+      [[EventType.NORMAL, "Observed"]],
+    );
+  });
+
+  it("records the events of a failure, without a detail that is not an object", async () => {
+    const name = `${run}-observed-failure`;
+    await converge.resources.apply({ kind: OBSERVE_KIND, kindVersion: 1, name, spec: { fail: true } });
+    const r = await waitFor(converge, OBSERVE_KIND, name, isFailed);
+    assert.ok(
+      r.conditions.some((c) => c.reason === "GaveUp"),
+      JSON.stringify(r.conditions.map((c) => [c.type, c.reason])),
+    );
+    const own = await converge.resource.listResourceEvents({ kind: OBSERVE_KIND, name, category: "worker" });
+    assert.deepEqual(
+      own.events.map((e) => [e.reason, e.message, e.detail]),
+      [["Tried", "before failing", undefined]],
+    );
+  });
+
+  it("fails an unknown reaction transiently, until max_transient_attempts", async () => {
+    const name = `${run}-unknown`;
+    await converge.resources.apply({ kind: UNKNOWN_KIND, kindVersion: 1, name, spec: {} });
+    const r = await waitFor(converge, UNKNOWN_KIND, name, isFailed, 60_000);
+    assert.ok(
+      r.conditions.some((c) => c.reason === "UnknownReaction"),
+      JSON.stringify(r.conditions.map((c) => [c.type, c.reason, c.message])),
+    );
+    assert.deepEqual(unknown.attempts, [1, 2], "retried once, then failed at max_transient_attempts 2");
   });
 
   it("cuts a hung handler off at the task deadline with reason DeadlineExceeded", async () => {

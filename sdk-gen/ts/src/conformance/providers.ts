@@ -5,6 +5,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import {
   type ChildSpec,
+  type Condition,
+  type Event,
   type DepEdge,
   type JsonObject,
   type JsonValue,
@@ -15,6 +17,30 @@ import {
   TransientError,
   defineProvider,
 } from "../worker/index.js";
+
+/** The events a conf-leaf spec asks the worker to report (`spec.events`). */
+function askedEvents(value: JsonValue | undefined): Event[] {
+  if (!Array.isArray(value)) {
+    return [];
+  }
+  return value.flatMap((item): Event[] => {
+    if (item === null || typeof item !== "object" || Array.isArray(item)) {
+      return [];
+    }
+    const text = (field: string): string => {
+      const v = item[field];
+      return typeof v === "string" ? v : "";
+    };
+    return [
+      {
+        category: text("category"),
+        type: text("type") === "Warning" ? "Warning" : "Normal",
+        reason: text("reason"),
+        message: text("message"),
+      },
+    ];
+  });
+}
 
 /** The `language` every status and log line of this SDK names. */
 export const LANGUAGE = "typescript";
@@ -105,7 +131,12 @@ async function work(request: ReactionRequest, log: ConformanceLog): Promise<Outc
     if (requeueMs > 0 && stored?.["requeuedGeneration"] !== request.generation) {
       return { status: { ...status, requeuedGeneration: request.generation }, requeueAfterMs: requeueMs };
     }
-    return { status, conditions: [{ type: "Ready", status: "True", reason: "Conformed" }] };
+    const conditions: Condition[] = [{ type: "Ready", status: "True", reason: "Conformed" }];
+    const livenessMs = num(spec["livenessMs"]);
+    if (livenessMs > 0) {
+      conditions.push({ type: "Reachable", status: "True", reason: "Probed", livenessMs });
+    }
+    return { status, conditions, events: askedEvents(spec["events"]) };
   } finally {
     log(logLine("end", request));
   }

@@ -14,6 +14,7 @@ import type {
   Condition,
   ConditionStatus,
   DepEdge,
+  Event,
   JsonObject,
   KindVersion,
   ProviderConfig,
@@ -243,20 +244,22 @@ export interface TaskFailure {
   message: string;
   terminal: boolean;
   reason: string;
+  /** Events reported with the failure. */
+  events: readonly Event[];
 }
 
 /**
- * Classifies whatever a handler threw: a {@link HandlerError} keeps its class
- * and reason, anything else is a transient failure without a reason.
+ * Classifies whatever a handler threw: a {@link HandlerError} keeps its class,
+ * reason and events, anything else is a transient failure without a reason.
  */
 export function failureOf(thrown: unknown): TaskFailure {
   if (thrown instanceof HandlerError) {
-    return { message: thrown.message, terminal: thrown.terminal, reason: thrown.reason };
+    return { message: thrown.message, terminal: thrown.terminal, reason: thrown.reason, events: thrown.events };
   }
   if (thrown instanceof Error) {
-    return { message: thrown.message === "" ? thrown.name : thrown.message, terminal: false, reason: "" };
+    return { message: thrown.message === "" ? thrown.name : thrown.message, terminal: false, reason: "", events: [] };
   }
-  return { message: `handler threw a non-error value: ${describe(thrown)}`, terminal: false, reason: "" };
+  return { message: `handler threw a non-error value: ${describe(thrown)}`, terminal: false, reason: "", events: [] };
 }
 
 function describe(value: unknown): string {
@@ -294,6 +297,11 @@ function optionalObject(value: unknown, field: string): JsonObject | undefined {
   return value === undefined || value === null ? undefined : jsonObject(value, field);
 }
 
+/** A positive number of milliseconds as a protobuf duration, in whole milliseconds (at least 1). */
+function wholeMs(ms: number): Duration {
+  return durationFromMs(Math.max(1, Math.round(ms)));
+}
+
 function conditionToProto(c: Condition, index: number): pb.Condition {
   const status = CONDITION_STATUSES[c.status];
   if (status === undefined) {
@@ -301,7 +309,69 @@ function conditionToProto(c: Condition, index: number): pb.Condition {
       `conditions[${index}].status must be "True", "False" or "Unknown", got ${describe(c.status)}`,
     );
   }
-  return create(pb.ConditionSchema, { type: c.type, status, reason: c.reason ?? "", message: c.message ?? "" });
+  const condition = create(pb.ConditionSchema, {
+    type: c.type,
+    status,
+    reason: c.reason ?? "",
+    message: c.message ?? "",
+  });
+  const liveness: unknown = c.livenessMs;
+  if (liveness !== undefined) {
+    if (typeof liveness !== "number" || !Number.isFinite(liveness) || liveness < 0) {
+      throw new NotAnObject(
+        `conditions[${index}].livenessMs must be a non-negative number of milliseconds, got ${describe(liveness)}`,
+      );
+    }
+    // Zero means an ordinary condition, the same as absent.
+    if (liveness > 0) {
+      condition.liveness = wholeMs(liveness);
+    }
+  }
+  return condition;
+}
+
+/**
+ * The protobuf form of the `index`th reported event of a success. A type
+ * other than Normal or Warning, or a detail that is not a JSON object, makes
+ * the outcome invalid.
+ */
+function eventToProto(event: Event, index: number): pb.WorkerEvent {
+  const type: unknown = event.type ?? "Normal";
+  if (type !== "Normal" && type !== "Warning") {
+    throw new NotAnObject(`events[${index}].type must be "Normal" or "Warning", got ${describe(type)}`);
+  }
+  const wire = eventWithoutDetail(event);
+  wire.detail = optionalObject(event.detail, `events[${index}].detail`);
+  return wire;
+}
+
+/**
+ * The protobuf form of an event, leaving its detail out. Anything but
+ * `Warning` is sent as Normal (a success checks the type first).
+ */
+function eventWithoutDetail(event: Event): pb.WorkerEvent {
+  return create(pb.WorkerEventSchema, {
+    category: event.category ?? "",
+    type: event.type === "Warning" ? pb.EventType.WARNING : pb.EventType.NORMAL,
+    reason: event.reason,
+    message: event.message ?? "",
+  });
+}
+
+/**
+ * The events of a failure. They travel even when part of them cannot: a
+ * detail that cannot be sent as a JSON object is dropped, the event kept.
+ */
+function failureEventsToProto(events: readonly Event[]): pb.WorkerEvent[] {
+  return events.map((event, index) => {
+    const wire = eventWithoutDetail(event);
+    try {
+      wire.detail = optionalObject(event.detail, `events[${index}].detail`);
+    } catch {
+      // Not a JSON object: sent without it.
+    }
+    return wire;
+  });
 }
 
 function refToProto(r: ResourceRef): pb.ResourceRef {
@@ -359,9 +429,14 @@ export class Fence {
     });
   }
 
-  /** The completion of a failed task. */
+  /**
+   * The completion of a failed task, with the failure's events (a detail that
+   * is not a JSON object is dropped: the failure matters more than its
+   * detail).
+   */
   failed(failure: TaskFailure): pb.StageComplete {
     const complete = this.blank();
+    complete.events = failureEventsToProto(failure.events);
     complete.error = create(pb.TaskErrorSchema, {
       // The broker requires a non-empty message.
       message: failure.message === "" ? "handler failed without a message" : failure.message,
@@ -402,6 +477,7 @@ export class Fence {
     complete.status = optionalObject(outcome.status, "status");
     complete.operationOutput = optionalObject(outcome.operationOutput, "operationOutput");
     complete.conditions = (outcome.conditions ?? []).map(conditionToProto);
+    complete.events = (outcome.events ?? []).map(eventToProto);
     // A compose result replaces the previous composition, so a composer
     // always sends one (empty = prune all); other stages only if set.
     const composes =
@@ -418,7 +494,7 @@ export class Fence {
     const requeue = outcome.requeueAfterMs;
     if (requeue !== undefined && Number.isFinite(requeue) && requeue > 0) {
       // Whole milliseconds: sub-millisecond precision means nothing to the scheduler.
-      complete.requeueAfter = durationFromMs(Math.max(1, Math.round(requeue)));
+      complete.requeueAfter = wholeMs(requeue);
     }
     return complete;
   }

@@ -1,7 +1,7 @@
 // The errors a handler throws to fail its task, and the errors the worker
 // itself reports.
 
-import { type KindVersion, formatKindVersion } from "./types.js";
+import { type Event, type KindVersion, formatKindVersion } from "./types.js";
 
 /**
  * The reason of a failure caused by the task deadline. The runtime reports it
@@ -16,6 +16,12 @@ export interface HandlerErrorOptions {
   reason?: string;
   /** The underlying error, for logs. */
   cause?: unknown;
+  /**
+   * Events describing what the handler did before it failed, recorded with
+   * the failure. A detail that is not a JSON object is dropped (the event is
+   * still sent): the failure matters more than its detail.
+   */
+  events?: readonly Event[];
 }
 
 /**
@@ -28,16 +34,19 @@ export abstract class HandlerError extends Error {
   abstract readonly terminal: boolean;
   /** UpperCamelCase reason; empty = a server default. */
   readonly reason: string;
+  /** The events reported with the failure. */
+  readonly events: readonly Event[];
 
   constructor(message: string, options: HandlerErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.reason = options.reason ?? "";
+    this.events = [...(options.events ?? [])];
   }
 }
 
 /** A failure that retrying cannot fix (bad spec, permission denied, ...). */
 export class TerminalError extends HandlerError {
-  override readonly name = "TerminalError";
+  override readonly name: string = "TerminalError";
   readonly terminal = true;
 }
 
@@ -47,17 +56,20 @@ export class TerminalError extends HandlerError {
  * other thrown value is transient too.
  */
 export class TransientError extends HandlerError {
-  override readonly name = "TransientError";
+  override readonly name: string = "TransientError";
   readonly terminal = false;
 }
 
 /**
  * What {@link defineProvider}'s dispatcher throws for a reaction name it has
- * no handler for. Terminal: the manifest routed a reaction to code that does
- * not implement it, and running the same code again cannot change that (the
- * operator fixes the worker or the manifest, then reconciles).
+ * no handler for. Transient, reason `UnknownReaction`: the manifest may have
+ * been applied before every worker was upgraded, and a newer worker may know
+ * the reaction; the kind's `max_transient_attempts` bounds the retries before
+ * the generation is marked failed.
  */
-export class UnknownReactionError extends TerminalError {
+export class UnknownReactionError extends TransientError {
+  override readonly name: string = "UnknownReactionError";
+
   constructor(reaction: string, kind: KindVersion) {
     super(`reaction ${JSON.stringify(reaction)} is not handled by the provider of ${formatKindVersion(kind)}`, {
       reason: "UnknownReaction",

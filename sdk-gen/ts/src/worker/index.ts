@@ -39,6 +39,8 @@ export {
   type Condition,
   type ConditionStatus,
   type DepEdge,
+  type Event,
+  type EventType,
   type JsonObject,
   type JsonValue,
   type KindVersion,

@@ -1,6 +1,6 @@
 // What a handler returns on success.
 
-import type { ChildSpec, Condition, DepEdge, JsonObject, ProviderConfigSpec } from "./types.js";
+import type { ChildSpec, Condition, DepEdge, Event, JsonObject, ProviderConfigSpec } from "./types.js";
 
 /**
  * The result of a successful handler run. Every part is optional; only the
@@ -8,11 +8,12 @@ import type { ChildSpec, Condition, DepEdge, JsonObject, ProviderConfigSpec } fr
  * broker. A handler that returns nothing (`undefined`) succeeds with an empty
  * outcome.
  *
- * JSON documents (`status`, `operationOutput`, child and config specs) must be
- * JSON objects; they are normalised the way `JSON.stringify` does (undefined
- * members dropped, non-finite numbers become null). A value that cannot be
- * encoded fails the task terminally with reason `InvalidOutcome`, since
- * running the same code again would produce it again.
+ * JSON documents (`status`, `operationOutput`, child and config specs, event
+ * details) must be JSON objects; they are normalised the way `JSON.stringify`
+ * does (undefined members dropped, non-finite numbers become null). A value
+ * that cannot be encoded fails the task terminally with reason
+ * `InvalidOutcome`, since running the same code again would produce it again;
+ * the outcome's events are then not sent.
  */
 export interface Outcome {
   /** New status document; absent = unchanged. */
@@ -38,4 +39,11 @@ export interface Outcome {
    * milliseconds (> 0). Not a failure; the server may clamp the delay.
    */
   requeueAfterMs?: number;
+  /**
+   * Events to record on the resource's timelines (at most 16; ignored for
+   * react tasks). Unlike the other parts they are recorded whatever the
+   * reaction declares in `emits`. An event the server refuses fails the task
+   * with reason `EventInvalid`, and none of the outcome's events is recorded.
+   */
+  events?: Event[];
 }

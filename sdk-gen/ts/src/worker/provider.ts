@@ -51,8 +51,9 @@ export interface ProviderDefinition extends Omit<Provider, "handle"> {
 
 /**
  * A provider that dispatches each task to the handler registered for its
- * reaction name. A reaction without a handler fails terminally with an
- * {@link UnknownReactionError}.
+ * reaction name. A reaction without a handler fails transiently with an
+ * {@link UnknownReactionError} (reason `UnknownReaction`): a newer worker may
+ * know it, and the kind's `max_transient_attempts` bounds the retries.
  */
 export function defineProvider(definition: ProviderDefinition): Provider {
   const { reactions, ...rest } = definition;

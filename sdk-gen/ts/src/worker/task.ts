@@ -16,13 +16,14 @@ const DEADLINE_EXCEEDED: TaskFailure = {
   message: "deadline exceeded",
   terminal: false,
   reason: DEADLINE_EXCEEDED_REASON,
+  events: [],
 };
 
 /** The transient failure of a task refused or cut off by shutdown. */
-const SHUTTING_DOWN: TaskFailure = { message: "worker is shutting down", terminal: false, reason: "" };
+const SHUTTING_DOWN: TaskFailure = { message: "worker is shutting down", terminal: false, reason: "", events: [] };
 
 function transient(message: string): TaskFailure {
-  return { message, terminal: false, reason: "" };
+  return { message, terminal: false, reason: "", events: [] };
 }
 
 /**

@@ -56,6 +56,41 @@ export interface Condition {
   reason?: string;
   /** Human-readable explanation; empty or absent = none. */
   message?: string;
+  /**
+   * Makes it a liveness condition: the report holds for this many
+   * milliseconds (1 s to 24 h) unless the condition is reported again, then
+   * reads as `Unknown` with reason `ReportExpired` (the last report is shown
+   * again as soon as it is renewed). Absent or 0 = an ordinary condition,
+   * held until replaced. Sent in whole milliseconds.
+   */
+  livenessMs?: number;
+}
+
+/** Severity of a reported {@link Event}. */
+export type EventType = "Normal" | "Warning";
+
+/**
+ * An observation recorded on the resource's event timeline, next to the
+ * server's own events. Consecutive events of one category with the same type
+ * and reason aggregate into one run (count, first and last time). Report them
+ * with `Outcome.events` or, for what a handler did before it failed, the
+ * `events` option of a `TerminalError` or `TransientError`.
+ */
+export interface Event {
+  /**
+   * Timeline: lower case letters, digits and `-`, starting with a letter, at
+   * most 63 characters; empty or absent = `worker`. The server's own
+   * timelines (`lifecycle`, `reconcile`, `operation`, `reactor`) are refused.
+   */
+  category?: string;
+  /** Severity; absent = `Normal`. */
+  type?: EventType;
+  /** UpperCamelCase machine-readable cause, at most 128 characters, e.g. `BucketCreated`. Required. */
+  reason: string;
+  /** Human-readable message; the server cuts it at 1024 characters. */
+  message?: string;
+  /** Structured detail, a JSON object of at most 8 KiB as JSON. */
+  detail?: JsonObject;
 }
 
 /** Public identity of a resource. */
