@@ -33,9 +33,11 @@ use tokio::process::{Child, Command};
 /// One language at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// How long an unhealthy lease survives on the test server: shorter than
-/// the heartbeat scenario's sleep, so only heartbeats keep that task.
-const STALE_AFTER: Duration = Duration::from_millis(1500);
+/// How long an unattested lease survives on the test server: shorter than
+/// the heartbeat scenario's sleep, so only heartbeats keep that task, and
+/// longer than a worker's reconnect after a server restart (its backoff
+/// reaches 1-2 s by the time the server is back).
+const STALE_AFTER: Duration = Duration::from_secs(4);
 /// The workers' heartbeat interval.
 const HEARTBEAT_MS: &str = "300";
 /// The workers' bounded concurrency.
@@ -298,8 +300,9 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 14] = [
+const SCENARIOS: [(&str, Scenario); 15] = [
     ("ready", |s| Box::pin(ready(s))),
+    ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
     ("deadline", |s| Box::pin(deadline(s))),
     ("transient-then-success", |s| Box::pin(transient_then_success(s))),
@@ -329,6 +332,56 @@ async fn ready(s: &mut Suite) -> anyhow::Result<()> {
     anyhow::ensure!(status["trigger"] == "spec_change", "trigger {}", status["trigger"]);
     let ready = condition(&resource, "Ready").ok_or_else(|| anyhow::anyhow!("no Ready condition"))?;
     anyhow::ensure!(ready.reason == "Conformed", "Ready reason {}", ready.reason);
+    Ok(())
+}
+
+async fn events_and_liveness(s: &mut Suite) -> anyhow::Result<()> {
+    let name = s.name("observed");
+    let spec = json!({
+        "livenessMs": 60_000,
+        "events": [
+            {"category": "conformance", "type": "Warning", "reason": "Observed", "message": "seen"},
+            {"reason": "Defaulted"}
+        ]
+    });
+    s.apply(&name, spec).await?;
+    let resource = s.ready("conf-leaf", &name).await?;
+    let reachable = condition(&resource, "Reachable").ok_or_else(|| anyhow::anyhow!("no Reachable condition"))?;
+    anyhow::ensure!(
+        reachable.status == converge_proto::v1::ConditionStatus::True as i32 && reachable.expire_time.is_some(),
+        "Reachable {reachable:?}"
+    );
+    let events = s
+        .client
+        .resources()
+        .list_resource_events(ListResourceEventsRequest {
+            kind: "conf-leaf".into(),
+            name: name.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events;
+    let worker: Vec<(&str, &str, i32, &str, &str)> = events
+        .iter()
+        .filter(|e| e.actor.starts_with("worker"))
+        .map(|e| {
+            (
+                e.category.as_str(),
+                e.reason.as_str(),
+                e.r#type,
+                e.message.as_str(),
+                e.actor.as_str(),
+            )
+        })
+        .collect();
+    let warning = converge_proto::v1::EventType::Warning as i32;
+    let normal = converge_proto::v1::EventType::Normal as i32;
+    anyhow::ensure!(
+        worker.contains(&("conformance", "Observed", warning, "seen", "worker:anonymous"))
+            && worker.contains(&("worker", "Defaulted", normal, "", "worker:anonymous")),
+        "worker events {worker:?}"
+    );
     Ok(())
 }
 
@@ -589,7 +642,6 @@ async fn reconnect(s: &mut Suite) -> anyhow::Result<()> {
     if let Some(server) = s.server.take() {
         server.shutdown().await?;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let server = serve(&s.database, s.listen).await?;
     s.client = server.client().await?;
     s.server = Some(server);

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use converge_sdk::worker::{
-    ChildSpec, Condition, ConditionStatus, DepEdge, HandlerError, KindVersion, Outcome, Provider, ReactionRequest,
-    ResourceRef, StageInput, ValueFlow, Worker, WorkerBuilder, async_trait,
+    ChildSpec, Condition, ConditionStatus, DepEdge, Event, EventType, HandlerError, KindVersion, Outcome, Provider,
+    ReactionRequest, ResourceRef, StageInput, ValueFlow, Worker, WorkerBuilder, async_trait,
 };
 use serde_json::{Map, Value, json};
 
@@ -234,9 +234,32 @@ async fn work(request: &ReactionRequest) -> Result<Outcome, HandlerError> {
             .with_status(Value::Object(status))
             .with_requeue_after(Duration::from_millis(ms)));
     }
-    Ok(Outcome::new()
+    let mut outcome = Outcome::new()
         .with_status(Value::Object(status))
-        .with_condition(Condition::new("Ready", ConditionStatus::True).with_reason("Conformed")))
+        .with_condition(Condition::new("Ready", ConditionStatus::True).with_reason("Conformed"));
+    if let Some(ms) = spec_u64(request, "livenessMs") {
+        outcome = outcome.with_condition(
+            Condition::new("Reachable", ConditionStatus::True)
+                .with_reason("Probed")
+                .with_liveness(Duration::from_millis(ms)),
+        );
+    }
+    let asked = request.resource.spec.get("events").and_then(Value::as_array);
+    for event in asked.into_iter().flatten() {
+        let text = |field: &str| event.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+        outcome = outcome.with_event(Event {
+            category: text("category"),
+            event_type: if text("type") == "Warning" {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: text("reason"),
+            message: text("message"),
+            detail: None,
+        });
+    }
+    Ok(outcome)
 }
 
 /// `conf-composite` `compose`: the children and edges of the spec.
