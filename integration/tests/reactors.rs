@@ -9,12 +9,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, expect_error, fields, spawn_worker};
+use common::{apply, apply_manifest, apply_ok, expect_error, fields, find, spawn_worker};
 use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, Emit, GetReactorBindingRequest,
-    KindManifest, ListReactorBindingsRequest, ListResourceEventsRequest, Reaction, ReactorBinding, Transition, Trigger,
+    KindManifest, ListReactorBindingsRequest, ListResourceEventsRequest, Phase, Reaction, ReactorBinding, Transition,
+    Trigger,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -384,6 +385,13 @@ async fn each_transition_is_delivered_once_per_matching_enabled_binding() -> any
         let mut next = apply("app", "gold", json!({"v": 2}));
         next.labels = BTreeMap::from([("tier".to_owned(), "gold".to_owned())]);
         next
+    })
+    .await?;
+    // Synced before the delete: a delete that lands first drops the
+    // unclaimed reconcile, and generation 2 never syncs.
+    eventually(Duration::from_secs(30), || async {
+        let gold = find(&client, "app", "gold").await?;
+        Ok(gold.filter(|r| r.generation == 2 && r.phase == Phase::Ready as i32))
     })
     .await?;
     delete(&client, "gold").await?;
