@@ -40,7 +40,7 @@ def test_converge_error_decodes_every_detail():
         message="spec is invalid",
         details=[
             _packed(
-                error_details_pb2.ErrorInfo(reason="SCHEMA_VIOLATION", domain=ERROR_DOMAIN, metadata={"kind": "x"})
+                error_details_pb2.ErrorInfo(reason="SPEC_SCHEMA_VIOLATION", domain=ERROR_DOMAIN, metadata={"kind": "x"})
             ),
             _packed(
                 error_details_pb2.BadRequest(
@@ -63,14 +63,14 @@ def test_converge_error_decodes_every_detail():
     err = ConvergeError.from_rpc_error(raw)
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
     assert err.message == "spec is invalid"
-    assert (err.reason, err.domain, err.metadata) == ("SCHEMA_VIOLATION", ERROR_DOMAIN, {"kind": "x"})
+    assert (err.reason, err.domain, err.metadata) == ("SPEC_SCHEMA_VIOLATION", ERROR_DOMAIN, {"kind": "x"})
     assert err.field_violations == [
         FieldViolation("/spec/a", "not allowed"),
         FieldViolation("/spec/b", "too big", "MAX"),
     ]
     assert err.retry_delay == 1.5
     assert err.__cause__ is raw
-    assert "INVALID_ARGUMENT" in str(err) and "SCHEMA_VIOLATION" in str(err)
+    assert "INVALID_ARGUMENT" in str(err) and "SPEC_SCHEMA_VIOLATION" in str(err)
 
 
 def test_converge_error_without_details():

@@ -6,11 +6,13 @@ import json
 
 import pytest
 
-from converge_sdk.conformance import EventLog, composite_provider
+from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
 from converge_sdk.conformance.__main__ import ConfigError, settings_from_env
 from converge_sdk.worker import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DepEdge,
+    Event,
+    EventType,
     KindVersion,
     ReactionRequest,
     Resource,
@@ -18,6 +20,7 @@ from converge_sdk.worker import (
     RollupInput,
     Stage,
     Trigger,
+    UnknownReactionError,
     ValueFlow,
 )
 
@@ -124,3 +127,29 @@ def test_rollup_counts_direct_children_only():
         ("Ready", "False", "ChildrenNotReady")
     ]
     assert outcome.healthy is False
+
+
+def test_unknown_reactions_fail_transiently_with_the_sdk_default():
+    log = EventLog(None, "python")
+    for provider in (leaf_provider(log), composite_provider(log)):
+        request = _request("nope", Stage.WORK, _resource(provider.kind.kind, "r"))
+        with pytest.raises(UnknownReactionError) as excinfo:
+            asyncio.run(provider.handle(request))
+        assert not excinfo.value.terminal, provider.kind
+        assert excinfo.value.reason == "UnknownReaction"
+
+
+def test_work_reports_the_events_and_liveness_the_spec_asks_for():
+    provider = leaf_provider(EventLog(None, "python"))
+    spec = {
+        "livenessMs": 1500,
+        "events": [{"reason": "Plain"}, {"reason": "Slow", "type": "Warning", "category": "probe", "message": "m"}],
+    }
+    outcome = asyncio.run(provider.handle(_request("work", Stage.WORK, _resource("conf-leaf", "r", spec))))
+    assert [(c.type, c.reason, c.liveness) for c in outcome.conditions] == [
+        ("Ready", "Conformed", None),
+        ("Reachable", "Probed", 1.5),
+    ]
+    assert outcome.events == [Event("Plain"), Event("Slow", "m", EventType.WARNING, "probe")]
+    plain = asyncio.run(provider.handle(_request("work", Stage.WORK, _resource("conf-leaf", "r"))))
+    assert [c.type for c in plain.conditions] == ["Ready"] and plain.events == []

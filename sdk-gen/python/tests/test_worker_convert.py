@@ -11,6 +11,8 @@ from converge_sdk.worker import (
     Condition,
     ConditionStatus,
     DepEdge,
+    Event,
+    EventType,
     KindVersion,
     Outcome,
     ProviderConfig,
@@ -23,7 +25,14 @@ from converge_sdk.worker import (
     Trigger,
     ValueFlow,
 )
-from converge_sdk.worker.convert import Fence, json_to_struct, provider_config, request_from_task, struct_to_json
+from converge_sdk.worker.convert import (
+    Fence,
+    condition_from_proto,
+    json_to_struct,
+    provider_config,
+    request_from_task,
+    struct_to_json,
+)
 
 
 def _struct(value):
@@ -202,3 +211,80 @@ def test_provider_config_absent_when_both_parts_are():
     assert provider_config(None, b"") is None
     assert provider_config(None, b"x") == ProviderConfig(spec=None, data=b"x")
     assert provider_config(_struct({"a": 1}), b"") == ProviderConfig(spec={"a": 1})
+
+
+def test_success_carries_events_and_liveness():
+    from datetime import timedelta
+
+    outcome = Outcome(
+        conditions=[
+            Condition("Reachable", True, liveness=2.5),
+            Condition("Synced", ConditionStatus.FALSE, liveness=timedelta(minutes=2)),
+            Condition("Ready", True, liveness=0),
+        ],
+        events=[Event.warning("ProbeSlow", "slow", category="probe", detail={"ms": 900})],
+    ).add_event(Event("Probed"))
+    complete = _fence().success(outcome)
+    assert not complete.HasField("error")
+    reachable, synced, ready = complete.conditions
+    assert (reachable.liveness.seconds, reachable.liveness.nanos) == (2, 500_000_000)
+    assert (synced.liveness.seconds, synced.liveness.nanos) == (120, 0)
+    assert not ready.HasField("liveness"), "zero liveness = an ordinary condition"
+    assert condition_from_proto(reachable).liveness == 2.5
+    assert condition_from_proto(ready).liveness is None
+    slow, probed = complete.events
+    assert (slow.category, slow.type, slow.reason, slow.message) == ("probe", pb.EVENT_TYPE_WARNING, "ProbeSlow", "slow")
+    assert struct_to_json(slow.detail) == {"ms": 900}
+    assert (probed.category, probed.type, probed.reason, probed.message) == ("", pb.EVENT_TYPE_NORMAL, "Probed", "")
+    assert not probed.HasField("detail")
+
+
+def test_invalid_liveness_is_a_terminal_failure():
+    complete = _fence().success(Outcome(conditions=[Condition("Ready", True), Condition("Up", True, liveness=-1)]))
+    assert complete.error.terminal and complete.error.reason == "InvalidOutcome"
+    assert "conditions[1].liveness" in complete.error.message
+    assert not complete.conditions
+
+
+def test_event_constructors_and_defaults():
+    assert Event("Done") == Event.normal("Done") == Event("Done", "", EventType.NORMAL, "", None)
+    warning = Event.warning("Quota", "nearly out", category="billing", detail={"left": 1})
+    assert (warning.type, warning.category, warning.detail) == (EventType.WARNING, "billing", {"left": 1})
+
+
+def test_failure_carries_its_events():
+    error = TransientError("down", reason="Unreachable", events=[Event.normal("Tried", "once", detail={"n": 1})])
+    assert error.add_event(Event.warning("GaveUp")) is error
+    complete = _fence().failure(error)
+    assert complete.error.message == "down" and complete.error.reason == "Unreachable"
+    assert not complete.error.terminal
+    assert [(e.reason, e.type) for e in complete.events] == [
+        ("Tried", pb.EVENT_TYPE_NORMAL),
+        ("GaveUp", pb.EVENT_TYPE_WARNING),
+    ]
+    assert struct_to_json(complete.events[0].detail) == {"n": 1}
+    assert not _fence().failure(TerminalError("bad")).events
+
+
+def test_non_object_event_detail_is_refused_on_success_and_dropped_on_failure():
+    bad = Event.normal("Tried", "once", detail=[1])  # type: ignore[arg-type]
+    refused = _fence().success(Outcome(status={"ok": True}, events=[Event("Fine"), bad]))
+    assert refused.error.terminal and refused.error.reason == "InvalidOutcome"
+    assert "events[1].detail must be a JSON object" in refused.error.message
+    assert not refused.events and not refused.HasField("status"), "an invalid outcome sends none of its parts"
+
+    unencodable = Event.warning("Odd", detail={"when": object()})
+    failed = _fence().failure(TransientError("down", events=[bad, unencodable, Event("Kept", detail={"k": 1})]))
+    assert [e.reason for e in failed.events] == ["Tried", "Odd", "Kept"]
+    assert not failed.events[0].HasField("detail") and not failed.events[1].HasField("detail")
+    assert failed.events[0].message == "once" and failed.events[1].type == pb.EVENT_TYPE_WARNING
+    assert struct_to_json(failed.events[2].detail) == {"k": 1}
+
+
+def test_failure_leaves_out_events_that_cannot_be_encoded_at_all():
+    broken = Event(reason=5)  # type: ignore[arg-type]
+    mistyped = Event("Typed", type="warning")  # type: ignore[arg-type]
+    failed = _fence().failure(TransientError("down", events=[broken, mistyped, Event("Kept")]))
+    assert [e.reason for e in failed.events] == ["Kept"]
+    refused = _fence().success(Outcome(events=[mistyped]))
+    assert refused.error.terminal and "events[0].type" in refused.error.message

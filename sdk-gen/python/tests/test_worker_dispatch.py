@@ -94,16 +94,19 @@ def test_dispatch_by_reaction_name_async_and_sync():
     assert seen == [True], "a plain function runs off the event loop thread"
 
 
-def test_unknown_reaction_is_transient_unless_configured():
+def test_unknown_reaction_is_transient_by_default_and_terminal_only_on_request():
     async def main():
-        lenient = Reactions(KIND)
-        error = await _failure(_state(lenient), lenient, _request("nope"))
+        default = Reactions(KIND)
+        error = await _failure(_state(default), default, _request("nope"))
         assert isinstance(error, UnknownReactionError) and not error.terminal
+        assert error.reason == "UnknownReaction"
         assert "'nope'" in error.message and "leaf:1" in error.message
         strict = Reactions(KIND, unknown_reaction_terminal=True)
-        assert (await _failure(_state(strict), strict, _request("nope"))).terminal
+        strict_error = await _failure(_state(strict), strict, _request("nope"))
+        assert strict_error.terminal and strict_error.reason == "UnknownReaction"
 
     asyncio.run(main())
+    assert not UnknownReactionError("r", KIND).terminal
 
 
 def test_exceptions_become_transient_and_terminal_errors_stay_terminal():

@@ -16,8 +16,17 @@ from conftest import apply_conformance_kinds, is_ready, read_log, require_server
 
 from converge_sdk import AsyncConvergeClient
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
-from converge_sdk.gen.converge.v1 import resource_pb2
-from converge_sdk.worker import Worker, WorkerSettings
+from converge_sdk.gen.converge.v1 import resource_pb2, resource_service_pb2
+from converge_sdk.worker import (
+    Condition,
+    Event,
+    KindVersion,
+    Outcome,
+    Reactions,
+    TransientError,
+    Worker,
+    WorkerSettings,
+)
 from converge_sdk.worker.convert import struct_to_json
 
 SETTINGS = WorkerSettings(max_parallel=4, heartbeat_interval=1.0, drain_timeout=10.0)
@@ -221,6 +230,53 @@ def test_a_config_override_reaches_the_handler(tmp_path):
         assert base64.b64decode(status["bundle"]) == b"py-bundle"
 
     asyncio.run(_serving(addr, tmp_path / "log", scenario))
+
+
+def test_events_and_liveness_reach_the_server():
+    addr = require_server()
+    name = unique("observed")
+    leaf = Reactions(KindVersion("conf-leaf", 1))
+
+    @leaf.reaction("work")
+    async def work(request):
+        if request.attempt == 1:
+            # A detail that is not an object is dropped from a failure; the
+            # event itself is still recorded.
+            raise TransientError("probe down", reason="ProbeDown").add_event(
+                Event.warning("ProbeFailed", "no answer", detail=[1])
+            )
+        return Outcome(
+            status={"attempt": request.attempt},
+            conditions=[Condition("Ready", True, reason="Probed"), Condition("Reachable", True, liveness=60)],
+            events=[Event.normal("ProbeAnswered", "in 5 ms", category="probe", detail={"ms": 5})],
+        )
+
+    @leaf.reaction("teardown")
+    async def teardown(request):
+        return Outcome()
+
+    async def main():
+        async with AsyncConvergeClient(addr) as client:
+            await apply_conformance_kinds(client)
+            async with Worker([leaf], address=addr, settings=SETTINGS):
+                await client.apply_resource("conf-leaf", name, {"value": "observed"})
+                resource = await wait_for(client, "conf-leaf", name, is_ready)
+            assert dict(resource.status)["attempt"] == 2
+            conditions = {c.type: c for c in resource.conditions}
+            assert conditions["Reachable"].HasField("expire_time"), "a liveness condition has an expiry"
+            assert not conditions["Ready"].HasField("expire_time"), "an ordinary condition has none"
+            listed = await client.resource.ListResourceEvents(
+                resource_service_pb2.ListResourceEventsRequest(kind="conf-leaf", name=name), timeout=10
+            )
+            runs = {(e.category, e.reason): e for e in listed.events}
+            failed = runs[("worker", "ProbeFailed")]
+            assert failed.type == resource_pb2.EVENT_TYPE_WARNING and failed.message == "no answer"
+            assert not failed.HasField("detail")
+            answered = runs[("probe", "ProbeAnswered")]
+            assert answered.type == resource_pb2.EVENT_TYPE_NORMAL and answered.count == 1
+            assert struct_to_json(answered.detail) == {"ms": 5}
+
+    asyncio.run(main())
 
 
 def test_the_conformance_worker_drains_on_sigterm(tmp_path):

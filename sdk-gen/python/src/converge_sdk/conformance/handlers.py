@@ -1,5 +1,10 @@
 """The conformance providers: ``conf-leaf`` v1 (work, teardown) and
-``conf-composite`` v1 (compose, rollup), driven by each resource's spec."""
+``conf-composite`` v1 (compose, rollup), driven by each resource's spec.
+
+Any other reaction name fails with the SDK's default
+:class:`~converge_sdk.worker.UnknownReactionError`, which is transient (a
+newer worker may know the reaction; the kind's ``maxTransientAttempts``
+bounds the retries)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from converge_sdk.worker import (
     Condition,
     ConditionStatus,
     DepEdge,
+    Event,
+    EventType,
     KindVersion,
     Outcome,
     ReactionRequest,
@@ -38,7 +45,7 @@ def _int(spec: Dict[str, Any], key: str) -> int:
 
 def leaf_provider(log: EventLog) -> Reactions:
     """The ``conf-leaf`` v1 provider."""
-    leaf = Reactions(LEAF, unknown_reaction_terminal=True)
+    leaf = Reactions(LEAF)
 
     @leaf.reaction("work")
     async def work(request: ReactionRequest) -> Outcome:
@@ -93,12 +100,37 @@ async def _work(request: ReactionRequest, spec: Dict[str, Any]) -> Outcome:
     if requeue_ms > 0 and stored.get("requeuedGeneration") != request.generation:
         status["requeuedGeneration"] = request.generation
         return Outcome(status=status, requeue_after=requeue_ms / 1000)
-    return Outcome(status=status, conditions=[Condition("Ready", ConditionStatus.TRUE, reason="Conformed")])
+    conditions = [Condition("Ready", ConditionStatus.TRUE, reason="Conformed")]
+    liveness_ms = _int(spec, "livenessMs")
+    if liveness_ms > 0:
+        conditions.append(Condition("Reachable", ConditionStatus.TRUE, reason="Probed", liveness=liveness_ms / 1000))
+    return Outcome(status=status, conditions=conditions, events=_events(spec))
+
+
+def _events(spec: Dict[str, Any]) -> List[Event]:
+    """The events ``spec.events`` asks for; absent fields keep the SDK's
+    defaults."""
+
+    def text(event: Dict[str, Any], key: str) -> str:
+        value = event.get(key)
+        return value if isinstance(value, str) else ""
+
+    asked = spec.get("events")
+    return [
+        Event(
+            reason=text(e, "reason"),
+            message=text(e, "message"),
+            type=EventType.WARNING if text(e, "type") == "Warning" else EventType.NORMAL,
+            category=text(e, "category"),
+        )
+        for e in (asked if isinstance(asked, list) else [])
+        if isinstance(e, dict)
+    ]
 
 
 def composite_provider(log: EventLog) -> Reactions:
     """The ``conf-composite`` v1 provider."""
-    composite = Reactions(COMPOSITE, unknown_reaction_terminal=True)
+    composite = Reactions(COMPOSITE)
 
     @composite.reaction("compose")
     async def compose(request: ReactionRequest) -> Outcome:

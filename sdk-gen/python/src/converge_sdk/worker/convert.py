@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
@@ -21,6 +21,8 @@ from converge_sdk.worker.types import (
     ConditionStatus,
     DeleteInput,
     DepEdge,
+    Event,
+    EventType,
     JsonObject,
     KindVersion,
     OperateInput,
@@ -140,6 +142,18 @@ def duration_to_proto(seconds: float) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=whole, nanos=min(999_999_999, round((seconds - whole) * 1e9)))
 
 
+def _seconds(value: Union[float, timedelta], field: str) -> float:
+    """A duration field (seconds or a ``timedelta``) in seconds; raises
+    :class:`InvalidValue` unless it is finite and non-negative."""
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidValue(f"{field} must be a finite, non-negative duration, got {value!r}")
+    return seconds
+
+
 def _timestamp(value: timestamp_pb2.Timestamp) -> datetime:
     return datetime.fromtimestamp(value.seconds + value.nanos / 1e9, tz=timezone.utc)
 
@@ -175,6 +189,11 @@ _CONDITION_STATUSES: Dict[ConditionStatus, "pb.ConditionStatus"] = {
     ConditionStatus.TRUE: pb.CONDITION_STATUS_TRUE,
     ConditionStatus.FALSE: pb.CONDITION_STATUS_FALSE,
     ConditionStatus.UNKNOWN: pb.CONDITION_STATUS_UNKNOWN,
+}
+
+_EVENT_TYPES: Dict[EventType, "pb.EventType"] = {
+    EventType.NORMAL: pb.EVENT_TYPE_NORMAL,
+    EventType.WARNING: pb.EVENT_TYPE_WARNING,
 }
 
 
@@ -328,8 +347,52 @@ def task_deadline(task: pb.StageTask, now: Optional[float] = None) -> Optional[f
     return (time.monotonic() if now is None else now) + duration_from_proto(task.task_deadline)
 
 
-def _condition_to_proto(c: Condition) -> pb.Condition:
-    return pb.Condition(type=c.type, status=_CONDITION_STATUSES[c.condition_status], reason=c.reason, message=c.message)
+def _condition_to_proto(c: Condition, index: int) -> pb.Condition:
+    condition = pb.Condition(
+        type=c.type, status=_CONDITION_STATUSES[c.condition_status], reason=c.reason, message=c.message
+    )
+    if c.liveness is not None:
+        window = _seconds(c.liveness, f"conditions[{index}].liveness")
+        # Zero means "an ordinary condition", the same as absent.
+        if window > 0:
+            condition.liveness.CopyFrom(duration_to_proto(window))
+    return condition
+
+
+def _event_to_proto(event: Event, index: int) -> pb.WorkerEvent:
+    """The protobuf form of the ``index``th reported event; raises
+    :class:`InvalidValue` for a detail that is not a JSON object."""
+    message = _event_without_detail(event, index)
+    if event.detail is not None:
+        message.detail.CopyFrom(json_to_struct(event.detail, f"events[{index}].detail"))
+    return message
+
+
+def _event_without_detail(event: Event, index: int) -> pb.WorkerEvent:
+    """The protobuf form of an event, leaving its detail out."""
+    event_type = _EVENT_TYPES.get(event.type) if isinstance(event.type, EventType) else None
+    if event_type is None:
+        raise InvalidValue(f"events[{index}].type must be an EventType, got {event.type!r}")
+    try:
+        return pb.WorkerEvent(category=event.category, type=event_type, reason=event.reason, message=event.message)
+    except (TypeError, ValueError) as exc:  # a non-string field, or text that is not valid UTF-8
+        raise InvalidValue(f"events[{index}] cannot be encoded: {exc}") from None
+
+
+def _failure_events(events: Iterable[Event]) -> List[pb.WorkerEvent]:
+    """The events of a failure. A detail that cannot travel is dropped and
+    the event still sent (the failure matters more than its detail); an
+    event that cannot travel even without it is left out."""
+    encoded: List[pb.WorkerEvent] = []
+    for index, event in enumerate(events):
+        try:
+            encoded.append(_event_to_proto(event, index))
+        except InvalidValue:
+            try:
+                encoded.append(_event_without_detail(event, index))
+            except InvalidValue:
+                continue
+    return encoded
 
 
 def _ref_to_proto(r: ResourceRef) -> pb.ResourceRef:
@@ -394,17 +457,21 @@ class Fence:
         )
 
     def failure(self, error: HandlerError) -> pb.StageComplete:
-        """The completion of this task for a failed run."""
+        """The completion of this task for a failed run, carrying the error's
+        events (see :class:`HandlerError` for those that cannot be encoded)."""
         complete = self._blank()
         complete.error.message = error.message or "handler failed without a message"
         complete.error.terminal = error.terminal
         complete.error.reason = error.reason
+        complete.events.extend(_failure_events(error.events))
         return complete
 
     def success(self, outcome: Outcome) -> pb.StageComplete:
         """The completion of this task for a successful run. An outcome that
         cannot be encoded (e.g. a non-object status) becomes a terminal
-        failure: running the same code again would produce it again."""
+        failure: running the same code again would produce it again. That
+        includes an event whose detail is not a JSON object; the failure then
+        carries none of the outcome's events."""
         try:
             return self._encode(outcome)
         except InvalidValue as exc:
@@ -418,7 +485,8 @@ class Fence:
         output = _optional_struct(outcome.operation_output, "operation_output")
         if output is not None:
             complete.operation_output.CopyFrom(output)
-        complete.conditions.extend(_condition_to_proto(c) for c in outcome.conditions)
+        complete.conditions.extend(_condition_to_proto(c, i) for i, c in enumerate(outcome.conditions))
+        complete.events.extend(_event_to_proto(e, i) for i, e in enumerate(outcome.events))
         # A compose result replaces the previous composition, so a composer
         # always sends one (empty = prune all); other stages only if set.
         if self.stage == pb.STAGE_COMPOSE or outcome.children or outcome.edges or outcome.configs:
@@ -429,10 +497,7 @@ class Fence:
         if outcome.healthy is not None:
             complete.healthy = outcome.healthy
         if outcome.requeue_after is not None:
-            delay = outcome.requeue_after
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-            if not math.isfinite(seconds) or seconds < 0:
-                raise InvalidValue(f"requeue_after must be a finite, non-negative delay, got {delay!r}")
+            seconds = _seconds(outcome.requeue_after, "requeue_after")
             if seconds > 0:
                 complete.requeue_after.CopyFrom(duration_to_proto(seconds))
         return complete
@@ -449,7 +514,10 @@ def condition_from_proto(c: pb.Condition) -> Condition:
         pb.CONDITION_STATUS_TRUE: ConditionStatus.TRUE,
         pb.CONDITION_STATUS_FALSE: ConditionStatus.FALSE,
     }.get(c.status, ConditionStatus.UNKNOWN)
-    return Condition(type=c.type, status=status, reason=c.reason, message=c.message)
+    window = duration_from_proto(c.liveness) if c.HasField("liveness") else 0.0
+    return Condition(
+        type=c.type, status=status, reason=c.reason, message=c.message, liveness=window if window > 0 else None
+    )
 
 
 def kind_to_proto(kind: KindVersion) -> pb.KindVersion:

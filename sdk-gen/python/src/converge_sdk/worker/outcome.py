@@ -5,14 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import List, Optional, Union
+from typing import Iterable, List, Optional, TypeVar, Union
 
-from converge_sdk.worker.types import ChildSpec, Condition, DepEdge, JsonObject, KindVersion, ProviderConfigSpec
+from converge_sdk.worker.types import (
+    ChildSpec,
+    Condition,
+    DepEdge,
+    Event,
+    JsonObject,
+    KindVersion,
+    ProviderConfigSpec,
+)
 
 #: The reason of a failure caused by the task deadline. The runtime reports
 #: it for a handler it cut off; the server reports an operation whose last
 #: attempt failed with it as DEADLINE_EXCEEDED.
 DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+
+_E = TypeVar("_E", bound="HandlerError")
 
 
 @dataclass
@@ -43,26 +53,51 @@ class Outcome:
     #: this delay (seconds, or a ``timedelta``). Not a failure. ``None`` or 0
     #: = done.
     requeue_after: Union[float, timedelta, None] = None
+    #: Events to record on the resource's timelines (at most 16; every stage
+    #: except react), whatever the reaction declares in ``emits``.
+    events: List[Event] = field(default_factory=list)
+
+    def add_event(self, event: Event) -> "Outcome":
+        """Appends ``event`` to :attr:`events` and returns this outcome, for
+        chaining: ``return Outcome(status=s).add_event(Event.normal("Done"))``."""
+        self.events.append(event)
+        return self
 
 
 class HandlerError(Exception):
     """A failed handler run, with an optional UpperCamelCase ``reason`` that
-    the server records on the resulting condition and event.
+    the server records on the resulting condition and event, and optional
+    :class:`Event` values describing what the handler did before it failed,
+    recorded with the failure.
 
     Raise :class:`TransientError` or :class:`TerminalError`; any other
-    exception a handler raises counts as transient.
+    exception a handler raises counts as transient (without events).
+
+    An event whose ``detail`` cannot be encoded (not a JSON object, or
+    holding a non-JSON value) is still sent, without its detail: the failure
+    matters more than the detail. One that cannot be encoded even without it
+    (e.g. a non-string reason) is left out.
     """
 
     #: Whether retrying cannot help.
     terminal: bool = False
 
-    def __init__(self, message: str, *, reason: str = "") -> None:
+    def __init__(self, message: str, *, reason: str = "", events: Iterable[Event] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason
+        #: The events reported with the failure.
+        self.events: List[Event] = list(events)
+
+    def add_event(self: _E, event: Event) -> _E:
+        """Appends ``event`` to :attr:`events` and returns this error, for
+        chaining: ``raise TransientError("quota").add_event(Event.warning(...))``."""
+        self.events.append(event)
+        return self
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r}, reason={self.reason!r})"
+        events = f", events={self.events!r}" if self.events else ""
+        return f"{type(self).__name__}({self.message!r}, reason={self.reason!r}{events})"
 
 
 class TransientError(HandlerError):
@@ -80,11 +115,13 @@ class TerminalError(HandlerError):
 
 
 class UnknownReactionError(HandlerError):
-    """A task named a reaction the provider does not handle.
+    """A task named a reaction the provider does not handle (reason
+    ``UnknownReaction``).
 
     Transient by default, like the Rust SDK: during a rolling upgrade another
-    worker (or a newer build of this one) may know the reaction. Pass
-    ``terminal=True`` to fail the generation at once instead.
+    worker (or a newer build of this one) may know the reaction, and the
+    kind's ``maxTransientAttempts`` bounds the retries. Pass ``terminal=True``
+    to fail the generation at once instead (an explicit opt-in).
     """
 
     def __init__(self, reaction: str, kind: KindVersion, *, terminal: bool = False) -> None:

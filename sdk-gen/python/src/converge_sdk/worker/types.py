@@ -4,14 +4,15 @@ They mirror ``converge.worker.v1`` but use plain Python values: JSON documents
 are ``dict``/``list``/``str``/``int``/``float``/``bool``/``None`` (integral
 numbers come back as ``int``), times are aware ``datetime`` values, and enums
 are :class:`enum.Enum` members named as the SDK names them (lower snake case
-values, e.g. ``Trigger.SPEC_CHANGE.value == "spec_change"``).
+values, e.g. ``Trigger.SPEC_CHANGE.value == "spec_change"``). Durations are
+seconds (``float``) or ``timedelta`` values.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 #: A JSON object as the SDK hands it around.
@@ -131,6 +132,12 @@ class Condition:
     reason: str = ""
     #: Human-readable explanation; may be empty.
     message: str = ""
+    #: Makes it a liveness condition: the report holds this long (seconds or
+    #: a ``timedelta``, 1 s to 24 h) unless it is reported again within that
+    #: window; after that, reads show it as ``Unknown`` with reason
+    #: ``ReportExpired`` until the next report. ``None`` (or 0) = an ordinary
+    #: condition, held until replaced.
+    liveness: Union[float, timedelta, None] = None
 
     @property
     def condition_status(self) -> ConditionStatus:
@@ -138,6 +145,60 @@ class Condition:
         if isinstance(self.status, bool):
             return ConditionStatus.TRUE if self.status else ConditionStatus.FALSE
         return self.status
+
+
+class EventType(enum.Enum):
+    """Severity of a reported :class:`Event`."""
+
+    #: Routine, expected progress (e.g. ``BucketCreated``).
+    NORMAL = "normal"
+    #: Something needing attention (e.g. ``QuotaNearlyExhausted``).
+    WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Event:
+    """An observation recorded on the resource's event timeline, next to the
+    server's own lifecycle events. Consecutive events of one category with
+    the same type and reason aggregate into one run (count, first and last
+    time).
+
+    Events travel with the task's result: add them to an :class:`Outcome`
+    (``events`` or :meth:`Outcome.add_event`) or to a raised
+    :class:`HandlerError` (``events=`` or :meth:`HandlerError.add_event`).
+    The server refuses an invalid event (reason ``EventInvalid``, failing the
+    task, and none of its events is recorded).
+    """
+
+    #: UpperCamelCase machine-readable cause, at most 128 characters, e.g.
+    #: ``"BucketCreated"``. Required.
+    reason: str
+    #: Human-readable message; the server cuts it at 1024 characters.
+    message: str = ""
+    #: Severity.
+    type: EventType = EventType.NORMAL
+    #: Timeline: lower case letters, digits and ``-``, starting with a letter,
+    #: at most 63 characters; empty = ``"worker"``. The server's own
+    #: timelines (``lifecycle``, ``reconcile``, ``operation``, ``reactor``)
+    #: are refused.
+    category: str = ""
+    #: Optional structured detail, a JSON object of at most 8 KiB.
+    detail: Optional[JsonObject] = None
+
+    @classmethod
+    def normal(
+        cls, reason: str, message: str = "", *, category: str = "", detail: Optional[JsonObject] = None
+    ) -> "Event":
+        """A routine event (``worker`` timeline unless ``category`` is set)."""
+        return cls(reason, message, EventType.NORMAL, category, detail)
+
+    @classmethod
+    def warning(
+        cls, reason: str, message: str = "", *, category: str = "", detail: Optional[JsonObject] = None
+    ) -> "Event":
+        """An event needing attention (``worker`` timeline unless
+        ``category`` is set)."""
+        return cls(reason, message, EventType.WARNING, category, detail)
 
 
 @dataclass(frozen=True)
