@@ -58,6 +58,20 @@ async fn apply_many(client: &Client, prefix: &str, n: usize) -> anyhow::Result<(
     Ok(())
 }
 
+/// A server with the noop kind, uncapped (the manifest's cap of 5 would
+/// make the run about the cap).
+async fn uncapped_noop_server() -> anyhow::Result<(TestServer, Client)> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
+    let uncapped = KindConfig {
+        max_inflight: 0,
+        ..Default::default()
+    };
+    update_noop_config(&client, uncapped, "max_inflight").await?;
+    Ok((server, client))
+}
+
 /// Sets the field `path` of the noop kind's config to its value in `config`.
 async fn update_noop_config(client: &Client, config: KindConfig, path: &str) -> anyhow::Result<()> {
     client
@@ -91,14 +105,7 @@ async fn ten_thousand_noop_resources_reach_ready_each_generation_worked_once() -
     const N: usize = 10_000;
     let scratch = tempfile::tempdir()?;
     let record = scratch.path().join("worked.log");
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
-    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
-    let uncapped = KindConfig {
-        max_inflight: 0,
-        ..Default::default()
-    };
-    update_noop_config(&client, uncapped, "max_inflight").await?;
+    let (server, client) = uncapped_noop_server().await?;
     let mut worker = noop_worker(&server.address(), 64, 0, &record)?;
     apply_many(&client, "n", N).await?;
     let pool = server.database().pool().clone();
@@ -126,14 +133,7 @@ async fn ten_thousand_noop_resources_reach_ready_each_generation_worked_once() -
 async fn resyncs_of_a_thousand_resources_at_the_shortest_interval_are_spread_over_it() -> anyhow::Result<()> {
     const N: usize = 1_000;
     let scratch = tempfile::tempdir()?;
-    let server = TestServer::start().await?;
-    let client = server.client().await?;
-    apply_manifest(&client, work_manifest("noop", 1, None)).await?;
-    let uncapped = KindConfig {
-        max_inflight: 0,
-        ..Default::default()
-    };
-    update_noop_config(&client, uncapped, "max_inflight").await?;
+    let (server, client) = uncapped_noop_server().await?;
     let mut worker = noop_worker(&server.address(), 64, 0, &scratch.path().join("worked.log"))?;
     apply_many(&client, "s", N).await?;
     let pool = server.database().pool().clone();

@@ -526,15 +526,20 @@ mod tests {
         assert_eq!(converge_proto::json::number_to_json(1e300), json!(1e300));
     }
 
-    #[test]
-    fn non_object_status_is_a_terminal_failure() {
-        let fence = Fence {
+    /// The fence of a work task.
+    fn work_fence() -> Fence {
+        Fence {
             lease_token: "l".into(),
             claim_epoch: 1,
             stage: pb::Stage::Work as i32,
             generation: 2,
             manifest_version: 3,
-        };
+        }
+    }
+
+    #[test]
+    fn non_object_status_is_a_terminal_failure() {
+        let fence = work_fence();
         let complete = fence.complete(Ok(Outcome::new().with_status(json!(5))));
         let error = complete.error.unwrap();
         assert!(error.terminal);
@@ -550,11 +555,8 @@ mod tests {
     #[test]
     fn compose_always_sends_a_compose_result() {
         let mut fence = Fence {
-            lease_token: "l".into(),
-            claim_epoch: 1,
             stage: pb::Stage::Compose as i32,
-            generation: 2,
-            manifest_version: 3,
+            ..work_fence()
         };
         assert!(fence.complete(Ok(Outcome::new())).compose_result.is_some());
         fence.stage = pb::Stage::Work as i32;
@@ -563,13 +565,7 @@ mod tests {
 
     #[test]
     fn events_and_liveness_travel_with_successes_and_failures() {
-        let fence = Fence {
-            lease_token: "l".into(),
-            claim_epoch: 1,
-            stage: pb::Stage::Work as i32,
-            generation: 2,
-            manifest_version: 3,
-        };
+        let fence = work_fence();
         let outcome = Outcome::new()
             .with_condition(
                 Condition::new("Reachable", ConditionStatus::True).with_liveness(Duration::from_millis(2500)),
