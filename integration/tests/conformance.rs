@@ -300,7 +300,7 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 15] = [
+const SCENARIOS: [(&str, Scenario); 16] = [
     ("ready", |s| Box::pin(ready(s))),
     ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
@@ -315,6 +315,7 @@ const SCENARIOS: [(&str, Scenario); 15] = [
     ("teardown-order", |s| Box::pin(teardown_order(s))),
     ("bounded-concurrency", |s| Box::pin(bounded_concurrency(s))),
     ("reconnect", |s| Box::pin(reconnect(s))),
+    ("worker-killed", |s| Box::pin(worker_killed(s))),
     ("graceful-drain", |s| Box::pin(graceful_drain(s))),
 ];
 
@@ -649,6 +650,27 @@ async fn reconnect(s: &mut Suite) -> anyhow::Result<()> {
     anyhow::ensure!(status["attempt"] == 1, "the task ran again after the restart: {status}");
     let starts = s.lines("start", &name).len();
     anyhow::ensure!(starts == 1, "{starts} starts");
+    Ok(())
+}
+
+async fn worker_killed(s: &mut Suite) -> anyhow::Result<()> {
+    let name = s.name("killed");
+    s.apply(&name, json!({"sleepMs": 3000})).await?;
+    eventually(Duration::from_secs(20), || async {
+        Ok((!s.lines("start", &name).is_empty()).then_some(()))
+    })
+    .await?;
+    // SIGKILL mid-task: no drain, no result. A new worker process gets the
+    // task again and nothing is lost.
+    s.worker.kill().await?;
+    s.worker = spawn_worker(&mut s.command, s.scratch.path())?;
+    let status = status_json(&s.ready("conf-leaf", &name).await?);
+    let starts = s.lines("start", &name).len();
+    anyhow::ensure!(
+        starts == 2,
+        "{starts} starts: the killed worker's task should run once more"
+    );
+    anyhow::ensure!(status["attempt"].as_i64() >= Some(2), "status {status}");
     Ok(())
 }
 

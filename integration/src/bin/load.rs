@@ -138,6 +138,13 @@ struct Args {
     /// profile of the server written to this file (`perf report -i FILE`).
     #[arg(long)]
     profile: Option<PathBuf>,
+    /// Flat mode: run this command (split on whitespace, no shell) as the
+    /// worker processes instead of converge-noop-worker, e.g. another
+    /// language's noop worker. It gets the broker address in
+    /// CONVERGE_BROKER_ADDR and BROKER_ADDR and the parallelism in
+    /// WORKER_MAX_PARALLEL, and must serve `noop` v1.
+    #[arg(long)]
+    worker_command: Option<String>,
 }
 
 /// Processes started for the run; killed when dropped.
@@ -259,8 +266,23 @@ async fn main() -> anyhow::Result<()> {
             ("converge-demo-worker", args.trees)
         }
     };
+    let external: Option<Vec<&str>> = match (&args.worker_command, args.mode) {
+        (Some(command), Mode::Flat) => Some(command.split_whitespace().collect()),
+        (Some(_), Mode::Bom) => anyhow::bail!("--worker-command serves the flat mode's noop kind only"),
+        (None, _) => None,
+    };
     for _ in 0..args.workers {
-        let child = Command::new(bin_dir.join(worker_bin))
+        let mut command = match external.as_deref() {
+            Some([program, rest @ ..]) => {
+                let mut command = Command::new(program);
+                command.args(rest);
+                command
+            }
+            Some([]) => anyhow::bail!("--worker-command is empty"),
+            None => Command::new(bin_dir.join(worker_bin)),
+        };
+        let child = command
+            .env("CONVERGE_BROKER_ADDR", &address)
             .env("BROKER_ADDR", &address)
             .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
             .env(
@@ -274,7 +296,10 @@ async fn main() -> anyhow::Result<()> {
             .stdout(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("starting {worker_bin} (build it with --bin {worker_bin})"))?;
+            .with_context(|| match &args.worker_command {
+                Some(command) => format!("starting {command:?}"),
+                None => format!("starting {worker_bin} (build it with --bin {worker_bin})"),
+            })?;
         fleet.workers.push(child);
     }
 
@@ -410,6 +435,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let worker_usage = worker_usage(&fleet.workers);
     let throughput = total as f64 / ready_secs;
     let resources = match args.mode {
         Mode::Flat => total,
@@ -444,6 +470,9 @@ async fn main() -> anyhow::Result<()> {
         "deliveries": deliveries,
         "operations": operations,
         "resync": resync,
+        "worker_command": args.worker_command,
+        "worker_cpu_secs": worker_usage.cpu_secs,
+        "worker_rss_peak_mb": worker_usage.rss_peak_mb,
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -459,6 +488,12 @@ async fn main() -> anyhow::Result<()> {
         peak_queue.load(Ordering::Relaxed),
         peak_rss.load(Ordering::Relaxed) as f64 / 1048576.0,
         rss_end.map_or_else(|| "n/a".to_owned(), |b| format!("{:.0} MB", b as f64 / 1048576.0))
+    );
+    println!(
+        "workers: {:.1} s of CPU, peak RSS {:.0} MB (summed over {} processes)",
+        worker_usage.cpu_secs,
+        worker_usage.rss_peak_mb,
+        fleet.workers.len()
     );
     if let Some(c) = ceiling {
         println!(
@@ -817,6 +852,44 @@ async fn latency_percentiles(pool: &PgPool, mode: Mode) -> anyhow::Result<(f64, 
     .fetch_one(pool)
     .await?;
     Ok((row.0.unwrap_or(0.0), row.1.unwrap_or(0.0), row.2.unwrap_or(0.0)))
+}
+
+/// CPU time and peak memory of the worker processes, summed.
+struct WorkerUsage {
+    cpu_secs: f64,
+    rss_peak_mb: f64,
+}
+
+/// Reads the workers' user + system CPU time (/proc/<pid>/stat, in clock
+/// ticks of 1/100 s on Linux) and peak RSS (VmHWM) while they still run.
+fn worker_usage(workers: &[Child]) -> WorkerUsage {
+    let mut usage = WorkerUsage {
+        cpu_secs: 0.0,
+        rss_peak_mb: 0.0,
+    };
+    for pid in workers.iter().filter_map(Child::id) {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // Fields after the parenthesised command name; utime and stime
+            // are fields 14 and 15 of the whole line.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let ticks: f64 = [11, 12]
+                .iter()
+                .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<f64>().ok()))
+                .sum();
+            usage.cpu_secs += ticks / 100.0;
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let kb: f64 = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            usage.rss_peak_mb += kb / 1024.0;
+        }
+    }
+    usage
 }
 
 /// Resident set size of a process, from /proc.
