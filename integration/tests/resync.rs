@@ -7,6 +7,8 @@
 mod common;
 
 use std::path::Path;
+
+use anyhow::Context as _;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, apply_ok, find, wait_phase};
@@ -22,7 +24,8 @@ use tokio::process::Child;
 
 /// Records `<name> <stage> <trigger> <generation>` per task in
 /// `$RECORD_DIR/runs`; composes one child `<name>-child`; works healthy
-/// unless `$RECORD_DIR/unhealthy-<name>` exists.
+/// unless `$RECORD_DIR/unhealthy-<name>` exists; rolls up as healthy when
+/// every descendant is, naming those that are not.
 const PROGRAM: &str = r#"#!/usr/bin/env python3
 import json, os, sys
 doc = json.load(sys.stdin)
@@ -33,6 +36,12 @@ with open(os.path.join(d, "runs"), "a") as f:
 if doc["stage"] == "compose":
     print(json.dumps({"children": [{"kind": "leaf", "kind_version": 1, "name": res["name"] + "-child", "spec": {}}],
                       "status": {"composed": doc["generation"]}}))
+elif doc["stage"] == "rollup":
+    down = [r["kind"] + "/" + r["name"] for r in doc["input"]["descendants"] if not r["healthy"]]
+    print(json.dumps({"status": {"notReady": down}, "healthy": not down,
+                      "conditions": [{"type": "Ready", "status": "False" if down else "True",
+                                      "reason": "ChildrenNotReady" if down else "ChildrenReady",
+                                      "message": ", ".join(down)}]}))
 elif doc["stage"] == "work":
     healthy = not os.path.exists(os.path.join(d, "unhealthy-" + res["name"]))
     print(json.dumps({"status": {"seen": doc["generation"]}, "healthy": healthy,
@@ -194,6 +203,59 @@ async fn a_recomposing_resync_brings_back_a_child_deleted_out_of_band() -> anyho
         .await?
         .ok_or_else(|| anyhow::anyhow!("root gone"))?;
     assert_eq!(root.generation, 1, "no generation bump");
+    process.kill().await?;
+    server.shutdown().await
+}
+
+#[tokio::test]
+async fn drift_found_by_a_childs_resync_demotes_its_root_and_health_restores_both() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    let leaf = reaction("work", Trigger::SpecChange, &[Emit::Status, Emit::Conditions]);
+    let policy = KindPolicy {
+        resync_interval_secs: 5,
+        ..Default::default()
+    };
+    apply_manifest(&client, manifest("leaf", vec![leaf], policy)).await?;
+    let compose = reaction("compose", Trigger::SpecChange, &[Emit::Children, Emit::Status]);
+    let rollup = reaction("rollup", Trigger::ChildrenSettled, &[Emit::Status, Emit::Conditions]);
+    apply_manifest(&client, manifest("tier", vec![compose, rollup], KindPolicy::default())).await?;
+    let scratch = tempfile::tempdir()?;
+    let dir = scratch.path();
+    let mut process = worker(&server.address(), dir, &["tier", "leaf"])?;
+    apply_ok(&client, apply("tier", "s2", json!({}))).await?;
+    wait_phase(&client, "leaf", "s2-child", Phase::Ready)
+        .await
+        .context("child ready")?;
+    wait_phase(&client, "tier", "s2", Phase::Ready)
+        .await
+        .context("root ready")?;
+
+    // The world changes behind the child's back: its next resync reports
+    // it, within about one interval, and the health change runs the root's
+    // rollup again (the cascade), which names the child.
+    std::fs::write(dir.join("unhealthy-s2-child"), "")?;
+    let child = wait_phase(&client, "leaf", "s2-child", Phase::Degraded)
+        .await
+        .context("child degraded")?;
+    let root = wait_phase(&client, "tier", "s2", Phase::Degraded)
+        .await
+        .context("root degraded")?;
+    assert_eq!((child.generation, root.generation), (1, 1), "no generation bump");
+    let ready = root
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "Ready")
+        .ok_or_else(|| anyhow::anyhow!("no Ready condition on the root"))?;
+    assert!(
+        ready.message.contains("s2-child"),
+        "the root names the child: {ready:?}"
+    );
+
+    std::fs::remove_file(dir.join("unhealthy-s2-child"))?;
+    wait_phase(&client, "leaf", "s2-child", Phase::Ready).await?;
+    let root = wait_phase(&client, "tier", "s2", Phase::Ready).await?;
+    assert_eq!(root.generation, 1);
     process.kill().await?;
     server.shutdown().await
 }
