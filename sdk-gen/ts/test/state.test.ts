@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { create } from "@bufbuild/protobuf";
 
 import { StageCompleteSchema } from "../src/gen/converge/worker/v1/worker_pb.js";
-import { type ProviderConfig, WorkerConfigError, defineProvider } from "../src/worker/index.js";
+import { DEFAULT_AGENT, type ProviderConfig, SDK_VERSION, WorkerConfigError, defineProvider } from "../src/worker/index.js";
 import { Worker } from "../src/worker/index.js";
 import { providersOf, settingsOf } from "../src/worker/options.js";
 import { baseUrlOf } from "../src/worker/transport.js";
@@ -128,5 +129,12 @@ describe("worker options", () => {
     assert.throws(() => baseUrlOf("http://broker:80", { ca: "pem" }), /plaintext/);
     assert.throws(() => baseUrlOf("ftp://broker", undefined), /scheme must be http or https/);
     assert.throws(() => new Worker({ providers: [provider] }), /no broker address or transport/);
+  });
+
+  it("sends the package version in the default agent", () => {
+    // Compiled to dist-test/test/, two levels below package.json.
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    assert.equal(SDK_VERSION, pkg.version);
+    assert.equal(DEFAULT_AGENT, `converge-sdk-ts/${pkg.version}`);
   });
 });

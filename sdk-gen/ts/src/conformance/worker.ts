@@ -7,7 +7,7 @@
 
 import { closeSync, openSync, writeSync } from "node:fs";
 
-import { DrainIncompleteError, Worker, type WorkerOptions, stderrLogger } from "../worker/index.js";
+import { DrainIncompleteError, SDK_VERSION, Worker, type WorkerOptions, stderrLogger } from "../worker/index.js";
 import { type ConformanceLog, conformanceProviders } from "./providers.js";
 
 class ConfigError extends Error {}
@@ -53,7 +53,7 @@ function options(log: ConformanceLog): WorkerOptions {
     maxParallel,
     drainTimeoutMs,
     ...(heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs }),
-    agent: "converge-sdk-ts-conformance/0.0.0",
+    agent: `converge-sdk-ts-conformance/${SDK_VERSION}`,
     logger: stderrLogger("info"),
   };
 }

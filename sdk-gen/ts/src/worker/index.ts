@@ -15,6 +15,7 @@ export {
   DEFAULT_READINESS_POLL_INTERVAL_MS,
   DEFAULT_RESULT_BUFFER_CAPACITY,
   DEFAULT_RPC_TIMEOUT_MS,
+  SDK_VERSION,
   type TlsOptions,
   type WorkerOptions,
 } from "./options.js";

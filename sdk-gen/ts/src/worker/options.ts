@@ -27,8 +27,10 @@ export const DEFAULT_RESULT_BUFFER_CAPACITY = 1024;
 export const DEFAULT_HEALTHY_SESSION_MS = 10_000;
 /** Default bound on a unary call and on opening the stream. */
 export const DEFAULT_RPC_TIMEOUT_MS = 10_000;
+/** The version of this package (package.json), shared by the converge SDKs of every language. */
+export const SDK_VERSION = "0.1.0";
 /** The `agent` sent in Subscribe unless overridden. */
-export const DEFAULT_AGENT = "converge-sdk-ts/0.0.0";
+export const DEFAULT_AGENT = `converge-sdk-ts/${SDK_VERSION}`;
 
 /**
  * TLS material for the broker connection (PEM). Plumbed to Node's HTTP/2
