@@ -215,7 +215,10 @@ impl Session {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 },
                 _ = tokio::time::sleep(pause) => {}
-                _ = closing.changed() => {}
+                // The sender goes only with the process's background tasks.
+                changed = closing.changed() => if changed.is_err() {
+                    break;
+                },
                 _ = self.out.closed() => break,
             }
         }
