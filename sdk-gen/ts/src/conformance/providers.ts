@@ -6,7 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import {
   type ChildSpec,
   type Condition,
-  type Event,
+  type WorkerEvent,
   type DepEdge,
   type JsonObject,
   type JsonValue,
@@ -19,11 +19,11 @@ import {
 } from "../worker/index.js";
 
 /** The events a conf-leaf spec asks the worker to report (`spec.events`). */
-function askedEvents(value: JsonValue | undefined): Event[] {
+function askedEvents(value: JsonValue | undefined): WorkerEvent[] {
   if (!Array.isArray(value)) {
     return [];
   }
-  return value.flatMap((item): Event[] => {
+  return value.flatMap((item): WorkerEvent[] => {
     if (item === null || typeof item !== "object" || Array.isArray(item)) {
       return [];
     }

@@ -14,7 +14,7 @@ import type {
   Condition,
   ConditionStatus,
   DepEdge,
-  Event,
+  WorkerEvent,
   JsonObject,
   KindVersion,
   ProviderConfig,
@@ -245,7 +245,7 @@ export interface TaskFailure {
   terminal: boolean;
   reason: string;
   /** Events reported with the failure. */
-  events: readonly Event[];
+  events: readonly WorkerEvent[];
 }
 
 /**
@@ -335,7 +335,7 @@ function conditionToProto(c: Condition, index: number): pb.Condition {
  * other than Normal or Warning, or a detail that is not a JSON object, makes
  * the outcome invalid.
  */
-function eventToProto(event: Event, index: number): pb.WorkerEvent {
+function eventToProto(event: WorkerEvent, index: number): pb.WorkerEvent {
   const type: unknown = event.type ?? "Normal";
   if (type !== "Normal" && type !== "Warning") {
     throw new NotAnObject(`events[${index}].type must be "Normal" or "Warning", got ${describe(type)}`);
@@ -349,7 +349,7 @@ function eventToProto(event: Event, index: number): pb.WorkerEvent {
  * The protobuf form of an event, leaving its detail out. Anything but
  * `Warning` is sent as Normal (a success checks the type first).
  */
-function eventWithoutDetail(event: Event): pb.WorkerEvent {
+function eventWithoutDetail(event: WorkerEvent): pb.WorkerEvent {
   return create(pb.WorkerEventSchema, {
     category: event.category ?? "",
     type: event.type === "Warning" ? pb.EventType.WARNING : pb.EventType.NORMAL,
@@ -362,7 +362,7 @@ function eventWithoutDetail(event: Event): pb.WorkerEvent {
  * The events of a failure. They travel even when part of them cannot: a
  * detail that cannot be sent as a JSON object is dropped, the event kept.
  */
-function failureEventsToProto(events: readonly Event[]): pb.WorkerEvent[] {
+function failureEventsToProto(events: readonly WorkerEvent[]): pb.WorkerEvent[] {
   return events.map((event, index) => {
     const wire = eventWithoutDetail(event);
     try {

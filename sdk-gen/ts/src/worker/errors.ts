@@ -1,7 +1,7 @@
 // The errors a handler throws to fail its task, and the errors the worker
 // itself reports.
 
-import { type Event, type KindVersion, formatKindVersion } from "./types.js";
+import { type WorkerEvent, type KindVersion, formatKindVersion } from "./types.js";
 
 /**
  * The reason of a failure caused by the task deadline. The runtime reports it
@@ -21,7 +21,7 @@ export interface HandlerErrorOptions {
    * the failure. A detail that is not a JSON object is dropped (the event is
    * still sent): the failure matters more than its detail.
    */
-  events?: readonly Event[];
+  events?: readonly WorkerEvent[];
 }
 
 /**
@@ -35,7 +35,7 @@ export abstract class HandlerError extends Error {
   /** UpperCamelCase reason; empty = a server default. */
   readonly reason: string;
   /** The events reported with the failure. */
-  readonly events: readonly Event[];
+  readonly events: readonly WorkerEvent[];
 
   constructor(message: string, options: HandlerErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });

@@ -40,7 +40,7 @@ export {
   type Condition,
   type ConditionStatus,
   type DepEdge,
-  type Event,
+  type WorkerEvent,
   type EventType,
   type JsonObject,
   type JsonValue,

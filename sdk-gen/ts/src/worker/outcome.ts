@@ -1,6 +1,6 @@
 // What a handler returns on success.
 
-import type { ChildSpec, Condition, DepEdge, Event, JsonObject, ProviderConfigSpec } from "./types.js";
+import type { ChildSpec, Condition, DepEdge, WorkerEvent, JsonObject, ProviderConfigSpec } from "./types.js";
 
 /**
  * The result of a successful handler run. Every part is optional; only the
@@ -45,5 +45,5 @@ export interface Outcome {
    * reaction declares in `emits`. An event the server refuses fails the task
    * with reason `EventInvalid`, and none of the outcome's events is recorded.
    */
-  events?: Event[];
+  events?: WorkerEvent[];
 }

@@ -66,7 +66,7 @@ export interface Condition {
   livenessMs?: number;
 }
 
-/** Severity of a reported {@link Event}. */
+/** Severity of a reported {@link WorkerEvent}. */
 export type EventType = "Normal" | "Warning";
 
 /**
@@ -74,9 +74,10 @@ export type EventType = "Normal" | "Warning";
  * server's own events. Consecutive events of one category with the same type
  * and reason aggregate into one run (count, first and last time). Report them
  * with `Outcome.events` or, for what a handler did before it failed, the
- * `events` option of a `TerminalError` or `TransientError`.
+ * `events` option of a `TerminalError` or `TransientError`. (Named after the
+ * contract's message, and so that it does not shadow the global `Event`.)
  */
-export interface Event {
+export interface WorkerEvent {
   /**
    * Timeline: lower case letters, digits and `-`, starting with a letter, at
    * most 63 characters; empty or absent = `worker`. The server's own
