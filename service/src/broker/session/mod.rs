@@ -223,6 +223,8 @@ impl Session {
             }
         }
         self.flush().await;
+        self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         if *closing.borrow() {
             // This process is going away: the worker reconnects (to another
             // pod, or to this one restarted) and resumes its leases there,
@@ -234,12 +236,8 @@ impl Session {
                     "this converge process is shutting down; reconnect and resume the leases",
                 )))
                 .await;
-            self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
-            self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
             return;
         }
-        self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
-        self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
         if let Err(e) = leases::release(&pool, Leased::Tasks, &self.broker.member_id, &tokens).await {
             tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
