@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, spawn_worker};
+use common::{apply, apply_manifest, apply_ok, get, spawn_worker};
 use converge_integration::kinds::{Cells, Run, Stacks, cell_manifest, layered, stack, stack_manifest};
 use converge_integration::{TestServer, eventually};
-use converge_proto::v1::{ConditionStatus, GetResourceRequest, ListResourcesRequest, Phase, Resource, ResourceRef};
+use converge_proto::v1::{ConditionStatus, ListResourcesRequest, Phase, Resource, ResourceRef};
 use converge_sdk::Client;
 use converge_sdk::worker::Worker;
 use serde_json::{Value, json};
@@ -50,19 +50,6 @@ async fn fixture(cell_delay: Duration) -> anyhow::Result<Fixture> {
         stacks,
         _worker: worker,
     })
-}
-
-async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Resource> {
-    client
-        .resources()
-        .get_resource(GetResourceRequest {
-            kind: kind.into(),
-            name: name.into(),
-        })
-        .await?
-        .into_inner()
-        .resource
-        .ok_or_else(|| anyhow::anyhow!("no resource"))
 }
 
 async fn wait_phase(

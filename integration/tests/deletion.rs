@@ -14,15 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, count, expect_error, spawn_worker};
+use common::{apply, apply_manifest, apply_ok, count, expect_error, find, get, spawn_worker};
 use converge_integration::processes::{
     connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
 };
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    ConditionStatus, DeleteResourceRequest, Emit, GetResourceRequest, KindManifest, KindPolicy,
-    ListResourceEventsRequest, Phase, QuarantineResourceRequest, Reaction, ReconcileResourceRequest, Resource, Trigger,
-    UnquarantineResourceRequest,
+    ConditionStatus, DeleteResourceRequest, Emit, KindManifest, KindPolicy, ListResourceEventsRequest, Phase,
+    QuarantineResourceRequest, Reaction, ReconcileResourceRequest, Resource, Trigger, UnquarantineResourceRequest,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -306,27 +305,6 @@ fn stack(cells: &[&str], edges: &[(&str, &str)]) -> Value {
         "cells": cells,
         "edges": edges.iter().map(|(from, to)| json!([from, to])).collect::<Vec<_>>(),
     })
-}
-
-async fn find(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<Resource>> {
-    match client
-        .resources()
-        .get_resource(GetResourceRequest {
-            kind: kind.into(),
-            name: name.into(),
-        })
-        .await
-    {
-        Ok(response) => Ok(response.into_inner().resource),
-        Err(status) if status.code() == Code::NotFound => Ok(None),
-        Err(status) => Err(status.into()),
-    }
-}
-
-async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Resource> {
-    find(client, kind, name)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("{kind}/{name} does not exist"))
 }
 
 async fn wait_for<T, F>(

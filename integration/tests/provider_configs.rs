@@ -10,12 +10,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, object, spawn_worker, work_manifest};
+use common::{apply, apply_manifest, apply_ok, expect_error, fields, get, json, object, spawn_worker, work_manifest};
 use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, DeleteKindManifestRequest, DeleteProviderConfigRequest, DeleteResourceRequest, Emit,
-    GetProviderConfigRequest, GetResourceRequest, KindManifest, ListProviderConfigsRequest, ListResourceEventsRequest,
+    GetProviderConfigRequest, KindManifest, ListProviderConfigsRequest, ListResourceEventsRequest,
     ListResourcesRequest, Phase, ProviderConfig, Reaction, Resource, ResourceRef, Trigger,
 };
 use converge_sdk::Client;
@@ -55,19 +55,6 @@ async fn put(client: &Client, config: ProviderConfig) -> anyhow::Result<Provider
         .into_inner()
         .provider_config
         .ok_or_else(|| anyhow::anyhow!("no config in the response"))
-}
-
-async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Resource> {
-    client
-        .resources()
-        .get_resource(GetResourceRequest {
-            kind: kind.into(),
-            name: name.into(),
-        })
-        .await?
-        .into_inner()
-        .resource
-        .ok_or_else(|| anyhow::anyhow!("no resource"))
 }
 
 /// A kind whose configs must name a region (and may name an account).

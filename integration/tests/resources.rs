@@ -6,11 +6,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, expect_error, fields, json, resource_of, work_manifest};
+use common::{apply, apply_manifest, apply_ok, expect_error, fields, get, json, resource_of, work_manifest};
 use converge_integration::TestServer;
 use converge_proto::v1::{
     ApplyResourceRequest, BatchApplyResourcesRequest, ConditionStatus, CreateResourceRequest, DeleteResourceRequest,
-    EventType, GetResourceRequest, ListResourceEventsRequest, ListResourcesRequest, Phase, Resource,
+    EventType, GetResourceRequest, ListResourceEventsRequest, ListResourcesRequest, Phase,
 };
 use converge_sdk::Client;
 use serde_json::json;
@@ -43,19 +43,6 @@ async fn server_with_kinds() -> anyhow::Result<(TestServer, Client)> {
     });
     apply_manifest(&client, finalized).await?;
     Ok((server, client))
-}
-
-async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Resource> {
-    client
-        .resources()
-        .get_resource(GetResourceRequest {
-            kind: kind.into(),
-            name: name.into(),
-        })
-        .await?
-        .into_inner()
-        .resource
-        .ok_or_else(|| anyhow::anyhow!("no resource"))
 }
 
 #[tokio::test]

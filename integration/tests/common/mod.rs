@@ -91,6 +91,13 @@ pub async fn find(client: &Client, kind: &str, name: &str) -> anyhow::Result<Opt
     }
 }
 
+/// The resource `kind`/`name`, which must exist.
+pub async fn get(client: &Client, kind: &str, name: &str) -> anyhow::Result<Resource> {
+    find(client, kind, name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{kind}/{name} does not exist"))
+}
+
 /// Waits up to 30 s for `kind`/`name` to reach `phase`.
 pub async fn wait_phase(client: &Client, kind: &str, name: &str, phase: Phase) -> anyhow::Result<Resource> {
     converge_integration::eventually(Duration::from_secs(30), || async {
