@@ -228,3 +228,130 @@ async fn methods_the_docs_call_unimplemented_are() -> anyhow::Result<()> {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     server.shutdown().await
 }
+
+/// One field of the contract as written: its message, name, leading comment
+/// and the options in its brackets.
+struct ProtoField {
+    at: String,
+    name: String,
+    comment: String,
+    options: String,
+}
+
+/// The fields of every message in `proto/converge`, read from the source
+/// (the comments are the contract's prose; the generated descriptors drop
+/// the options they would be compared with).
+fn contract_fields() -> Vec<ProtoField> {
+    let mut fields = Vec::new();
+    for path in sources(&[".proto"]) {
+        if !path.components().any(|c| c.as_os_str() == "converge") || path.starts_with(repo().join("sdk-gen")) {
+            continue;
+        }
+        let text = read(&path);
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Block kinds (message, enum, oneof, service) from the outside in.
+        let mut blocks: Vec<(String, String)> = Vec::new();
+        let mut comment = String::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            let line = line.trim();
+            if let Some(text) = line.strip_prefix("//") {
+                comment.push_str(text.trim());
+                comment.push(' ');
+                continue;
+            }
+            if let Some(head) = line.strip_suffix('{') {
+                let mut words = head.split_whitespace();
+                let kind = words.next().unwrap_or_default().to_owned();
+                blocks.push((kind, words.next().unwrap_or_default().to_owned()));
+            } else if line == "}" {
+                blocks.pop();
+            } else if blocks
+                .last()
+                .is_some_and(|(kind, _)| kind == "message" || kind == "oneof")
+                && line.contains(" = ")
+                && !line.starts_with("option ")
+            {
+                let mut declaration = line.to_owned();
+                while !declaration.ends_with(';') {
+                    let Some(next) = lines.next() else { break };
+                    declaration.push(' ');
+                    declaration.push_str(next.trim());
+                }
+                let (head, options) = declaration.split_once('[').unwrap_or((&declaration, ""));
+                let name = head.split(" = ").next().unwrap_or_default().split_whitespace().last();
+                let path: Vec<&str> = blocks
+                    .iter()
+                    .filter(|(k, _)| k == "message")
+                    .map(|(_, n)| n.as_str())
+                    .collect();
+                fields.push(ProtoField {
+                    at: format!("{file}: {}", path.join(".")),
+                    name: name.unwrap_or_default().to_owned(),
+                    comment: comment.trim().to_owned(),
+                    options: options.to_owned(),
+                });
+            }
+            comment.clear();
+        }
+    }
+    fields
+}
+
+/// The contract's `google.api.field_behavior` and `field_info` annotations
+/// say what its comments say, so generated code, linters and readers agree:
+/// "Output only." ⇔ OUTPUT_ONLY, "Optional." ⇔ OPTIONAL, "Immutable" ⇔
+/// IMMUTABLE, a comment opening "Required" ⇒ REQUIRED (and REQUIRED only
+/// where the comment says required), and the lease tokens (random UUIDs)
+/// are UUID4.
+#[test]
+fn field_annotations_match_the_contract_comments() {
+    let fields = contract_fields();
+    assert!(
+        fields.len() > 200,
+        "the contract's fields were not found ({})",
+        fields.len()
+    );
+    let mut wrong = Vec::new();
+    for field in &fields {
+        let has = |behavior: &str| {
+            field
+                .options
+                .contains(&format!("(google.api.field_behavior) = {behavior}"))
+        };
+        let says = |word: &str| field.comment.starts_with(word);
+        let checks = [
+            ("OUTPUT_ONLY", says("Output only"), has("OUTPUT_ONLY")),
+            ("OPTIONAL", says("Optional"), has("OPTIONAL")),
+            ("IMMUTABLE", field.comment.contains("Immutable"), has("IMMUTABLE")),
+            (
+                "UUID4",
+                field.name == "lease_token",
+                field.options.contains("(google.api.field_info).format = UUID4"),
+            ),
+        ];
+        for (behavior, said, annotated) in checks {
+            if said != annotated {
+                wrong.push(format!(
+                    "{} {}: comment {said}, {behavior} {annotated}",
+                    field.at, field.name
+                ));
+            }
+        }
+        let required_said = field.comment.contains("Required") && !field.comment.contains("Required when");
+        if (says("Required") && !has("REQUIRED")) || (has("REQUIRED") && !required_said) {
+            wrong.push(format!(
+                "{} {}: REQUIRED does not match \"{}\"",
+                field.at, field.name, field.comment
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "annotations and comments disagree:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -260,10 +261,10 @@ var File_converge_v1_cluster_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_cluster_service_proto_rawDesc = "" +
 	"\n" +
-	"!converge/v1/cluster_service.proto\x12\vconverge.v1\x1a\x19converge/v1/cluster.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n" +
-	"\x19ListClusterMembersRequest\x12\x1d\n" +
+	"!converge/v1/cluster_service.proto\x12\vconverge.v1\x1a\x19converge/v1/cluster.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n" +
+	"\x19ListClusterMembersRequest\x12#\n" +
 	"\n" +
-	"ready_only\x18\x01 \x01(\bR\treadyOnly\"R\n" +
+	"ready_only\x18\x01 \x01(\bB\x04\xe2A\x01\x01R\treadyOnly\"R\n" +
 	"\x1aListClusterMembersResponse\x124\n" +
 	"\amembers\x18\x01 \x03(\v2\x1a.converge.v1.ClusterMemberR\amembers\"\x13\n" +
 	"\x11GetVersionRequest\"\x99\x02\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -705,14 +706,14 @@ var File_converge_v1_kind_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_proto_rawDesc = "" +
 	"\n" +
-	"\x16converge/v1/kind.proto\x12\vconverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n" +
-	"\bReaction\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\atrigger\x18\x02 \x01(\x0e2\x14.converge.v1.TriggerR\atrigger\x12'\n" +
-	"\x05emits\x18\x03 \x03(\x0e2\x11.converge.v1.EmitR\x05emits\x12\x12\n" +
+	"\x16converge/v1/kind.proto\x12\vconverge.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n" +
+	"\bReaction\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x124\n" +
+	"\atrigger\x18\x02 \x01(\x0e2\x14.converge.v1.TriggerB\x04\xe2A\x01\x02R\atrigger\x12-\n" +
+	"\x05emits\x18\x03 \x03(\x0e2\x11.converge.v1.EmitB\x04\xe2A\x01\x02R\x05emits\x12\x12\n" +
 	"\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n" +
-	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12:\n" +
-	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\x9e\x02\n" +
+	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12@\n" +
+	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\vinputSchema\"\x9e\x02\n" +
 	"\n" +
 	"KindPolicy\x12!\n" +
 	"\fmax_inflight\x18\x01 \x01(\x05R\vmaxInflight\x12,\n" +
@@ -720,24 +721,24 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x14resync_interval_secs\x18\x03 \x01(\x05R\x12resyncIntervalSecs\x12+\n" +
 	"\x11resync_recomposes\x18\x04 \x01(\bR\x10resyncRecomposes\x12*\n" +
 	"\x11orphan_grace_secs\x18\x05 \x01(\x05R\x0forphanGraceSecs\x124\n" +
-	"\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\"\xcf\x04\n" +
-	"\fKindManifest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\x128\n" +
-	"\vspec_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"specSchema\x12<\n" +
-	"\rstatus_schema\x18\x05 \x01(\v2\x17.google.protobuf.StructR\fstatusSchema\x12<\n" +
-	"\rconfig_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\fconfigSchema\x123\n" +
-	"\treactions\x18\a \x03(\v2\x15.converge.v1.ReactionR\treactions\x12%\n" +
-	"\x0efinalizer_name\x18\b \x01(\tR\rfinalizerName\x12/\n" +
-	"\x06policy\x18\t \x01(\v2\x17.converge.v1.KindPolicyR\x06policy\x12)\n" +
+	"\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\"\x97\x05\n" +
+	"\fKindManifest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12&\n" +
+	"\vdescription\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\vdescription\x12>\n" +
+	"\vspec_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\n" +
+	"specSchema\x12B\n" +
+	"\rstatus_schema\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\fstatusSchema\x12B\n" +
+	"\rconfig_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\fconfigSchema\x129\n" +
+	"\treactions\x18\a \x03(\v2\x15.converge.v1.ReactionB\x04\xe2A\x01\x02R\treactions\x12+\n" +
+	"\x0efinalizer_name\x18\b \x01(\tB\x04\xe2A\x01\x01R\rfinalizerName\x125\n" +
+	"\x06policy\x18\t \x01(\v2\x17.converge.v1.KindPolicyB\x04\xe2A\x01\x01R\x06policy\x12/\n" +
 	"\x10manifest_version\x18\n" +
-	" \x01(\x03R\x0fmanifestVersion\x12;\n" +
-	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xe7\x03\n" +
+	" \x01(\x03B\x04\xe2A\x01\x03R\x0fmanifestVersion\x12A\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\"\xed\x03\n" +
 	"\n" +
 	"KindConfig\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
@@ -748,9 +749,9 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x11resync_recomposes\x18\x06 \x01(\bR\x10resyncRecomposes\x12*\n" +
 	"\x11orphan_grace_secs\x18\a \x01(\x05R\x0forphanGraceSecs\x124\n" +
 	"\x16max_transient_attempts\x18\b \x01(\x05R\x14maxTransientAttempts\x12\x18\n" +
-	"\aretired\x18\t \x01(\bR\aretired\x12;\n" +
+	"\aretired\x18\t \x01(\bR\aretired\x12A\n" +
 	"\vupdate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\v \x01(\tR\x04etag\x12%\n" +
 	"\x0erevision_limit\x18\f \x01(\x05R\rrevisionLimit*\xb7\x01\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -715,49 +716,49 @@ var File_converge_v1_kind_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1econverge/v1/kind_service.proto\x12\vconverge.v1\x1a\x16converge/v1/kind.proto\x1a google/protobuf/field_mask.proto\"\x95\x01\n" +
-	"\x18ApplyKindManifestRequest\x125\n" +
-	"\bmanifest\x18\x01 \x01(\v2\x19.converge.v1.KindManifestR\bmanifest\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x1d\n" +
+	"\x1econverge/v1/kind_service.proto\x12\vconverge.v1\x1a\x16converge/v1/kind.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\"\xa7\x01\n" +
+	"\x18ApplyKindManifestRequest\x12;\n" +
+	"\bmanifest\x18\x01 \x01(\v2\x19.converge.v1.KindManifestB\x04\xe2A\x01\x02R\bmanifest\x12)\n" +
+	"\rvalidate_only\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\x8a\x01\n" +
+	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"\x8a\x01\n" +
 	"\x19ApplyKindManifestResponse\x125\n" +
 	"\bmanifest\x18\x01 \x01(\v2\x19.converge.v1.KindManifestR\bmanifest\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1c\n" +
-	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"O\n" +
-	"\x16GetKindManifestRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\"P\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"[\n" +
+	"\x16GetKindManifestRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\"P\n" +
 	"\x17GetKindManifestResponse\x125\n" +
-	"\bmanifest\x18\x01 \x01(\v2\x19.converge.v1.KindManifestR\bmanifest\"x\n" +
-	"\x18ListKindManifestsRequest\x12\x17\n" +
-	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\bmanifest\x18\x01 \x01(\v2\x19.converge.v1.KindManifestR\bmanifest\"\x8a\x01\n" +
+	"\x18ListKindManifestsRequest\x12\x1d\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12!\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageTokenB\a\n" +
+	"page_token\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\a\n" +
 	"\x05_kind\"|\n" +
 	"\x19ListKindManifestsResponse\x127\n" +
 	"\tmanifests\x18\x01 \x03(\v2\x19.converge.v1.KindManifestR\tmanifests\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x19DeleteKindManifestRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12#\n" +
-	"\rallow_missing\x18\x03 \x01(\bR\fallowMissing\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x01\n" +
+	"\x19DeleteKindManifestRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12)\n" +
+	"\rallow_missing\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fallowMissing\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\x1c\n" +
-	"\x1aDeleteKindManifestResponse\"M\n" +
-	"\x14GetKindConfigRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\"H\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"\x1c\n" +
+	"\x1aDeleteKindManifestResponse\"Y\n" +
+	"\x14GetKindConfigRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\"H\n" +
 	"\x15GetKindConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.converge.v1.KindConfigR\x06config\"\xcb\x01\n" +
-	"\x17UpdateKindConfigRequest\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.converge.v1.KindConfigR\x06config\x12;\n" +
-	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\x12#\n" +
-	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\x12\x1d\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.converge.v1.KindConfigR\x06config\"\xe3\x01\n" +
+	"\x17UpdateKindConfigRequest\x125\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.converge.v1.KindConfigB\x04\xe2A\x01\x02R\x06config\x12A\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskB\x04\xe2A\x01\x02R\n" +
+	"updateMask\x12)\n" +
+	"\rvalidate_only\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"K\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"K\n" +
 	"\x18UpdateKindConfigResponse\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.converge.v1.KindConfigR\x06config2\xd3\x04\n" +
 	"\vKindService\x12b\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -93,7 +94,8 @@ func (OperationState) EnumDescriptor() ([]byte, []int) {
 // independently of (and possibly concurrently with) reconciles.
 type Operation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Server-assigned UUID of the operation.
+	// Output only. Server-assigned UUID of the operation (time-ordered,
+	// version 7, like Resource.uid).
 	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Output only. The resource the verb was invoked on.
 	Resource *ResourceRef `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -274,24 +276,24 @@ var File_converge_v1_operation_proto protoreflect.FileDescriptor
 
 const file_converge_v1_operation_proto_rawDesc = "" +
 	"\n" +
-	"\x1bconverge/v1/operation.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf3\x04\n" +
-	"\tOperation\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\x124\n" +
-	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefR\bresource\x12!\n" +
-	"\fresource_uid\x18\x03 \x01(\tR\vresourceUid\x12\x12\n" +
-	"\x04verb\x18\x04 \x01(\tR\x04verb\x12-\n" +
-	"\x05input\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x05input\x12/\n" +
-	"\x06output\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06output\x121\n" +
-	"\x05state\x18\a \x01(\x0e2\x1b.converge.v1.OperationStateR\x05state\x12(\n" +
-	"\x05error\x18\b \x01(\v2\x12.google.rpc.StatusR\x05error\x12\x1a\n" +
-	"\battempts\x18\t \x01(\x05R\battempts\x12!\n" +
+	"\x1bconverge/v1/operation.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc7\x05\n" +
+	"\tOperation\x12\x16\n" +
+	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12:\n" +
+	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\bresource\x12'\n" +
+	"\fresource_uid\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\vresourceUid\x12\x18\n" +
+	"\x04verb\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\x04verb\x123\n" +
+	"\x05input\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x05input\x125\n" +
+	"\x06output\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x06output\x127\n" +
+	"\x05state\x18\a \x01(\x0e2\x1b.converge.v1.OperationStateB\x04\xe2A\x01\x03R\x05state\x12.\n" +
+	"\x05error\x18\b \x01(\v2\x12.google.rpc.StatusB\x04\xe2A\x01\x03R\x05error\x12 \n" +
+	"\battempts\x18\t \x01(\x05B\x04\xe2A\x01\x03R\battempts\x12'\n" +
 	"\frequested_by\x18\n" +
-	" \x01(\tR\vrequestedBy\x12;\n" +
-	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12?\n" +
-	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12%\n" +
-	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\x12F\n" +
-	"\x11next_attempt_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime*\xa6\x01\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\vrequestedBy\x12A\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12E\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x12+\n" +
+	"\x0epending_reason\x18\r \x01(\tB\x04\xe2A\x01\x03R\rpendingReason\x12L\n" +
+	"\x11next_attempt_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x0fnextAttemptTime*\xa6\x01\n" +
 	"\x0eOperationState\x12\x1f\n" +
 	"\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n" +

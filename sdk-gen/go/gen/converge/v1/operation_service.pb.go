@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -407,29 +408,29 @@ var File_converge_v1_operation_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_operation_service_proto_rawDesc = "" +
 	"\n" +
-	"#converge/v1/operation_service.proto\x12\vconverge.v1\x1a\x1bconverge/v1/operation.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc7\x01\n" +
-	"\x16InvokeOperationRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
-	"\x04verb\x18\x03 \x01(\tR\x04verb\x12-\n" +
-	"\x05input\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x05input\x12\x1d\n" +
+	"#converge/v1/operation_service.proto\x12\vconverge.v1\x1a\x1bconverge/v1/operation.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xeb\x01\n" +
+	"\x16InvokeOperationRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x18\n" +
+	"\x04verb\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x04verb\x123\n" +
+	"\x05input\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x05input\x12#\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnly\"O\n" +
+	"request_id\x18\x05 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
+	"\rvalidate_only\x18\x06 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\"O\n" +
 	"\x17InvokeOperationResponse\x124\n" +
-	"\toperation\x18\x01 \x01(\v2\x16.converge.v1.OperationR\toperation\"'\n" +
-	"\x13GetOperationRequest\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\"L\n" +
+	"\toperation\x18\x01 \x01(\v2\x16.converge.v1.OperationR\toperation\"-\n" +
+	"\x13GetOperationRequest\x12\x16\n" +
+	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x03uid\"L\n" +
 	"\x14GetOperationResponse\x124\n" +
-	"\toperation\x18\x01 \x01(\v2\x16.converge.v1.OperationR\toperation\"\xd0\x01\n" +
-	"\x15ListOperationsRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
-	"\x04verb\x18\x03 \x01(\tH\x00R\x04verb\x88\x01\x01\x121\n" +
-	"\x05state\x18\x04 \x01(\x0e2\x1b.converge.v1.OperationStateR\x05state\x12\x1b\n" +
-	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\toperation\x18\x01 \x01(\v2\x16.converge.v1.OperationR\toperation\"\xf4\x01\n" +
+	"\x15ListOperationsRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x1d\n" +
+	"\x04verb\x18\x03 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04verb\x88\x01\x01\x127\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x1b.converge.v1.OperationStateB\x04\xe2A\x01\x01R\x05state\x12!\n" +
+	"\tpage_size\x18\x05 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageTokenB\a\n" +
+	"page_token\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\a\n" +
 	"\x05_verb\"x\n" +
 	"\x16ListOperationsResponse\x126\n" +
 	"\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -169,19 +170,19 @@ var File_converge_v1_provider_config_proto protoreflect.FileDescriptor
 
 const file_converge_v1_provider_config_proto_rawDesc = "" +
 	"\n" +
-	"!converge/v1/provider_config.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x02\n" +
-	"\x0eProviderConfig\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x03 \x01(\x05R\vkindVersion\x12\x1d\n" +
+	"!converge/v1/provider_config.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x03\n" +
+	"\x0eProviderConfig\x12\x19\n" +
+	"\x04name\x18\x01 \x01(\tB\x05\xe2A\x02\x02\x05R\x04name\x12\x19\n" +
+	"\x04kind\x18\x02 \x01(\tB\x05\xe2A\x02\x02\x05R\x04kind\x12(\n" +
+	"\fkind_version\x18\x03 \x01(\x05B\x05\xe2A\x02\x02\x05R\vkindVersion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x04 \x01(\bR\tisDefault\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\x12.\n" +
-	"\x05owner\x18\a \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12;\n" +
-	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x18\n" +
+	"\x04data\x18\x06 \x01(\fB\x04\xe2A\x01\x01R\x04data\x124\n" +
+	"\x05owner\x18\a \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x05owner\x12A\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\n" +
 	" \x01(\tR\x04etagB\xa3\x01\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -498,40 +499,40 @@ var File_converge_v1_provider_config_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_provider_config_service_proto_rawDesc = "" +
 	"\n" +
-	")converge/v1/provider_config_service.proto\x12\vconverge.v1\x1a!converge/v1/provider_config.proto\x1a\x1aconverge/v1/resource.proto\"\xa6\x01\n" +
-	"\x1aApplyProviderConfigRequest\x12D\n" +
-	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x1d\n" +
+	")converge/v1/provider_config_service.proto\x12\vconverge.v1\x1a!converge/v1/provider_config.proto\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n" +
+	"\x1aApplyProviderConfigRequest\x12J\n" +
+	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigB\x04\xe2A\x01\x02R\x0eproviderConfig\x12)\n" +
+	"\rvalidate_only\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"}\n" +
+	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"}\n" +
 	"\x1bApplyProviderConfigResponse\x12D\n" +
 	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\".\n" +
-	"\x18GetProviderConfigRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"a\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"4\n" +
+	"\x18GetProviderConfigRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"a\n" +
 	"\x19GetProviderConfigResponse\x12D\n" +
-	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\x96\x02\n" +
-	"\x1aListProviderConfigsRequest\x12\x17\n" +
-	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n" +
-	"\fkind_version\x18\x02 \x01(\x05H\x01R\vkindVersion\x88\x01\x01\x12\"\n" +
+	"\x0fprovider_config\x18\x01 \x01(\v2\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\xba\x02\n" +
+	"\x1aListProviderConfigsRequest\x12\x1d\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x01H\x01R\vkindVersion\x88\x01\x01\x12(\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bH\x02R\tisDefault\x88\x01\x01\x12.\n" +
-	"\x05owner\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"is_default\x18\x03 \x01(\bB\x04\xe2A\x01\x01H\x02R\tisDefault\x88\x01\x01\x124\n" +
+	"\x05owner\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x05owner\x12!\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageTokenB\a\n" +
+	"page_token\x18\x05 \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\a\n" +
 	"\x05_kindB\x0f\n" +
 	"\r_kind_versionB\r\n" +
 	"\v_is_default\"\x8d\x01\n" +
 	"\x1bListProviderConfigsResponse\x12F\n" +
 	"\x10provider_configs\x18\x01 \x03(\v2\x1b.converge.v1.ProviderConfigR\x0fproviderConfigs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
-	"\x1bDeleteProviderConfigRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
-	"\rallow_missing\x18\x02 \x01(\bR\fallowMissing\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n" +
+	"\x1bDeleteProviderConfigRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12)\n" +
+	"\rallow_missing\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fallowMissing\x12#\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\x12\x17\n" +
-	"\x04etag\x18\x04 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
+	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12\x1d\n" +
+	"\x04etag\x18\x04 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"\x1e\n" +
 	"\x1cDeleteProviderConfigResponse2\xbc\x03\n" +
 	"\x15ProviderConfigService\x12h\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -276,29 +277,29 @@ var File_converge_v1_reactor_binding_proto protoreflect.FileDescriptor
 
 const file_converge_v1_reactor_binding_proto_rawDesc = "" +
 	"\n" +
-	"!converge/v1/reactor_binding.proto\x12\vconverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x05\n" +
-	"\x0eReactorBinding\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"!converge/v1/reactor_binding.proto\x12\vconverge.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x06\n" +
+	"\x0eReactorBinding\x12\x19\n" +
+	"\x04name\x18\x01 \x01(\tB\x05\xe2A\x02\x02\x05R\x04name\x12#\n" +
 	"\n" +
-	"watch_kind\x18\x02 \x01(\tR\twatchKind\x121\n" +
-	"\x12watch_kind_version\x18\x03 \x01(\x05H\x00R\x10watchKindVersion\x88\x01\x01\x127\n" +
+	"watch_kind\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\twatchKind\x127\n" +
+	"\x12watch_kind_version\x18\x03 \x01(\x05B\x04\xe2A\x01\x01H\x00R\x10watchKindVersion\x88\x01\x01\x12=\n" +
 	"\n" +
-	"transition\x18\x04 \x01(\x0e2\x17.converge.v1.TransitionR\n" +
-	"transition\x12L\n" +
-	"\vlabel_match\x18\x05 \x03(\v2+.converge.v1.ReactorBinding.LabelMatchEntryR\n" +
-	"labelMatch\x12\x18\n" +
-	"\areactor\x18\x06 \x01(\tR\areactor\x12,\n" +
-	"\x0freactor_version\x18\a \x01(\x05H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n" +
-	"\aenabled\x18\b \x01(\bH\x02R\aenabled\x88\x01\x01\x12;\n" +
-	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
+	"transition\x18\x04 \x01(\x0e2\x17.converge.v1.TransitionB\x04\xe2A\x01\x02R\n" +
+	"transition\x12R\n" +
+	"\vlabel_match\x18\x05 \x03(\v2+.converge.v1.ReactorBinding.LabelMatchEntryB\x04\xe2A\x01\x01R\n" +
+	"labelMatch\x12\x1e\n" +
+	"\areactor\x18\x06 \x01(\tB\x04\xe2A\x01\x02R\areactor\x122\n" +
+	"\x0freactor_version\x18\a \x01(\x05B\x04\xe2A\x01\x01H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n" +
+	"\aenabled\x18\b \x01(\bH\x02R\aenabled\x88\x01\x01\x12A\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
 	"\vupdate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x12\n" +
-	"\x04etag\x18\v \x01(\tR\x04etag\x12-\n" +
-	"\x12pending_deliveries\x18\f \x01(\x03R\x11pendingDeliveries\x12+\n" +
-	"\x11failed_deliveries\x18\r \x01(\x03R\x10failedDeliveries\x12!\n" +
-	"\flast_failure\x18\x0e \x01(\tR\vlastFailure\x1a=\n" +
+	"\x04etag\x18\v \x01(\tR\x04etag\x123\n" +
+	"\x12pending_deliveries\x18\f \x01(\x03B\x04\xe2A\x01\x03R\x11pendingDeliveries\x121\n" +
+	"\x11failed_deliveries\x18\r \x01(\x03B\x04\xe2A\x01\x03R\x10failedDeliveries\x12'\n" +
+	"\flast_failure\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\vlastFailure\x1a=\n" +
 	"\x0fLabelMatchEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x15\n" +

@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -480,38 +481,38 @@ var File_converge_v1_reactor_binding_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_reactor_binding_service_proto_rawDesc = "" +
 	"\n" +
-	")converge/v1/reactor_binding_service.proto\x12\vconverge.v1\x1a!converge/v1/reactor_binding.proto\"\xa6\x01\n" +
-	"\x1aApplyReactorBindingRequest\x12D\n" +
-	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x1d\n" +
+	")converge/v1/reactor_binding_service.proto\x12\vconverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n" +
+	"\x1aApplyReactorBindingRequest\x12J\n" +
+	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingB\x04\xe2A\x01\x02R\x0ereactorBinding\x12)\n" +
+	"\rvalidate_only\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"}\n" +
+	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"}\n" +
 	"\x1bApplyReactorBindingResponse\x12D\n" +
 	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\".\n" +
-	"\x18GetReactorBindingRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"a\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"4\n" +
+	"\x18GetReactorBindingRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"a\n" +
 	"\x19GetReactorBindingResponse\x12D\n" +
-	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xb6\x01\n" +
-	"\x1aListReactorBindingsRequest\x12\"\n" +
+	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xce\x01\n" +
+	"\x1aListReactorBindingsRequest\x12(\n" +
 	"\n" +
-	"watch_kind\x18\x01 \x01(\tH\x00R\twatchKind\x88\x01\x01\x12\x1d\n" +
-	"\areactor\x18\x02 \x01(\tH\x01R\areactor\x88\x01\x01\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"watch_kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\twatchKind\x88\x01\x01\x12#\n" +
+	"\areactor\x18\x02 \x01(\tB\x04\xe2A\x01\x01H\x01R\areactor\x88\x01\x01\x12!\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageTokenB\r\n" +
+	"page_token\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\r\n" +
 	"\v_watch_kindB\n" +
 	"\n" +
 	"\b_reactor\"\x8d\x01\n" +
 	"\x1bListReactorBindingsResponse\x12F\n" +
 	"\x10reactor_bindings\x18\x01 \x03(\v2\x1b.converge.v1.ReactorBindingR\x0freactorBindings\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n" +
-	"\x1bDeleteReactorBindingRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
-	"\rallow_missing\x18\x02 \x01(\bR\fallowMissing\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n" +
+	"\x1bDeleteReactorBindingRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12)\n" +
+	"\rallow_missing\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fallowMissing\x12#\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\x12\x17\n" +
-	"\x04etag\x18\x04 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
+	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12\x1d\n" +
+	"\x04etag\x18\x04 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"\x1e\n" +
 	"\x1cDeleteReactorBindingResponse2\xbc\x03\n" +
 	"\x15ReactorBindingService\x12h\n" +

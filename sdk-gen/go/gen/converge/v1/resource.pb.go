@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -588,9 +589,10 @@ func (x *Condition) GetExpireTime() *timestamppb.Timestamp {
 // composer) share this shape; children have an owner and a root.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Output only. Server-assigned UUID (RFC 4122 text form) of this
-	// incarnation. A resource deleted and re-created under the same name gets a
-	// new uid.
+	// Output only. Server-assigned UUID of this incarnation, in the canonical
+	// text form: a time-ordered version 7 UUID (RFC 9562), so it carries no
+	// google.api.field_info format (which names only version 4). A resource
+	// deleted and re-created under the same name gets a new uid.
 	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Kind of the resource, e.g. "vpc". Immutable after creation.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -1398,110 +1400,111 @@ var File_converge_v1_resource_proto protoreflect.FileDescriptor
 
 const file_converge_v1_resource_proto_rawDesc = "" +
 	"\n" +
-	"\x1aconverge/v1/resource.proto\x12\vconverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n" +
-	"\vResourceRef\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"\x80\x03\n" +
+	"\x1aconverge/v1/resource.proto\x12\vconverge.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n" +
+	"\vResourceRef\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\"\x98\x03\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.converge.v1.ConditionStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
-	"\x13observed_generation\x18\x05 \x01(\x03R\x12observedGeneration\x12L\n" +
-	"\x14last_transition_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12;\n" +
-	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\x94\t\n" +
-	"\bResource\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x03 \x01(\x05R\vkindVersion\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\x129\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x125\n" +
+	"\x13observed_generation\x18\x05 \x01(\x03B\x04\xe2A\x01\x03R\x12observedGeneration\x12R\n" +
+	"\x14last_transition_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x12lastTransitionTime\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12A\n" +
+	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"expireTime\"\x98\n" +
+	"\n" +
+	"\bResource\x12\x16\n" +
+	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x05R\x04kind\x12!\n" +
+	"\fkind_version\x18\x03 \x01(\x05R\vkindVersion\x12\x18\n" +
+	"\x04name\x18\x04 \x01(\tB\x04\xe2A\x01\x05R\x04name\x129\n" +
 	"\x06labels\x18\x05 \x03(\v2!.converge.v1.Resource.LabelsEntryR\x06labels\x12+\n" +
-	"\x04spec\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12/\n" +
-	"\x06status\x18\a \x01(\v2\x17.google.protobuf.StructR\x06status\x12\x1e\n" +
+	"\x04spec\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04spec\x125\n" +
+	"\x06status\x18\a \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x06status\x12$\n" +
 	"\n" +
-	"generation\x18\b \x01(\x03R\n" +
-	"generation\x12/\n" +
-	"\x13observed_generation\x18\t \x01(\x03R\x12observedGeneration\x12)\n" +
+	"generation\x18\b \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x125\n" +
+	"\x13observed_generation\x18\t \x01(\x03B\x04\xe2A\x01\x03R\x12observedGeneration\x12/\n" +
 	"\x10resource_version\x18\n" +
-	" \x01(\tR\x0fresourceVersion\x12(\n" +
-	"\x05phase\x18\v \x01(\x0e2\x12.converge.v1.PhaseR\x05phase\x126\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\x0fresourceVersion\x12.\n" +
+	"\x05phase\x18\v \x01(\x0e2\x12.converge.v1.PhaseB\x04\xe2A\x01\x03R\x05phase\x12<\n" +
 	"\n" +
-	"conditions\x18\f \x03(\v2\x16.converge.v1.ConditionR\n" +
-	"conditions\x12.\n" +
-	"\x05owner\x18\r \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12,\n" +
-	"\x04root\x18\x0e \x01(\v2\x18.converge.v1.ResourceRefR\x04root\x12\x1e\n" +
+	"conditions\x18\f \x03(\v2\x16.converge.v1.ConditionB\x04\xe2A\x01\x03R\n" +
+	"conditions\x124\n" +
+	"\x05owner\x18\r \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x05owner\x122\n" +
+	"\x04root\x18\x0e \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x04root\x12$\n" +
 	"\n" +
-	"finalizers\x18\x0f \x03(\tR\n" +
-	"finalizers\x12;\n" +
-	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12;\n" +
-	"\vdelete_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\x12\x12\n" +
-	"\x04etag\x18\x13 \x01(\tR\x04etag\x12\x18\n" +
-	"\ahealthy\x18\x14 \x01(\bR\ahealthy\x12)\n" +
-	"\x10failure_attempts\x18\x15 \x01(\x05R\x0ffailureAttempts\x12+\n" +
-	"\x11failed_generation\x18\x16 \x01(\x03R\x10failedGeneration\x12 \n" +
-	"\vquarantined\x18\x17 \x01(\bR\vquarantined\x12H\n" +
-	"\x12orphan_expire_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\x10orphanExpireTime\x12'\n" +
-	"\x0fprovider_config\x18\x19 \x01(\tR\x0eproviderConfig\x12)\n" +
-	"\x10manifest_version\x18\x1a \x01(\x03R\x0fmanifestVersion\x1a9\n" +
+	"finalizers\x18\x0f \x03(\tB\x04\xe2A\x01\x03R\n" +
+	"finalizers\x12A\n" +
+	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12A\n" +
+	"\vdelete_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"deleteTime\x12\x18\n" +
+	"\x04etag\x18\x13 \x01(\tB\x04\xe2A\x01\x03R\x04etag\x12\x1e\n" +
+	"\ahealthy\x18\x14 \x01(\bB\x04\xe2A\x01\x03R\ahealthy\x12/\n" +
+	"\x10failure_attempts\x18\x15 \x01(\x05B\x04\xe2A\x01\x03R\x0ffailureAttempts\x121\n" +
+	"\x11failed_generation\x18\x16 \x01(\x03B\x04\xe2A\x01\x03R\x10failedGeneration\x12&\n" +
+	"\vquarantined\x18\x17 \x01(\bB\x04\xe2A\x01\x03R\vquarantined\x12N\n" +
+	"\x12orphan_expire_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x10orphanExpireTime\x12'\n" +
+	"\x0fprovider_config\x18\x19 \x01(\tR\x0eproviderConfig\x12/\n" +
+	"\x10manifest_version\x18\x1a \x01(\x03B\x04\xe2A\x01\x03R\x0fmanifestVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x04\n" +
-	"\rResourceEvent\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\x124\n" +
-	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefR\bresource\x12!\n" +
-	"\fresource_uid\x18\x03 \x01(\tR\vresourceUid\x12\x1a\n" +
-	"\bcategory\x18\x04 \x01(\tR\bcategory\x12*\n" +
-	"\x04type\x18\x05 \x01(\x0e2\x16.converge.v1.EventTypeR\x04type\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage\x12/\n" +
-	"\x06detail\x18\b \x01(\v2\x17.google.protobuf.StructR\x06detail\x12\x14\n" +
-	"\x05count\x18\t \x01(\x03R\x05count\x129\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x04\n" +
+	"\rResourceEvent\x12\x16\n" +
+	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12:\n" +
+	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\bresource\x12'\n" +
+	"\fresource_uid\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\vresourceUid\x12 \n" +
+	"\bcategory\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\bcategory\x120\n" +
+	"\x04type\x18\x05 \x01(\x0e2\x16.converge.v1.EventTypeB\x04\xe2A\x01\x03R\x04type\x12\x1c\n" +
+	"\x06reason\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12\x1e\n" +
+	"\amessage\x18\a \x01(\tB\x04\xe2A\x01\x03R\amessage\x125\n" +
+	"\x06detail\x18\b \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x06detail\x12\x1a\n" +
+	"\x05count\x18\t \x01(\x03B\x04\xe2A\x01\x03R\x05count\x12?\n" +
 	"\n" +
 	"first_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tfirstTime\x127\n" +
-	"\tlast_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\x12\x14\n" +
-	"\x05actor\x18\f \x01(\tR\x05actor\x12\x1e\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tfirstTime\x12=\n" +
+	"\tlast_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\blastTime\x12\x1a\n" +
+	"\x05actor\x18\f \x01(\tB\x04\xe2A\x01\x03R\x05actor\x12$\n" +
 	"\n" +
-	"generation\x18\r \x01(\x03R\n" +
-	"generation\x12#\n" +
-	"\revent_version\x18\x0e \x01(\tR\feventVersion\"\x9f\x02\n" +
-	"\fSpecRevision\x12\x1e\n" +
+	"generation\x18\r \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x12)\n" +
+	"\revent_version\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\feventVersion\"\xbd\x02\n" +
+	"\fSpecRevision\x12$\n" +
 	"\n" +
-	"generation\x18\x01 \x01(\x03R\n" +
-	"generation\x12+\n" +
-	"\x04spec\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x04spec\x127\n" +
-	"\x06source\x18\x03 \x01(\x0e2\x1f.converge.v1.SpecRevisionSourceR\x06source\x124\n" +
-	"\x13restored_generation\x18\x04 \x01(\x03H\x00R\x12restoredGeneration\x88\x01\x01\x12;\n" +
-	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"generation\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x121\n" +
+	"\x04spec\x18\x02 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x04spec\x12=\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x1f.converge.v1.SpecRevisionSourceB\x04\xe2A\x01\x03R\x06source\x12:\n" +
+	"\x13restored_generation\x18\x04 \x01(\x03B\x04\xe2A\x01\x03H\x00R\x12restoredGeneration\x88\x01\x01\x12A\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"createTimeB\x16\n" +
-	"\x14_restored_generation\"\x93\x02\n" +
-	"\tGraphNode\x12\x10\n" +
-	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12!\n" +
-	"\fkind_version\x18\x04 \x01(\x05R\vkindVersion\x12(\n" +
-	"\x05phase\x18\x05 \x01(\x0e2\x12.converge.v1.PhaseR\x05phase\x12.\n" +
-	"\x05owner\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12\x1e\n" +
+	"\x14_restored_generation\"\xc3\x02\n" +
+	"\tGraphNode\x12\x16\n" +
+	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x04kind\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12'\n" +
+	"\fkind_version\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\vkindVersion\x12.\n" +
+	"\x05phase\x18\x05 \x01(\x0e2\x12.converge.v1.PhaseB\x04\xe2A\x01\x03R\x05phase\x124\n" +
+	"\x05owner\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x05owner\x12$\n" +
 	"\n" +
-	"generation\x18\a \x01(\x03R\n" +
-	"generation\x12/\n" +
-	"\x13observed_generation\x18\b \x01(\x03R\x12observedGeneration\"W\n" +
-	"\tValueFlow\x12'\n" +
-	"\x0fdependent_field\x18\x01 \x01(\tR\x0edependentField\x12!\n" +
-	"\fsource_field\x18\x02 \x01(\tR\vsourceField\"\xbb\x01\n" +
-	"\x0eDependencyEdge\x126\n" +
-	"\tdependent\x18\x01 \x01(\v2\x18.converge.v1.ResourceRefR\tdependent\x128\n" +
+	"generation\x18\a \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x125\n" +
+	"\x13observed_generation\x18\b \x01(\x03B\x04\xe2A\x01\x03R\x12observedGeneration\"c\n" +
+	"\tValueFlow\x12-\n" +
+	"\x0fdependent_field\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0edependentField\x12'\n" +
+	"\fsource_field\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\vsourceField\"\xcd\x01\n" +
+	"\x0eDependencyEdge\x12<\n" +
+	"\tdependent\x18\x01 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\tdependent\x12>\n" +
 	"\n" +
-	"dependency\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefR\n" +
-	"dependency\x127\n" +
-	"\vvalue_flows\x18\x03 \x03(\v2\x16.converge.v1.ValueFlowR\n" +
+	"dependency\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\n" +
+	"dependency\x12=\n" +
+	"\vvalue_flows\x18\x03 \x03(\v2\x16.converge.v1.ValueFlowB\x04\xe2A\x01\x03R\n" +
 	"valueFlows*\xab\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n" +

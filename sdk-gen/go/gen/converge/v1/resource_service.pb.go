@@ -7,6 +7,7 @@
 package convergev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -2272,18 +2273,18 @@ var File_converge_v1_resource_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\n" +
-	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x03\n" +
-	"\x14ApplyResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12E\n" +
-	"\x06labels\x18\x04 \x03(\v2-.converge.v1.ApplyResourceRequest.LabelsEntryR\x06labels\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x1d\n" +
+	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x03\n" +
+	"\x14ApplyResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12K\n" +
+	"\x06labels\x18\x04 \x03(\v2-.converge.v1.ApplyResourceRequest.LabelsEntryB\x04\xe2A\x01\x01R\x06labels\x121\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x04spec\x12#\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x12\x17\n" +
-	"\x04etag\x18\b \x01(\tH\x00R\x04etag\x88\x01\x01\x12,\n" +
-	"\x0fprovider_config\x18\t \x01(\tH\x01R\x0eproviderConfig\x88\x01\x01\x1a9\n" +
+	"request_id\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
+	"\rvalidate_only\x18\a \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12\x1d\n" +
+	"\x04etag\x18\b \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01\x122\n" +
+	"\x0fprovider_config\x18\t \x01(\tB\x04\xe2A\x01\x01H\x01R\x0eproviderConfig\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
@@ -2291,74 +2292,74 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x10_provider_config\"d\n" +
 	"\x15ApplyResourceResponse\x121\n" +
 	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\x9f\x01\n" +
-	"\x1aBatchApplyResourcesRequest\x12=\n" +
-	"\brequests\x18\x01 \x03(\v2!.converge.v1.ApplyResourceRequestR\brequests\x12\x1d\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xb1\x01\n" +
+	"\x1aBatchApplyResourcesRequest\x12C\n" +
+	"\brequests\x18\x01 \x03(\v2!.converge.v1.ApplyResourceRequestB\x04\xe2A\x01\x02R\brequests\x12#\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"_\n" +
+	"request_id\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
+	"\rvalidate_only\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\"_\n" +
 	"\x1bBatchApplyResourcesResponse\x12@\n" +
-	"\tresponses\x18\x01 \x03(\v2\".converge.v1.ApplyResourceResponseR\tresponses\"\xff\x02\n" +
-	"\x15CreateResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12F\n" +
-	"\x06labels\x18\x04 \x03(\v2..converge.v1.CreateResourceRequest.LabelsEntryR\x06labels\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x1d\n" +
+	"\tresponses\x18\x01 \x03(\v2\".converge.v1.ApplyResourceResponseR\tresponses\"\xaf\x03\n" +
+	"\x15CreateResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12L\n" +
+	"\x06labels\x18\x04 \x03(\v2..converge.v1.CreateResourceRequest.LabelsEntryB\x04\xe2A\x01\x01R\x06labels\x121\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x04spec\x12#\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\a \x01(\bR\fvalidateOnly\x12'\n" +
-	"\x0fprovider_config\x18\b \x01(\tR\x0eproviderConfig\x1a9\n" +
+	"request_id\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
+	"\rvalidate_only\x18\a \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12-\n" +
+	"\x0fprovider_config\x18\b \x01(\tB\x04\xe2A\x01\x01R\x0eproviderConfig\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x16CreateResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"<\n" +
-	"\x12GetResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"H\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"H\n" +
+	"\x12GetResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\"H\n" +
 	"\x13GetResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xbf\x03\n" +
-	"\x14ListResourcesRequest\x12\x17\n" +
-	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n" +
-	"\fkind_version\x18\x02 \x01(\x05H\x01R\vkindVersion\x88\x01\x01\x12*\n" +
-	"\x06phases\x18\x03 \x03(\x0e2\x12.converge.v1.PhaseR\x06phases\x12%\n" +
-	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\x12.\n" +
-	"\x05owner\x18\x05 \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12,\n" +
-	"\x04root\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefR\x04root\x12\x1d\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xfb\x03\n" +
+	"\x14ListResourcesRequest\x12\x1d\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x01H\x01R\vkindVersion\x88\x01\x01\x120\n" +
+	"\x06phases\x18\x03 \x03(\x0e2\x12.converge.v1.PhaseB\x04\xe2A\x01\x01R\x06phases\x12+\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\rlabelSelector\x124\n" +
+	"\x05owner\x18\x05 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x05owner\x122\n" +
+	"\x04root\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x04root\x12#\n" +
 	"\n" +
-	"roots_only\x18\a \x01(\bR\trootsOnly\x12\x1b\n" +
-	"\tpage_size\x18\b \x01(\x05R\bpageSize\x12\x1d\n" +
+	"roots_only\x18\a \x01(\bB\x04\xe2A\x01\x01R\trootsOnly\x12!\n" +
+	"\tpage_size\x18\b \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\t \x01(\tR\tpageToken\x12,\n" +
+	"page_token\x18\t \x01(\tB\x04\xe2A\x01\x01R\tpageToken\x122\n" +
 	"\x0fprovider_config\x18\n" +
-	" \x01(\tH\x02R\x0eproviderConfig\x88\x01\x01B\a\n" +
+	" \x01(\tB\x04\xe2A\x01\x01H\x02R\x0eproviderConfig\x88\x01\x01B\a\n" +
 	"\x05_kindB\x0f\n" +
 	"\r_kind_versionB\x12\n" +
 	"\x10_provider_config\"t\n" +
 	"\x15ListResourcesResponse\x123\n" +
 	"\tresources\x18\x01 \x03(\v2\x15.converge.v1.ResourceR\tresources\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xca\x01\n" +
-	"\x15DeleteResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
-	"\rallow_missing\x18\x03 \x01(\bR\fallowMissing\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xee\x01\n" +
+	"\x15DeleteResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12)\n" +
+	"\rallow_missing\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fallowMissing\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\x12\x17\n" +
-	"\x04etag\x18\x05 \x01(\tH\x00R\x04etag\x88\x01\x01\x12#\n" +
-	"\rvalidate_only\x18\x06 \x01(\bR\fvalidateOnlyB\a\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12\x1d\n" +
+	"\x04etag\x18\x05 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01\x12)\n" +
+	"\rvalidate_only\x18\x06 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnlyB\a\n" +
 	"\x05_etag\"K\n" +
 	"\x16DeleteResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\x98\x03\n" +
-	"\x15WatchResourcesRequest\x12\x17\n" +
-	"\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n" +
-	"\fkind_version\x18\x02 \x01(\x05H\x01R\vkindVersion\x88\x01\x01\x12%\n" +
-	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12.\n" +
-	"\x05owner\x18\x04 \x01(\v2\x18.converge.v1.ResourceRefR\x05owner\x12,\n" +
-	"\x04root\x18\x05 \x01(\v2\x18.converge.v1.ResourceRefR\x04root\x12)\n" +
-	"\x10resource_version\x18\x06 \x01(\tR\x0fresourceVersion\x123\n" +
-	"\x13send_initial_events\x18\a \x01(\bH\x02R\x11sendInitialEvents\x88\x01\x01\x12'\n" +
-	"\x0fallow_bookmarks\x18\b \x01(\bR\x0eallowBookmarksB\a\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xc8\x03\n" +
+	"\x15WatchResourcesRequest\x12\x1d\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x01H\x01R\vkindVersion\x88\x01\x01\x12+\n" +
+	"\x0elabel_selector\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\rlabelSelector\x124\n" +
+	"\x05owner\x18\x04 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x05owner\x122\n" +
+	"\x04root\x18\x05 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x04root\x12/\n" +
+	"\x10resource_version\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\x0fresourceVersion\x129\n" +
+	"\x13send_initial_events\x18\a \x01(\bB\x04\xe2A\x01\x01H\x02R\x11sendInitialEvents\x88\x01\x01\x12-\n" +
+	"\x0fallow_bookmarks\x18\b \x01(\bB\x04\xe2A\x01\x01R\x0eallowBookmarksB\a\n" +
 	"\x05_kindB\x0f\n" +
 	"\r_kind_versionB\x16\n" +
 	"\x14_send_initial_events\"\xd5\x01\n" +
@@ -2366,87 +2367,87 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.converge.v1.WatchEventTypeR\x04type\x121\n" +
 	"\bresource\x18\x02 \x01(\v2\x15.converge.v1.ResourceR\bresource\x12)\n" +
 	"\x10resource_version\x18\x03 \x01(\tR\x0fresourceVersion\x12,\n" +
-	"\x12initial_events_end\x18\x04 \x01(\bR\x10initialEventsEnd\"\x86\x01\n" +
-	"\x18ReconcileResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
-	"\rreset_backoff\x18\x03 \x01(\bR\fresetBackoff\x12\x1d\n" +
+	"\x12initial_events_end\x18\x04 \x01(\bR\x10initialEventsEnd\"\x9e\x01\n" +
+	"\x18ReconcileResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12)\n" +
+	"\rreset_backoff\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fresetBackoff\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"N\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"N\n" +
 	"\x19ReconcileResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"|\n" +
-	"\x19QuarantineResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\x94\x01\n" +
+	"\x19QuarantineResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x1e\n" +
+	"\amessage\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\amessage\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"O\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"O\n" +
 	"\x1aQuarantineResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"~\n" +
-	"\x1bUnquarantineResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\x96\x01\n" +
+	"\x1bUnquarantineResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x1e\n" +
+	"\amessage\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\amessage\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"Q\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\"Q\n" +
 	"\x1cUnquarantineResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xb3\x02\n" +
-	"\x19ListResourceEventsRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
-	"\bcategory\x18\x03 \x01(\tH\x00R\bcategory\x88\x01\x01\x12*\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x16.converge.v1.EventTypeR\x04type\x12\x1b\n" +
-	"\x06reason\x18\x05 \x01(\tH\x01R\x06reason\x88\x01\x01\x120\n" +
-	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
-	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xe3\x02\n" +
+	"\x19ListResourceEventsRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12%\n" +
+	"\bcategory\x18\x03 \x01(\tB\x04\xe2A\x01\x01H\x00R\bcategory\x88\x01\x01\x120\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x16.converge.v1.EventTypeB\x04\xe2A\x01\x01R\x04type\x12!\n" +
+	"\x06reason\x18\x05 \x01(\tB\x04\xe2A\x01\x01H\x01R\x06reason\x88\x01\x01\x126\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\x05since\x12!\n" +
+	"\tpage_size\x18\a \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tR\tpageTokenB\v\n" +
+	"page_token\x18\b \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\v\n" +
 	"\t_categoryB\t\n" +
 	"\a_reason\"x\n" +
 	"\x1aListResourceEventsResponse\x122\n" +
 	"\x06events\x18\x01 \x03(\v2\x1a.converge.v1.ResourceEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe7\x01\n" +
-	"\x1aWatchResourceEventsRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
-	"\bcategory\x18\x03 \x01(\tH\x00R\bcategory\x88\x01\x01\x12#\n" +
-	"\revent_version\x18\x04 \x01(\tR\feventVersion\x12%\n" +
-	"\x0esnapshot_limit\x18\x05 \x01(\x05R\rsnapshotLimit\x12'\n" +
-	"\x0fallow_bookmarks\x18\x06 \x01(\bR\x0eallowBookmarksB\v\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8b\x02\n" +
+	"\x1aWatchResourceEventsRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12%\n" +
+	"\bcategory\x18\x03 \x01(\tB\x04\xe2A\x01\x01H\x00R\bcategory\x88\x01\x01\x12)\n" +
+	"\revent_version\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\feventVersion\x12+\n" +
+	"\x0esnapshot_limit\x18\x05 \x01(\x05B\x04\xe2A\x01\x01R\rsnapshotLimit\x12-\n" +
+	"\x0fallow_bookmarks\x18\x06 \x01(\bB\x04\xe2A\x01\x01R\x0eallowBookmarksB\v\n" +
 	"\t_category\"\xd3\x01\n" +
 	"\x1bWatchResourceEventsResponse\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.converge.v1.EventWatchTypeR\x04type\x120\n" +
 	"\x05event\x18\x02 \x01(\v2\x1a.converge.v1.ResourceEventR\x05event\x12#\n" +
 	"\revent_version\x18\x03 \x01(\tR\feventVersion\x12,\n" +
-	"\x12initial_events_end\x18\x04 \x01(\bR\x10initialEventsEnd\"}\n" +
-	"\x17GetResourceGraphRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x12initial_events_end\x18\x04 \x01(\bR\x10initialEventsEnd\"\x95\x01\n" +
+	"\x17GetResourceGraphRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12!\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xcf\x01\n" +
+	"page_token\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\tpageToken\"\xcf\x01\n" +
 	"\x18GetResourceGraphResponse\x12*\n" +
 	"\x04root\x18\x01 \x01(\v2\x16.converge.v1.GraphNodeR\x04root\x12,\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x16.converge.v1.GraphNodeR\x05nodes\x121\n" +
 	"\x05edges\x18\x03 \x03(\v2\x1b.converge.v1.DependencyEdgeR\x05edges\x12&\n" +
-	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"~\n" +
-	"\x18ListSpecRevisionsRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\x96\x01\n" +
+	"\x18ListSpecRevisionsRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12!\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"|\n" +
+	"page_token\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\tpageToken\"|\n" +
 	"\x19ListSpecRevisionsResponse\x127\n" +
 	"\trevisions\x18\x01 \x03(\v2\x19.converge.v1.SpecRevisionR\trevisions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd4\x01\n" +
-	"\x17RollbackResourceRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
-	"\x11target_generation\x18\x03 \x01(\x03R\x10targetGeneration\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf8\x01\n" +
+	"\x17RollbackResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\x121\n" +
+	"\x11target_generation\x18\x03 \x01(\x03B\x04\xe2A\x01\x02R\x10targetGeneration\x12#\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\x12#\n" +
-	"\rvalidate_only\x18\x05 \x01(\bR\fvalidateOnly\x12\x17\n" +
-	"\x04etag\x18\x06 \x01(\tH\x00R\x04etag\x88\x01\x01B\a\n" +
+	"request_id\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
+	"\rvalidate_only\x18\x05 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12\x1d\n" +
+	"\x04etag\x18\x06 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"M\n" +
 	"\x18RollbackResourceResponse\x121\n" +
 	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\xc1\v\n" +

@@ -7,6 +7,7 @@
 package workerv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1755,8 +1756,8 @@ type StageTask struct {
 	Reaction string `protobuf:"bytes,6,opt,name=reaction,proto3" json:"reaction,omitempty"`
 	// What fired the reaction.
 	Trigger Trigger `protobuf:"varint,7,opt,name=trigger,proto3,enum=converge.worker.v1.Trigger" json:"trigger,omitempty"`
-	// Fence: unguessable handle of this dispatch. Echo it in StageComplete,
-	// WorkHeartbeat and ResumedTask.
+	// Fence: unguessable handle of this dispatch, a random (version 4) UUID.
+	// Echo it in StageComplete, WorkHeartbeat and ResumedTask.
 	LeaseToken string `protobuf:"bytes,8,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// Fence: claim epoch of the task row at dispatch. Echo it.
 	ClaimEpoch int64 `protobuf:"varint,9,opt,name=claim_epoch,json=claimEpoch,proto3" json:"claim_epoch,omitempty"`
@@ -2914,10 +2915,10 @@ var File_converge_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1fconverge/worker/v1/worker.proto\x12\x12converge.worker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n" +
-	"\vKindVersion\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\"5\n" +
+	"\x1fconverge/worker/v1/worker.proto\x12\x12converge.worker.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1bgoogle/api/field_info.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"P\n" +
+	"\vKindVersion\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\"5\n" +
 	"\vResourceRef\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xf8\x05\n" +
@@ -2947,47 +2948,47 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\vquarantined\x18\x11 \x01(\bR\vquarantined\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\x06status\x18\x02 \x01(\x0e2#.converge.worker.v1.ConditionStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x125\n" +
-	"\bliveness\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bliveness\"\xbf\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12;\n" +
+	"\bliveness\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\x04\xe2A\x01\x01R\bliveness\"\xcb\x01\n" +
 	"\vWorkerEvent\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x121\n" +
-	"\x04type\x18\x02 \x01(\x0e2\x1d.converge.worker.v1.EventTypeR\x04type\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12/\n" +
-	"\x06detail\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06detail\"\xaa\x02\n" +
-	"\tChildSpec\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12A\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1d.converge.worker.v1.EventTypeR\x04type\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x125\n" +
+	"\x06detail\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x06detail\"\xc2\x02\n" +
+	"\tChildSpec\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12A\n" +
 	"\x06labels\x18\x04 \x03(\v2).converge.worker.v1.ChildSpec.LabelsEntryR\x06labels\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12'\n" +
-	"\x0fprovider_config\x18\x06 \x01(\tR\x0eproviderConfig\x1a9\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12-\n" +
+	"\x0fprovider_config\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\x0eproviderConfig\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
-	"\tValueFlow\x12'\n" +
-	"\x0fdependent_field\x18\x01 \x01(\tR\x0edependentField\x12!\n" +
-	"\fsource_field\x18\x02 \x01(\tR\vsourceField\"\xc9\x01\n" +
-	"\aDepEdge\x12=\n" +
-	"\tdependent\x18\x01 \x01(\v2\x1f.converge.worker.v1.ResourceRefR\tdependent\x12?\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\tValueFlow\x12-\n" +
+	"\x0fdependent_field\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0edependentField\x12'\n" +
+	"\fsource_field\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\vsourceField\"\xd5\x01\n" +
+	"\aDepEdge\x12C\n" +
+	"\tdependent\x18\x01 \x01(\v2\x1f.converge.worker.v1.ResourceRefB\x04\xe2A\x01\x02R\tdependent\x12E\n" +
 	"\n" +
-	"dependency\x18\x02 \x01(\v2\x1f.converge.worker.v1.ResourceRefR\n" +
+	"dependency\x18\x02 \x01(\v2\x1f.converge.worker.v1.ResourceRefB\x04\xe2A\x01\x02R\n" +
 	"dependency\x12>\n" +
 	"\vvalue_flows\x18\x03 \x03(\v2\x1d.converge.worker.v1.ValueFlowR\n" +
-	"valueFlows\"\xbf\x01\n" +
-	"\x12ProviderConfigSpec\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x03 \x01(\x05R\vkindVersion\x12\x1d\n" +
+	"valueFlows\"\xd7\x01\n" +
+	"\x12ProviderConfigSpec\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x03 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x04 \x01(\bR\tisDefault\x12+\n" +
-	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"\x9f\x01\n" +
+	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x18\n" +
+	"\x04data\x18\x06 \x01(\fB\x04\xe2A\x01\x01R\x04data\"\x9f\x01\n" +
 	"\tOperation\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12-\n" +
@@ -3003,28 +3004,28 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\x12WorkStreamResponse\x123\n" +
 	"\x04task\x18\x01 \x01(\v2\x1d.converge.worker.v1.StageTaskH\x00R\x04task\x12`\n" +
 	"\x16provider_config_update\x18\x02 \x01(\v2(.converge.worker.v1.ProviderConfigUpdateH\x00R\x14providerConfigUpdateB\t\n" +
-	"\apayload\"\xb6\x01\n" +
-	"\tSubscribe\x125\n" +
-	"\x05kinds\x18\x01 \x03(\v2\x1f.converge.worker.v1.KindVersionR\x05kinds\x12!\n" +
+	"\apayload\"\xc2\x01\n" +
+	"\tSubscribe\x12;\n" +
+	"\x05kinds\x18\x01 \x03(\v2\x1f.converge.worker.v1.KindVersionB\x04\xe2A\x01\x02R\x05kinds\x12!\n" +
 	"\fmax_inflight\x18\x02 \x01(\x05R\vmaxInflight\x129\n" +
-	"\aresumed\x18\x03 \x03(\v2\x1f.converge.worker.v1.ResumedTaskR\aresumed\x12\x14\n" +
-	"\x05agent\x18\x04 \x01(\tR\x05agent\"O\n" +
-	"\vResumedTask\x12\x1f\n" +
-	"\vlease_token\x18\x01 \x01(\tR\n" +
+	"\aresumed\x18\x03 \x03(\v2\x1f.converge.worker.v1.ResumedTaskR\aresumed\x12\x1a\n" +
+	"\x05agent\x18\x04 \x01(\tB\x04\xe2A\x01\x01R\x05agent\"Y\n" +
+	"\vResumedTask\x12)\n" +
+	"\vlease_token\x18\x01 \x01(\tB\b\xe2\x8c\xcf\xd7\b\x02\b\x01R\n" +
 	"leaseToken\x12\x1f\n" +
 	"\vclaim_epoch\x18\x02 \x01(\x03R\n" +
-	"claimEpoch\"L\n" +
-	"\bLeaseRef\x12\x1f\n" +
-	"\vlease_token\x18\x01 \x01(\tR\n" +
+	"claimEpoch\"V\n" +
+	"\bLeaseRef\x12)\n" +
+	"\vlease_token\x18\x01 \x01(\tB\b\xe2\x8c\xcf\xd7\b\x02\b\x01R\n" +
 	"leaseToken\x12\x1f\n" +
 	"\vclaim_epoch\x18\x02 \x01(\x03R\n" +
-	"claimEpoch\"W\n" +
-	"\bInterest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
-	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12\x14\n" +
+	"claimEpoch\"c\n" +
+	"\bInterest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\bR\x05ready\"E\n" +
 	"\rWorkHeartbeat\x124\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\xfc\a\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\x86\b\n" +
 	"\tStageTask\x12/\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x19.converge.worker.v1.StageR\x05stage\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
@@ -3034,8 +3035,8 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\x03R\n" +
 	"generation\x12\x1a\n" +
 	"\breaction\x18\x06 \x01(\tR\breaction\x125\n" +
-	"\atrigger\x18\a \x01(\x0e2\x1b.converge.worker.v1.TriggerR\atrigger\x12\x1f\n" +
-	"\vlease_token\x18\b \x01(\tR\n" +
+	"\atrigger\x18\a \x01(\x0e2\x1b.converge.worker.v1.TriggerR\atrigger\x12)\n" +
+	"\vlease_token\x18\b \x01(\tB\b\xe2\x8c\xcf\xd7\b\x02\b\x01R\n" +
 	"leaseToken\x12\x1f\n" +
 	"\vclaim_epoch\x18\t \x01(\x03R\n" +
 	"claimEpoch\x12)\n" +
@@ -3075,17 +3076,17 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"transition\x12\x1f\n" +
 	"\vdedup_token\x18\x02 \x01(\tR\n" +
 	"dedupToken\x12\x18\n" +
-	"\abinding\x18\x03 \x01(\tR\abinding\"\xa4\x05\n" +
-	"\rStageComplete\x12\x1f\n" +
-	"\vlease_token\x18\x01 \x01(\tR\n" +
-	"leaseToken\x12\x1f\n" +
-	"\vclaim_epoch\x18\x02 \x01(\x03R\n" +
-	"claimEpoch\x12/\n" +
-	"\x05stage\x18\x03 \x01(\x0e2\x19.converge.worker.v1.StageR\x05stage\x12\x1e\n" +
+	"\abinding\x18\x03 \x01(\tR\abinding\"\xca\x05\n" +
+	"\rStageComplete\x12-\n" +
+	"\vlease_token\x18\x01 \x01(\tB\f\xe2A\x01\x02\xe2\x8c\xcf\xd7\b\x02\b\x01R\n" +
+	"leaseToken\x12%\n" +
+	"\vclaim_epoch\x18\x02 \x01(\x03B\x04\xe2A\x01\x02R\n" +
+	"claimEpoch\x125\n" +
+	"\x05stage\x18\x03 \x01(\x0e2\x19.converge.worker.v1.StageB\x04\xe2A\x01\x02R\x05stage\x12$\n" +
 	"\n" +
-	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\x12)\n" +
-	"\x10manifest_version\x18\x05 \x01(\x03R\x0fmanifestVersion\x12/\n" +
+	"generation\x18\x04 \x01(\x03B\x04\xe2A\x01\x02R\n" +
+	"generation\x12/\n" +
+	"\x10manifest_version\x18\x05 \x01(\x03B\x04\xe2A\x01\x02R\x0fmanifestVersion\x12/\n" +
 	"\x06status\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06status\x12=\n" +
 	"\n" +
 	"conditions\x18\a \x03(\v2\x1d.converge.worker.v1.ConditionR\n" +
@@ -3102,19 +3103,19 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\rComposeResult\x127\n" +
 	"\adesired\x18\x01 \x03(\v2\x1d.converge.worker.v1.ChildSpecR\adesired\x121\n" +
 	"\x05edges\x18\x02 \x03(\v2\x1b.converge.worker.v1.DepEdgeR\x05edges\x12@\n" +
-	"\aconfigs\x18\x03 \x03(\v2&.converge.worker.v1.ProviderConfigSpecR\aconfigs\"Y\n" +
-	"\tTaskError\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\x12\x1a\n" +
-	"\bterminal\x18\x02 \x01(\bR\bterminal\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa8\x01\n" +
+	"\aconfigs\x18\x03 \x03(\v2&.converge.worker.v1.ProviderConfigSpecR\aconfigs\"e\n" +
+	"\tTaskError\x12\x1e\n" +
+	"\amessage\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\amessage\x12\x1a\n" +
+	"\bterminal\x18\x02 \x01(\bR\bterminal\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\x06reason\"\xa8\x01\n" +
 	"\x14ProviderConfigUpdate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
 	"\fkind_version\x18\x02 \x01(\x05R\vkindVersion\x12+\n" +
 	"\x04spec\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04spec\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x18\n" +
-	"\adeleted\x18\x05 \x01(\bR\adeleted\"Q\n" +
-	"\x18GetProviderConfigRequest\x125\n" +
-	"\x05kinds\x18\x01 \x03(\v2\x1f.converge.worker.v1.KindVersionR\x05kinds\"^\n" +
+	"\adeleted\x18\x05 \x01(\bR\adeleted\"W\n" +
+	"\x18GetProviderConfigRequest\x12;\n" +
+	"\x05kinds\x18\x01 \x03(\v2\x1f.converge.worker.v1.KindVersionB\x04\xe2A\x01\x02R\x05kinds\"^\n" +
 	"\x19GetProviderConfigResponse\x12A\n" +
 	"\aentries\x18\x01 \x03(\v2'.converge.worker.v1.ProviderConfigEntryR\aentries\"\x8d\x01\n" +
 	"\x13ProviderConfigEntry\x12\x12\n" +

@@ -6,6 +6,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ResourceRef } from "./resource_pb.js";
 import { file_converge_v1_resource } from "./resource_pb.js";
+import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Status } from "../../google/rpc/status_pb.js";
@@ -16,7 +17,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/operation.proto.
  */
 export const file_converge_v1_operation: GenFile = /*@__PURE__*/
-  fileDesc("Chtjb252ZXJnZS92MS9vcGVyYXRpb24ucHJvdG8SC2NvbnZlcmdlLnYxIuMDCglPcGVyYXRpb24SCwoDdWlkGAEgASgJEioKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWYSFAoMcmVzb3VyY2VfdWlkGAMgASgJEgwKBHZlcmIYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EicKBm91dHB1dBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoFc3RhdGUYByABKA4yGy5jb252ZXJnZS52MS5PcGVyYXRpb25TdGF0ZRIhCgVlcnJvchgIIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzEhAKCGF0dGVtcHRzGAkgASgFEhQKDHJlcXVlc3RlZF9ieRgKIAEoCRIvCgtjcmVhdGVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNY29tcGxldGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcGVuZGluZ19yZWFzb24YDSABKAkSNQoRbmV4dF9hdHRlbXB0X3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKqYBCg5PcGVyYXRpb25TdGF0ZRIfChtPUEVSQVRJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIbChdPUEVSQVRJT05fU1RBVEVfUEVORElORxABEhsKF09QRVJBVElPTl9TVEFURV9SVU5OSU5HEAISHQoZT1BFUkFUSU9OX1NUQVRFX1NVQ0NFRURFRBADEhoKFk9QRVJBVElPTl9TVEFURV9GQUlMRUQQBEKeAQoPY29tLmNvbnZlcmdlLnYxQg5PcGVyYXRpb25Qcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("Chtjb252ZXJnZS92MS9vcGVyYXRpb24ucHJvdG8SC2NvbnZlcmdlLnYxIrcECglPcGVyYXRpb24SEQoDdWlkGAEgASgJQgTiQQEDEjAKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGgoMcmVzb3VyY2VfdWlkGAMgASgJQgTiQQEDEhIKBHZlcmIYBCABKAlCBOJBAQMSLAoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgTiQQEDEi0KBm91dHB1dBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQMSMAoFc3RhdGUYByABKA4yGy5jb252ZXJnZS52MS5PcGVyYXRpb25TdGF0ZUIE4kEBAxInCgVlcnJvchgIIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzQgTiQQEDEhYKCGF0dGVtcHRzGAkgASgFQgTiQQEDEhoKDHJlcXVlc3RlZF9ieRgKIAEoCUIE4kEBAxI1CgtjcmVhdGVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNwoNY29tcGxldGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSHAoOcGVuZGluZ19yZWFzb24YDSABKAlCBOJBAQMSOwoRbmV4dF9hdHRlbXB0X3RpbWUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDKqYBCg5PcGVyYXRpb25TdGF0ZRIfChtPUEVSQVRJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIbChdPUEVSQVRJT05fU1RBVEVfUEVORElORxABEhsKF09QRVJBVElPTl9TVEFURV9SVU5OSU5HEAISHQoZT1BFUkFUSU9OX1NUQVRFX1NVQ0NFRURFRBADEhoKFk9QRVJBVElPTl9TVEFURV9GQUlMRUQQBEKeAQoPY29tLmNvbnZlcmdlLnYxQg5PcGVyYXRpb25Qcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * A durable record of one invocation of a verb (an imperative subresource
@@ -28,7 +29,8 @@ export const file_converge_v1_operation: GenFile = /*@__PURE__*/
  */
 export type Operation = Message<"converge.v1.Operation"> & {
   /**
-   * Output only. Server-assigned UUID of the operation.
+   * Output only. Server-assigned UUID of the operation (time-ordered,
+   * version 7, like Resource.uid).
    *
    * @generated from field: string uid = 1;
    */

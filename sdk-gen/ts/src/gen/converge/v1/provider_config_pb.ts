@@ -6,6 +6,7 @@ import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { ResourceRef } from "./resource_pb.js";
 import { file_converge_v1_resource } from "./resource_pb.js";
+import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -14,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/provider_config.proto.
  */
 export const file_converge_v1_provider_config: GenFile = /*@__PURE__*/
-  fileDesc("CiFjb252ZXJnZS92MS9wcm92aWRlcl9jb25maWcucHJvdG8SC2NvbnZlcmdlLnYxIqQCCg5Qcm92aWRlckNvbmZpZxIMCgRuYW1lGAEgASgJEgwKBGtpbmQYAiABKAkSFAoMa2luZF92ZXJzaW9uGAMgASgFEhIKCmlzX2RlZmF1bHQYBCABKAgSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDAoEZGF0YRgGIAEoDBInCgVvd25lchgHIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmEi8KC2NyZWF0ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEZXRhZxgKIAEoCUKjAQoPY29tLmNvbnZlcmdlLnYxQhNQcm92aWRlckNvbmZpZ1Byb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFjb252ZXJnZS92MS9wcm92aWRlcl9jb25maWcucHJvdG8SC2NvbnZlcmdlLnYxItECCg5Qcm92aWRlckNvbmZpZxITCgRuYW1lGAEgASgJQgXiQQICBRITCgRraW5kGAIgASgJQgXiQQICBRIbCgxraW5kX3ZlcnNpb24YAyABKAVCBeJBAgIFEhIKCmlzX2RlZmF1bHQYBCABKAgSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoEZGF0YRgGIAEoDEIE4kEBARItCgVvd25lchgHIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSDAoEZXRhZxgKIAEoCUKjAQoPY29tLmNvbnZlcmdlLnYxQhNQcm92aWRlckNvbmZpZ1Byb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A named, runtime-editable configuration document for one

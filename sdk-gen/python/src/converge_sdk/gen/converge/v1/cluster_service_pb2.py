@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import cluster_pb2 as converge_dot_v1_dot_cluster__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/cluster_service.proto\x12\x0b\x63onverge.v1\x1a\x19\x63onverge/v1/cluster.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n\x19ListClusterMembersRequest\x12\x1d\n\nready_only\x18\x01 \x01(\x08R\treadyOnly\"R\n\x1aListClusterMembersResponse\x12\x34\n\x07members\x18\x01 \x03(\x0b\x32\x1a.converge.v1.ClusterMemberR\x07members\"\x13\n\x11GetVersionRequest\"\x99\x02\n\x12GetVersionResponse\x12\x18\n\x07version\x18\x01 \x01(\tR\x07version\x12\x16\n\x06\x63ommit\x18\x02 \x01(\tR\x06\x63ommit\x12!\n\x0c\x61pi_versions\x18\x03 \x03(\tR\x0b\x61piVersions\x12!\n\x0crust_version\x18\x04 \x01(\tR\x0brustVersion\x12\x39\n\nbuild_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tbuildTime\x12)\n\x10\x64\x61tabase_version\x18\x06 \x01(\tR\x0f\x64\x61tabaseVersion\x12%\n\x0eschema_version\x18\x07 \x01(\x03R\rschemaVersion2\xc6\x01\n\x0e\x43lusterService\x12\x65\n\x12ListClusterMembers\x12&.converge.v1.ListClusterMembersRequest\x1a\'.converge.v1.ListClusterMembersResponse\x12M\n\nGetVersion\x12\x1e.converge.v1.GetVersionRequest\x1a\x1f.converge.v1.GetVersionResponseB\xa3\x01\n\x0f\x63om.converge.v1B\x13\x43lusterServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/cluster_service.proto\x12\x0b\x63onverge.v1\x1a\x19\x63onverge/v1/cluster.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x19ListClusterMembersRequest\x12#\n\nready_only\x18\x01 \x01(\x08\x42\x04\xe2\x41\x01\x01R\treadyOnly\"R\n\x1aListClusterMembersResponse\x12\x34\n\x07members\x18\x01 \x03(\x0b\x32\x1a.converge.v1.ClusterMemberR\x07members\"\x13\n\x11GetVersionRequest\"\x99\x02\n\x12GetVersionResponse\x12\x18\n\x07version\x18\x01 \x01(\tR\x07version\x12\x16\n\x06\x63ommit\x18\x02 \x01(\tR\x06\x63ommit\x12!\n\x0c\x61pi_versions\x18\x03 \x03(\tR\x0b\x61piVersions\x12!\n\x0crust_version\x18\x04 \x01(\tR\x0brustVersion\x12\x39\n\nbuild_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tbuildTime\x12)\n\x10\x64\x61tabase_version\x18\x06 \x01(\tR\x0f\x64\x61tabaseVersion\x12%\n\x0eschema_version\x18\x07 \x01(\x03R\rschemaVersion2\xc6\x01\n\x0e\x43lusterService\x12\x65\n\x12ListClusterMembers\x12&.converge.v1.ListClusterMembersRequest\x1a\'.converge.v1.ListClusterMembersResponse\x12M\n\nGetVersion\x12\x1e.converge.v1.GetVersionRequest\x1a\x1f.converge.v1.GetVersionResponseB\xa3\x01\n\x0f\x63om.converge.v1B\x13\x43lusterServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,14 +35,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\023ClusterServiceProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_LISTCLUSTERMEMBERSREQUEST']._serialized_start=110
-  _globals['_LISTCLUSTERMEMBERSREQUEST']._serialized_end=168
-  _globals['_LISTCLUSTERMEMBERSRESPONSE']._serialized_start=170
-  _globals['_LISTCLUSTERMEMBERSRESPONSE']._serialized_end=252
-  _globals['_GETVERSIONREQUEST']._serialized_start=254
-  _globals['_GETVERSIONREQUEST']._serialized_end=273
-  _globals['_GETVERSIONRESPONSE']._serialized_start=276
-  _globals['_GETVERSIONRESPONSE']._serialized_end=557
-  _globals['_CLUSTERSERVICE']._serialized_start=560
-  _globals['_CLUSTERSERVICE']._serialized_end=758
+  _globals['_LISTCLUSTERMEMBERSREQUEST'].fields_by_name['ready_only']._loaded_options = None
+  _globals['_LISTCLUSTERMEMBERSREQUEST'].fields_by_name['ready_only']._serialized_options = b'\342A\001\001'
+  _globals['_LISTCLUSTERMEMBERSREQUEST']._serialized_start=143
+  _globals['_LISTCLUSTERMEMBERSREQUEST']._serialized_end=207
+  _globals['_LISTCLUSTERMEMBERSRESPONSE']._serialized_start=209
+  _globals['_LISTCLUSTERMEMBERSRESPONSE']._serialized_end=291
+  _globals['_GETVERSIONREQUEST']._serialized_start=293
+  _globals['_GETVERSIONREQUEST']._serialized_end=312
+  _globals['_GETVERSIONRESPONSE']._serialized_start=315
+  _globals['_GETVERSIONRESPONSE']._serialized_end=596
+  _globals['_CLUSTERSERVICE']._serialized_start=599
+  _globals['_CLUSTERSERVICE']._serialized_end=797
 # @@protoc_insertion_point(module_scope)

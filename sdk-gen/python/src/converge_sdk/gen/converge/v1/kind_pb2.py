@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63onverge/v1/kind.proto\x12\x0b\x63onverge.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n\x08Reaction\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12.\n\x07trigger\x18\x02 \x01(\x0e\x32\x14.converge.v1.TriggerR\x07trigger\x12\'\n\x05\x65mits\x18\x03 \x03(\x0e\x32\x11.converge.v1.EmitR\x05\x65mits\x12\x12\n\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12:\n\x0cinput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructR\x0binputSchema\"\x9e\x02\n\nKindPolicy\x12!\n\x0cmax_inflight\x18\x01 \x01(\x05R\x0bmaxInflight\x12,\n\x12task_deadline_secs\x18\x02 \x01(\x05R\x10taskDeadlineSecs\x12\x30\n\x14resync_interval_secs\x18\x03 \x01(\x05R\x12resyncIntervalSecs\x12+\n\x11resync_recomposes\x18\x04 \x01(\x08R\x10resyncRecomposes\x12*\n\x11orphan_grace_secs\x18\x05 \x01(\x05R\x0forphanGraceSecs\x12\x34\n\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\"\xcf\x04\n\x0cKindManifest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\x12 \n\x0b\x64\x65scription\x18\x03 \x01(\tR\x0b\x64\x65scription\x12\x38\n\x0bspec_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\nspecSchema\x12<\n\rstatus_schema\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x0cstatusSchema\x12<\n\rconfig_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructR\x0c\x63onfigSchema\x12\x33\n\treactions\x18\x07 \x03(\x0b\x32\x15.converge.v1.ReactionR\treactions\x12%\n\x0e\x66inalizer_name\x18\x08 \x01(\tR\rfinalizerName\x12/\n\x06policy\x18\t \x01(\x0b\x32\x17.converge.v1.KindPolicyR\x06policy\x12)\n\x10manifest_version\x18\n \x01(\x03R\x0fmanifestVersion\x12;\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\"\xe7\x03\n\nKindConfig\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\x12!\n\x0cmax_inflight\x18\x03 \x01(\x05R\x0bmaxInflight\x12,\n\x12task_deadline_secs\x18\x04 \x01(\x05R\x10taskDeadlineSecs\x12\x30\n\x14resync_interval_secs\x18\x05 \x01(\x05R\x12resyncIntervalSecs\x12+\n\x11resync_recomposes\x18\x06 \x01(\x08R\x10resyncRecomposes\x12*\n\x11orphan_grace_secs\x18\x07 \x01(\x05R\x0forphanGraceSecs\x12\x34\n\x16max_transient_attempts\x18\x08 \x01(\x05R\x14maxTransientAttempts\x12\x18\n\x07retired\x18\t \x01(\x08R\x07retired\x12;\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x12%\n\x0erevision_limit\x18\x0c \x01(\x05R\rrevisionLimit*\xb7\x01\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n\x18TRIGGER_CHILDREN_SETTLED\x10\x02\x12\x1c\n\x18TRIGGER_DELETE_REQUESTED\x10\x03\x12\x15\n\x11TRIGGER_OPERATION\x10\x04\x12\x13\n\x0fTRIGGER_REACTOR\x10\x05\x12\x12\n\x0eTRIGGER_RESYNC\x10\x06*\xbc\x01\n\x04\x45mit\x12\x14\n\x10\x45MIT_UNSPECIFIED\x10\x00\x12\x11\n\rEMIT_CHILDREN\x10\x01\x12\x0e\n\nEMIT_EDGES\x10\x02\x12\x10\n\x0c\x45MIT_CONFIGS\x10\x03\x12\x0f\n\x0b\x45MIT_STATUS\x10\x04\x12\x13\n\x0f\x45MIT_CONDITIONS\x10\x05\x12\x12\n\x0e\x45MIT_FINALIZER\x10\x06\x12\x19\n\x15\x45MIT_OPERATION_OUTPUT\x10\x07\x12\x14\n\x10\x45MIT_SIDE_EFFECT\x10\x08\x42\x99\x01\n\x0f\x63om.converge.v1B\tKindProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63onverge/v1/kind.proto\x12\x0b\x63onverge.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x01\n\x08Reaction\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12\x34\n\x07trigger\x18\x02 \x01(\x0e\x32\x14.converge.v1.TriggerB\x04\xe2\x41\x01\x02R\x07trigger\x12-\n\x05\x65mits\x18\x03 \x03(\x0e\x32\x11.converge.v1.EmitB\x04\xe2\x41\x01\x02R\x05\x65mits\x12\x12\n\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12@\n\x0cinput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01R\x0binputSchema\"\x9e\x02\n\nKindPolicy\x12!\n\x0cmax_inflight\x18\x01 \x01(\x05R\x0bmaxInflight\x12,\n\x12task_deadline_secs\x18\x02 \x01(\x05R\x10taskDeadlineSecs\x12\x30\n\x14resync_interval_secs\x18\x03 \x01(\x05R\x12resyncIntervalSecs\x12+\n\x11resync_recomposes\x18\x04 \x01(\x08R\x10resyncRecomposes\x12*\n\x11orphan_grace_secs\x18\x05 \x01(\x05R\x0forphanGraceSecs\x12\x34\n\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\"\x97\x05\n\x0cKindManifest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\'\n\x0ckind_version\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02R\x0bkindVersion\x12&\n\x0b\x64\x65scription\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\x0b\x64\x65scription\x12>\n\x0bspec_schema\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01R\nspecSchema\x12\x42\n\rstatus_schema\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01R\x0cstatusSchema\x12\x42\n\rconfig_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01R\x0c\x63onfigSchema\x12\x39\n\treactions\x18\x07 \x03(\x0b\x32\x15.converge.v1.ReactionB\x04\xe2\x41\x01\x02R\treactions\x12+\n\x0e\x66inalizer_name\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01R\rfinalizerName\x12\x35\n\x06policy\x18\t \x01(\x0b\x32\x17.converge.v1.KindPolicyB\x04\xe2\x41\x01\x01R\x06policy\x12/\n\x10manifest_version\x18\n \x01(\x03\x42\x04\xe2\x41\x01\x03R\x0fmanifestVersion\x12\x41\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\ncreateTime\x12\x41\n\x0bupdate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\nupdateTime\"\xed\x03\n\nKindConfig\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\x12!\n\x0cmax_inflight\x18\x03 \x01(\x05R\x0bmaxInflight\x12,\n\x12task_deadline_secs\x18\x04 \x01(\x05R\x10taskDeadlineSecs\x12\x30\n\x14resync_interval_secs\x18\x05 \x01(\x05R\x12resyncIntervalSecs\x12+\n\x11resync_recomposes\x18\x06 \x01(\x08R\x10resyncRecomposes\x12*\n\x11orphan_grace_secs\x18\x07 \x01(\x05R\x0forphanGraceSecs\x12\x34\n\x16max_transient_attempts\x18\x08 \x01(\x05R\x14maxTransientAttempts\x12\x18\n\x07retired\x18\t \x01(\x08R\x07retired\x12\x41\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x12%\n\x0erevision_limit\x18\x0c \x01(\x05R\rrevisionLimit*\xb7\x01\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n\x18TRIGGER_CHILDREN_SETTLED\x10\x02\x12\x1c\n\x18TRIGGER_DELETE_REQUESTED\x10\x03\x12\x15\n\x11TRIGGER_OPERATION\x10\x04\x12\x13\n\x0fTRIGGER_REACTOR\x10\x05\x12\x12\n\x0eTRIGGER_RESYNC\x10\x06*\xbc\x01\n\x04\x45mit\x12\x14\n\x10\x45MIT_UNSPECIFIED\x10\x00\x12\x11\n\rEMIT_CHILDREN\x10\x01\x12\x0e\n\nEMIT_EDGES\x10\x02\x12\x10\n\x0c\x45MIT_CONFIGS\x10\x03\x12\x0f\n\x0b\x45MIT_STATUS\x10\x04\x12\x13\n\x0f\x45MIT_CONDITIONS\x10\x05\x12\x12\n\x0e\x45MIT_FINALIZER\x10\x06\x12\x19\n\x15\x45MIT_OPERATION_OUTPUT\x10\x07\x12\x14\n\x10\x45MIT_SIDE_EFFECT\x10\x08\x42\x99\x01\n\x0f\x63om.converge.v1B\tKindProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,16 +35,50 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\tKindProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_TRIGGER']._serialized_start=1708
-  _globals['_TRIGGER']._serialized_end=1891
-  _globals['_EMIT']._serialized_start=1894
-  _globals['_EMIT']._serialized_end=2082
-  _globals['_REACTION']._serialized_start=103
-  _globals['_REACTION']._serialized_end=332
-  _globals['_KINDPOLICY']._serialized_start=335
-  _globals['_KINDPOLICY']._serialized_end=621
-  _globals['_KINDMANIFEST']._serialized_start=624
-  _globals['_KINDMANIFEST']._serialized_end=1215
-  _globals['_KINDCONFIG']._serialized_start=1218
-  _globals['_KINDCONFIG']._serialized_end=1705
+  _globals['_REACTION'].fields_by_name['name']._loaded_options = None
+  _globals['_REACTION'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_REACTION'].fields_by_name['trigger']._loaded_options = None
+  _globals['_REACTION'].fields_by_name['trigger']._serialized_options = b'\342A\001\002'
+  _globals['_REACTION'].fields_by_name['emits']._loaded_options = None
+  _globals['_REACTION'].fields_by_name['emits']._serialized_options = b'\342A\001\002'
+  _globals['_REACTION'].fields_by_name['input_schema']._loaded_options = None
+  _globals['_REACTION'].fields_by_name['input_schema']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_KINDMANIFEST'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['kind_version']._serialized_options = b'\342A\001\002'
+  _globals['_KINDMANIFEST'].fields_by_name['description']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['description']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['spec_schema']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['spec_schema']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['status_schema']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['status_schema']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['config_schema']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['config_schema']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['reactions']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['reactions']._serialized_options = b'\342A\001\002'
+  _globals['_KINDMANIFEST'].fields_by_name['finalizer_name']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['finalizer_name']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['policy']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['policy']._serialized_options = b'\342A\001\001'
+  _globals['_KINDMANIFEST'].fields_by_name['manifest_version']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['manifest_version']._serialized_options = b'\342A\001\003'
+  _globals['_KINDMANIFEST'].fields_by_name['create_time']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_KINDMANIFEST'].fields_by_name['update_time']._loaded_options = None
+  _globals['_KINDMANIFEST'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_KINDCONFIG'].fields_by_name['update_time']._loaded_options = None
+  _globals['_KINDCONFIG'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_TRIGGER']._serialized_start=1843
+  _globals['_TRIGGER']._serialized_end=2026
+  _globals['_EMIT']._serialized_start=2029
+  _globals['_EMIT']._serialized_end=2217
+  _globals['_REACTION']._serialized_start=136
+  _globals['_REACTION']._serialized_end=389
+  _globals['_KINDPOLICY']._serialized_start=392
+  _globals['_KINDPOLICY']._serialized_end=678
+  _globals['_KINDMANIFEST']._serialized_start=681
+  _globals['_KINDMANIFEST']._serialized_end=1344
+  _globals['_KINDCONFIG']._serialized_start=1347
+  _globals['_KINDCONFIG']._serialized_end=1840
 # @@protoc_insertion_point(module_scope)

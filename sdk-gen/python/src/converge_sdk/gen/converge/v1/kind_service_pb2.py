@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import kind_pb2 as converge_dot_v1_dot_kind__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63onverge/v1/kind_service.proto\x12\x0b\x63onverge.v1\x1a\x16\x63onverge/v1/kind.proto\x1a google/protobuf/field_mask.proto\"\x95\x01\n\x18\x41pplyKindManifestRequest\x12\x35\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestR\x08manifest\x12#\n\rvalidate_only\x18\x02 \x01(\x08R\x0cvalidateOnly\x12\x1d\n\nrequest_id\x18\x03 \x01(\tR\trequestId\"\x8a\x01\n\x19\x41pplyKindManifestResponse\x12\x35\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestR\x08manifest\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\x12\x1c\n\tunchanged\x18\x03 \x01(\x08R\tunchanged\"O\n\x16GetKindManifestRequest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\"P\n\x17GetKindManifestResponse\x12\x35\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestR\x08manifest\"x\n\x18ListKindManifestsRequest\x12\x17\n\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12\x1b\n\tpage_size\x18\x02 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x03 \x01(\tR\tpageTokenB\x07\n\x05_kind\"|\n\x19ListKindManifestsResponse\x12\x37\n\tmanifests\x18\x01 \x03(\x0b\x32\x19.converge.v1.KindManifestR\tmanifests\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n\x19\x44\x65leteKindManifestRequest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\x12#\n\rallow_missing\x18\x03 \x01(\x08R\x0c\x61llowMissing\x12\x1d\n\nrequest_id\x18\x04 \x01(\tR\trequestId\"\x1c\n\x1a\x44\x65leteKindManifestResponse\"M\n\x14GetKindConfigRequest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x02 \x01(\x05R\x0bkindVersion\"H\n\x15GetKindConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigR\x06\x63onfig\"\xcb\x01\n\x17UpdateKindConfigRequest\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigR\x06\x63onfig\x12;\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskR\nupdateMask\x12#\n\rvalidate_only\x18\x03 \x01(\x08R\x0cvalidateOnly\x12\x1d\n\nrequest_id\x18\x04 \x01(\tR\trequestId\"K\n\x18UpdateKindConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigR\x06\x63onfig2\xd3\x04\n\x0bKindService\x12\x62\n\x11\x41pplyKindManifest\x12%.converge.v1.ApplyKindManifestRequest\x1a&.converge.v1.ApplyKindManifestResponse\x12\\\n\x0fGetKindManifest\x12#.converge.v1.GetKindManifestRequest\x1a$.converge.v1.GetKindManifestResponse\x12\x62\n\x11ListKindManifests\x12%.converge.v1.ListKindManifestsRequest\x1a&.converge.v1.ListKindManifestsResponse\x12\x65\n\x12\x44\x65leteKindManifest\x12&.converge.v1.DeleteKindManifestRequest\x1a\'.converge.v1.DeleteKindManifestResponse\x12V\n\rGetKindConfig\x12!.converge.v1.GetKindConfigRequest\x1a\".converge.v1.GetKindConfigResponse\x12_\n\x10UpdateKindConfig\x12$.converge.v1.UpdateKindConfigRequest\x1a%.converge.v1.UpdateKindConfigResponseB\xa0\x01\n\x0f\x63om.converge.v1B\x10KindServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63onverge/v1/kind_service.proto\x12\x0b\x63onverge.v1\x1a\x16\x63onverge/v1/kind.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\"\xa7\x01\n\x18\x41pplyKindManifestRequest\x12;\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestB\x04\xe2\x41\x01\x02R\x08manifest\x12)\n\rvalidate_only\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"\x8a\x01\n\x19\x41pplyKindManifestResponse\x12\x35\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestR\x08manifest\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\x12\x1c\n\tunchanged\x18\x03 \x01(\x08R\tunchanged\"[\n\x16GetKindManifestRequest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\'\n\x0ckind_version\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02R\x0bkindVersion\"P\n\x17GetKindManifestResponse\x12\x35\n\x08manifest\x18\x01 \x01(\x0b\x32\x19.converge.v1.KindManifestR\x08manifest\"\x8a\x01\n\x18ListKindManifestsRequest\x12\x1d\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04kind\x88\x01\x01\x12!\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\x07\n\x05_kind\"|\n\x19ListKindManifestsResponse\x12\x37\n\tmanifests\x18\x01 \x03(\x0b\x32\x19.converge.v1.KindManifestR\tmanifests\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xae\x01\n\x19\x44\x65leteKindManifestRequest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\'\n\x0ckind_version\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02R\x0bkindVersion\x12)\n\rallow_missing\x18\x03 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0c\x61llowMissing\x12#\n\nrequest_id\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"\x1c\n\x1a\x44\x65leteKindManifestResponse\"Y\n\x14GetKindConfigRequest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\'\n\x0ckind_version\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02R\x0bkindVersion\"H\n\x15GetKindConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigR\x06\x63onfig\"\xe3\x01\n\x17UpdateKindConfigRequest\x12\x35\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigB\x04\xe2\x41\x01\x02R\x06\x63onfig\x12\x41\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x02R\nupdateMask\x12)\n\rvalidate_only\x18\x03 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"K\n\x18UpdateKindConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.converge.v1.KindConfigR\x06\x63onfig2\xd3\x04\n\x0bKindService\x12\x62\n\x11\x41pplyKindManifest\x12%.converge.v1.ApplyKindManifestRequest\x1a&.converge.v1.ApplyKindManifestResponse\x12\\\n\x0fGetKindManifest\x12#.converge.v1.GetKindManifestRequest\x1a$.converge.v1.GetKindManifestResponse\x12\x62\n\x11ListKindManifests\x12%.converge.v1.ListKindManifestsRequest\x1a&.converge.v1.ListKindManifestsResponse\x12\x65\n\x12\x44\x65leteKindManifest\x12&.converge.v1.DeleteKindManifestRequest\x1a\'.converge.v1.DeleteKindManifestResponse\x12V\n\rGetKindConfig\x12!.converge.v1.GetKindConfigRequest\x1a\".converge.v1.GetKindConfigResponse\x12_\n\x10UpdateKindConfig\x12$.converge.v1.UpdateKindConfigRequest\x1a%.converge.v1.UpdateKindConfigResponseB\xa0\x01\n\x0f\x63om.converge.v1B\x10KindServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,30 +35,66 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\020KindServiceProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_APPLYKINDMANIFESTREQUEST']._serialized_start=106
-  _globals['_APPLYKINDMANIFESTREQUEST']._serialized_end=255
-  _globals['_APPLYKINDMANIFESTRESPONSE']._serialized_start=258
-  _globals['_APPLYKINDMANIFESTRESPONSE']._serialized_end=396
-  _globals['_GETKINDMANIFESTREQUEST']._serialized_start=398
-  _globals['_GETKINDMANIFESTREQUEST']._serialized_end=477
-  _globals['_GETKINDMANIFESTRESPONSE']._serialized_start=479
-  _globals['_GETKINDMANIFESTRESPONSE']._serialized_end=559
-  _globals['_LISTKINDMANIFESTSREQUEST']._serialized_start=561
-  _globals['_LISTKINDMANIFESTSREQUEST']._serialized_end=681
-  _globals['_LISTKINDMANIFESTSRESPONSE']._serialized_start=683
-  _globals['_LISTKINDMANIFESTSRESPONSE']._serialized_end=807
-  _globals['_DELETEKINDMANIFESTREQUEST']._serialized_start=810
-  _globals['_DELETEKINDMANIFESTREQUEST']._serialized_end=960
-  _globals['_DELETEKINDMANIFESTRESPONSE']._serialized_start=962
-  _globals['_DELETEKINDMANIFESTRESPONSE']._serialized_end=990
-  _globals['_GETKINDCONFIGREQUEST']._serialized_start=992
-  _globals['_GETKINDCONFIGREQUEST']._serialized_end=1069
-  _globals['_GETKINDCONFIGRESPONSE']._serialized_start=1071
-  _globals['_GETKINDCONFIGRESPONSE']._serialized_end=1143
-  _globals['_UPDATEKINDCONFIGREQUEST']._serialized_start=1146
-  _globals['_UPDATEKINDCONFIGREQUEST']._serialized_end=1349
-  _globals['_UPDATEKINDCONFIGRESPONSE']._serialized_start=1351
-  _globals['_UPDATEKINDCONFIGRESPONSE']._serialized_end=1426
-  _globals['_KINDSERVICE']._serialized_start=1429
-  _globals['_KINDSERVICE']._serialized_end=2024
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['manifest']._loaded_options = None
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['manifest']._serialized_options = b'\342A\001\002'
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_APPLYKINDMANIFESTREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_GETKINDMANIFESTREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_GETKINDMANIFESTREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_GETKINDMANIFESTREQUEST'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_GETKINDMANIFESTREQUEST'].fields_by_name['kind_version']._serialized_options = b'\342A\001\002'
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\001'
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTKINDMANIFESTSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['kind_version']._serialized_options = b'\342A\001\002'
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['allow_missing']._loaded_options = None
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['allow_missing']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_DELETEKINDMANIFESTREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_GETKINDCONFIGREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_GETKINDCONFIGREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_GETKINDCONFIGREQUEST'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_GETKINDCONFIGREQUEST'].fields_by_name['kind_version']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['config']._loaded_options = None
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['config']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['update_mask']._loaded_options = None
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['update_mask']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_UPDATEKINDCONFIGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYKINDMANIFESTREQUEST']._serialized_start=139
+  _globals['_APPLYKINDMANIFESTREQUEST']._serialized_end=306
+  _globals['_APPLYKINDMANIFESTRESPONSE']._serialized_start=309
+  _globals['_APPLYKINDMANIFESTRESPONSE']._serialized_end=447
+  _globals['_GETKINDMANIFESTREQUEST']._serialized_start=449
+  _globals['_GETKINDMANIFESTREQUEST']._serialized_end=540
+  _globals['_GETKINDMANIFESTRESPONSE']._serialized_start=542
+  _globals['_GETKINDMANIFESTRESPONSE']._serialized_end=622
+  _globals['_LISTKINDMANIFESTSREQUEST']._serialized_start=625
+  _globals['_LISTKINDMANIFESTSREQUEST']._serialized_end=763
+  _globals['_LISTKINDMANIFESTSRESPONSE']._serialized_start=765
+  _globals['_LISTKINDMANIFESTSRESPONSE']._serialized_end=889
+  _globals['_DELETEKINDMANIFESTREQUEST']._serialized_start=892
+  _globals['_DELETEKINDMANIFESTREQUEST']._serialized_end=1066
+  _globals['_DELETEKINDMANIFESTRESPONSE']._serialized_start=1068
+  _globals['_DELETEKINDMANIFESTRESPONSE']._serialized_end=1096
+  _globals['_GETKINDCONFIGREQUEST']._serialized_start=1098
+  _globals['_GETKINDCONFIGREQUEST']._serialized_end=1187
+  _globals['_GETKINDCONFIGRESPONSE']._serialized_start=1189
+  _globals['_GETKINDCONFIGRESPONSE']._serialized_end=1261
+  _globals['_UPDATEKINDCONFIGREQUEST']._serialized_start=1264
+  _globals['_UPDATEKINDCONFIGREQUEST']._serialized_end=1491
+  _globals['_UPDATEKINDCONFIGRESPONSE']._serialized_start=1493
+  _globals['_UPDATEKINDCONFIGRESPONSE']._serialized_end=1568
+  _globals['_KINDSERVICE']._serialized_start=1571
+  _globals['_KINDSERVICE']._serialized_end=2166
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from converge_sdk.gen.converge.v1 import kind_pb2 as _kind_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

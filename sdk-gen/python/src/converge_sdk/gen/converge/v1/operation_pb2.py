@@ -23,12 +23,13 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import resource_pb2 as converge_dot_v1_dot_resource__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63onverge/v1/operation.proto\x12\x0b\x63onverge.v1\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xf3\x04\n\tOperation\x12\x10\n\x03uid\x18\x01 \x01(\tR\x03uid\x12\x34\n\x08resource\x18\x02 \x01(\x0b\x32\x18.converge.v1.ResourceRefR\x08resource\x12!\n\x0cresource_uid\x18\x03 \x01(\tR\x0bresourceUid\x12\x12\n\x04verb\x18\x04 \x01(\tR\x04verb\x12-\n\x05input\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x05input\x12/\n\x06output\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructR\x06output\x12\x31\n\x05state\x18\x07 \x01(\x0e\x32\x1b.converge.v1.OperationStateR\x05state\x12(\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x12.google.rpc.StatusR\x05\x65rror\x12\x1a\n\x08\x61ttempts\x18\t \x01(\x05R\x08\x61ttempts\x12!\n\x0crequested_by\x18\n \x01(\tR\x0brequestedBy\x12;\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12?\n\rcomplete_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0c\x63ompleteTime\x12%\n\x0epending_reason\x18\r \x01(\tR\rpendingReason\x12\x46\n\x11next_attempt_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0fnextAttemptTime*\xa6\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x04\x42\x9e\x01\n\x0f\x63om.converge.v1B\x0eOperationProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63onverge/v1/operation.proto\x12\x0b\x63onverge.v1\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc7\x05\n\tOperation\x12\x16\n\x03uid\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03R\x03uid\x12:\n\x08resource\x18\x02 \x01(\x0b\x32\x18.converge.v1.ResourceRefB\x04\xe2\x41\x01\x03R\x08resource\x12\'\n\x0cresource_uid\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03R\x0bresourceUid\x12\x18\n\x04verb\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03R\x04verb\x12\x33\n\x05input\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03R\x05input\x12\x35\n\x06output\x18\x06 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03R\x06output\x12\x37\n\x05state\x18\x07 \x01(\x0e\x32\x1b.converge.v1.OperationStateB\x04\xe2\x41\x01\x03R\x05state\x12.\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x12.google.rpc.StatusB\x04\xe2\x41\x01\x03R\x05\x65rror\x12 \n\x08\x61ttempts\x18\t \x01(\x05\x42\x04\xe2\x41\x01\x03R\x08\x61ttempts\x12\'\n\x0crequested_by\x18\n \x01(\tB\x04\xe2\x41\x01\x03R\x0brequestedBy\x12\x41\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\ncreateTime\x12\x45\n\rcomplete_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\x0c\x63ompleteTime\x12+\n\x0epending_reason\x18\r \x01(\tB\x04\xe2\x41\x01\x03R\rpendingReason\x12L\n\x11next_attempt_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\x0fnextAttemptTime*\xa6\x01\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x02\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x03\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x04\x42\x9e\x01\n\x0f\x63om.converge.v1B\x0eOperationProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +37,36 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\016OperationProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_OPERATIONSTATE']._serialized_start=791
-  _globals['_OPERATIONSTATE']._serialized_end=957
-  _globals['_OPERATION']._serialized_start=161
-  _globals['_OPERATION']._serialized_end=788
+  _globals['_OPERATION'].fields_by_name['uid']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['uid']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['resource']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['resource']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['resource_uid']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['resource_uid']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['verb']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['verb']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['input']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['input']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['output']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['output']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['state']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['state']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['error']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['error']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['attempts']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['attempts']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['requested_by']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['requested_by']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['create_time']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['complete_time']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['complete_time']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['pending_reason']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['pending_reason']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATION'].fields_by_name['next_attempt_time']._loaded_options = None
+  _globals['_OPERATION'].fields_by_name['next_attempt_time']._serialized_options = b'\342A\001\003'
+  _globals['_OPERATIONSTATE']._serialized_start=908
+  _globals['_OPERATIONSTATE']._serialized_end=1074
+  _globals['_OPERATION']._serialized_start=194
+  _globals['_OPERATION']._serialized_end=905
 # @@protoc_insertion_point(module_scope)

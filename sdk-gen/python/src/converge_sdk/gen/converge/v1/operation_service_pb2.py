@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import operation_pb2 as converge_dot_v1_dot_operation__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#converge/v1/operation_service.proto\x12\x0b\x63onverge.v1\x1a\x1b\x63onverge/v1/operation.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc7\x01\n\x16InvokeOperationRequest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n\x04verb\x18\x03 \x01(\tR\x04verb\x12-\n\x05input\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\x05input\x12\x1d\n\nrequest_id\x18\x05 \x01(\tR\trequestId\x12#\n\rvalidate_only\x18\x06 \x01(\x08R\x0cvalidateOnly\"O\n\x17InvokeOperationResponse\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32\x16.converge.v1.OperationR\toperation\"\'\n\x13GetOperationRequest\x12\x10\n\x03uid\x18\x01 \x01(\tR\x03uid\"L\n\x14GetOperationResponse\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32\x16.converge.v1.OperationR\toperation\"\xd0\x01\n\x15ListOperationsRequest\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n\x04verb\x18\x03 \x01(\tH\x00R\x04verb\x88\x01\x01\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\x1b.converge.v1.OperationStateR\x05state\x12\x1b\n\tpage_size\x18\x05 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x06 \x01(\tR\tpageTokenB\x07\n\x05_verb\"x\n\x16ListOperationsResponse\x12\x36\n\noperations\x18\x01 \x03(\x0b\x32\x16.converge.v1.OperationR\noperations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa0\x02\n\x10OperationService\x12\\\n\x0fInvokeOperation\x12#.converge.v1.InvokeOperationRequest\x1a$.converge.v1.InvokeOperationResponse\x12S\n\x0cGetOperation\x12 .converge.v1.GetOperationRequest\x1a!.converge.v1.GetOperationResponse\x12Y\n\x0eListOperations\x12\".converge.v1.ListOperationsRequest\x1a#.converge.v1.ListOperationsResponseB\xa5\x01\n\x0f\x63om.converge.v1B\x15OperationServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#converge/v1/operation_service.proto\x12\x0b\x63onverge.v1\x1a\x1b\x63onverge/v1/operation.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xeb\x01\n\x16InvokeOperationRequest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\x18\n\x04name\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12\x18\n\x04verb\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02R\x04verb\x12\x33\n\x05input\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01R\x05input\x12#\n\nrequest_id\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12)\n\rvalidate_only\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\"O\n\x17InvokeOperationResponse\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32\x16.converge.v1.OperationR\toperation\"-\n\x13GetOperationRequest\x12\x16\n\x03uid\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x03uid\"L\n\x14GetOperationResponse\x12\x34\n\toperation\x18\x01 \x01(\x0b\x32\x16.converge.v1.OperationR\toperation\"\xf4\x01\n\x15ListOperationsRequest\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12\x18\n\x04name\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12\x1d\n\x04verb\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04verb\x88\x01\x01\x12\x37\n\x05state\x18\x04 \x01(\x0e\x32\x1b.converge.v1.OperationStateB\x04\xe2\x41\x01\x01R\x05state\x12!\n\tpage_size\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\x07\n\x05_verb\"x\n\x16ListOperationsResponse\x12\x36\n\noperations\x18\x01 \x03(\x0b\x32\x16.converge.v1.OperationR\noperations\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa0\x02\n\x10OperationService\x12\\\n\x0fInvokeOperation\x12#.converge.v1.InvokeOperationRequest\x1a$.converge.v1.InvokeOperationResponse\x12S\n\x0cGetOperation\x12 .converge.v1.GetOperationRequest\x1a!.converge.v1.GetOperationResponse\x12Y\n\x0eListOperations\x12\".converge.v1.ListOperationsRequest\x1a#.converge.v1.ListOperationsResponseB\xa5\x01\n\x0f\x63om.converge.v1B\x15OperationServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,18 +35,44 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\025OperationServiceProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_INVOKEOPERATIONREQUEST']._serialized_start=112
-  _globals['_INVOKEOPERATIONREQUEST']._serialized_end=311
-  _globals['_INVOKEOPERATIONRESPONSE']._serialized_start=313
-  _globals['_INVOKEOPERATIONRESPONSE']._serialized_end=392
-  _globals['_GETOPERATIONREQUEST']._serialized_start=394
-  _globals['_GETOPERATIONREQUEST']._serialized_end=433
-  _globals['_GETOPERATIONRESPONSE']._serialized_start=435
-  _globals['_GETOPERATIONRESPONSE']._serialized_end=511
-  _globals['_LISTOPERATIONSREQUEST']._serialized_start=514
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=722
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=724
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=844
-  _globals['_OPERATIONSERVICE']._serialized_start=847
-  _globals['_OPERATIONSERVICE']._serialized_end=1135
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['verb']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['verb']._serialized_options = b'\342A\001\002'
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['input']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['input']._serialized_options = b'\342A\001\001'
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_INVOKEOPERATIONREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_GETOPERATIONREQUEST'].fields_by_name['uid']._loaded_options = None
+  _globals['_GETOPERATIONREQUEST'].fields_by_name['uid']._serialized_options = b'\342A\001\002'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['verb']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['verb']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['state']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['state']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTOPERATIONSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_INVOKEOPERATIONREQUEST']._serialized_start=145
+  _globals['_INVOKEOPERATIONREQUEST']._serialized_end=380
+  _globals['_INVOKEOPERATIONRESPONSE']._serialized_start=382
+  _globals['_INVOKEOPERATIONRESPONSE']._serialized_end=461
+  _globals['_GETOPERATIONREQUEST']._serialized_start=463
+  _globals['_GETOPERATIONREQUEST']._serialized_end=508
+  _globals['_GETOPERATIONRESPONSE']._serialized_start=510
+  _globals['_GETOPERATIONRESPONSE']._serialized_end=586
+  _globals['_LISTOPERATIONSREQUEST']._serialized_start=589
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=833
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=835
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=955
+  _globals['_OPERATIONSERVICE']._serialized_start=958
+  _globals['_OPERATIONSERVICE']._serialized_end=1246
 # @@protoc_insertion_point(module_scope)

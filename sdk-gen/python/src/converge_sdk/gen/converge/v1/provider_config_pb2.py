@@ -23,11 +23,12 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import resource_pb2 as converge_dot_v1_dot_resource__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/provider_config.proto\x12\x0b\x63onverge.v1\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x02\n\x0eProviderConfig\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n\x0ckind_version\x18\x03 \x01(\x05R\x0bkindVersion\x12\x1d\n\nis_default\x18\x04 \x01(\x08R\tisDefault\x12+\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x04spec\x12\x12\n\x04\x64\x61ta\x18\x06 \x01(\x0cR\x04\x64\x61ta\x12.\n\x05owner\x18\x07 \x01(\x0b\x32\x18.converge.v1.ResourceRefR\x05owner\x12;\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12\x12\n\x04\x65tag\x18\n \x01(\tR\x04\x65tagB\xa3\x01\n\x0f\x63om.converge.v1B\x13ProviderConfigProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/provider_config.proto\x12\x0b\x63onverge.v1\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x03\n\x0eProviderConfig\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xe2\x41\x02\x02\x05R\x04name\x12\x19\n\x04kind\x18\x02 \x01(\tB\x05\xe2\x41\x02\x02\x05R\x04kind\x12(\n\x0ckind_version\x18\x03 \x01(\x05\x42\x05\xe2\x41\x02\x02\x05R\x0bkindVersion\x12\x1d\n\nis_default\x18\x04 \x01(\x08R\tisDefault\x12+\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x04spec\x12\x18\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x42\x04\xe2\x41\x01\x01R\x04\x64\x61ta\x12\x34\n\x05owner\x18\x07 \x01(\x0b\x32\x18.converge.v1.ResourceRefB\x04\xe2\x41\x01\x03R\x05owner\x12\x41\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\ncreateTime\x12\x41\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\nupdateTime\x12\x12\n\x04\x65tag\x18\n \x01(\tR\x04\x65tagB\xa3\x01\n\x0f\x63om.converge.v1B\x13ProviderConfigProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +36,20 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\023ProviderConfigProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_PROVIDERCONFIG']._serialized_start=142
-  _globals['_PROVIDERCONFIG']._serialized_end=519
+  _globals['_PROVIDERCONFIG'].fields_by_name['name']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['name']._serialized_options = b'\342A\002\002\005'
+  _globals['_PROVIDERCONFIG'].fields_by_name['kind']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['kind']._serialized_options = b'\342A\002\002\005'
+  _globals['_PROVIDERCONFIG'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['kind_version']._serialized_options = b'\342A\002\002\005'
+  _globals['_PROVIDERCONFIG'].fields_by_name['data']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['data']._serialized_options = b'\342A\001\001'
+  _globals['_PROVIDERCONFIG'].fields_by_name['owner']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['owner']._serialized_options = b'\342A\001\003'
+  _globals['_PROVIDERCONFIG'].fields_by_name['create_time']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_PROVIDERCONFIG'].fields_by_name['update_time']._loaded_options = None
+  _globals['_PROVIDERCONFIG'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_PROVIDERCONFIG']._serialized_start=175
+  _globals['_PROVIDERCONFIG']._serialized_end=597
 # @@protoc_insertion_point(module_scope)

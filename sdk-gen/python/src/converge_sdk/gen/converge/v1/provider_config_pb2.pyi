@@ -1,6 +1,7 @@
 import datetime
 
 from converge_sdk.gen.converge.v1 import resource_pb2 as _resource_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf import descriptor as _descriptor

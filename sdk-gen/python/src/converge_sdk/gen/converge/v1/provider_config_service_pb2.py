@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from converge_sdk.gen.converge.v1 import provider_config_pb2 as converge_dot_v1_dot_provider__config__pb2
 from converge_sdk.gen.converge.v1 import resource_pb2 as converge_dot_v1_dot_resource__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/provider_config_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/provider_config.proto\x1a\x1a\x63onverge/v1/resource.proto\"\xa6\x01\n\x1a\x41pplyProviderConfigRequest\x12\x44\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12#\n\rvalidate_only\x18\x02 \x01(\x08R\x0cvalidateOnly\x12\x1d\n\nrequest_id\x18\x03 \x01(\tR\trequestId\"}\n\x1b\x41pplyProviderConfigResponse\x12\x44\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\".\n\x18GetProviderConfigRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"a\n\x19GetProviderConfigResponse\x12\x44\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\x96\x02\n\x1aListProviderConfigsRequest\x12\x17\n\x04kind\x18\x01 \x01(\tH\x00R\x04kind\x88\x01\x01\x12&\n\x0ckind_version\x18\x02 \x01(\x05H\x01R\x0bkindVersion\x88\x01\x01\x12\"\n\nis_default\x18\x03 \x01(\x08H\x02R\tisDefault\x88\x01\x01\x12.\n\x05owner\x18\x06 \x01(\x0b\x32\x18.converge.v1.ResourceRefR\x05owner\x12\x1b\n\tpage_size\x18\x04 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x05 \x01(\tR\tpageTokenB\x07\n\x05_kindB\x0f\n\r_kind_versionB\r\n\x0b_is_default\"\x8d\x01\n\x1bListProviderConfigsResponse\x12\x46\n\x10provider_configs\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0fproviderConfigs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n\x1b\x44\x65leteProviderConfigRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12#\n\rallow_missing\x18\x02 \x01(\x08R\x0c\x61llowMissing\x12\x1d\n\nrequest_id\x18\x03 \x01(\tR\trequestId\x12\x17\n\x04\x65tag\x18\x04 \x01(\tH\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteProviderConfigResponse2\xbc\x03\n\x15ProviderConfigService\x12h\n\x13\x41pplyProviderConfig\x12\'.converge.v1.ApplyProviderConfigRequest\x1a(.converge.v1.ApplyProviderConfigResponse\x12\x62\n\x11GetProviderConfig\x12%.converge.v1.GetProviderConfigRequest\x1a&.converge.v1.GetProviderConfigResponse\x12h\n\x13ListProviderConfigs\x12\'.converge.v1.ListProviderConfigsRequest\x1a(.converge.v1.ListProviderConfigsResponse\x12k\n\x14\x44\x65leteProviderConfig\x12(.converge.v1.DeleteProviderConfigRequest\x1a).converge.v1.DeleteProviderConfigResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aProviderConfigServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/provider_config_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/provider_config.proto\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n\x1a\x41pplyProviderConfigRequest\x12J\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigB\x04\xe2\x41\x01\x02R\x0eproviderConfig\x12)\n\rvalidate_only\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"}\n\x1b\x41pplyProviderConfigResponse\x12\x44\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"4\n\x18GetProviderConfigRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\"a\n\x19GetProviderConfigResponse\x12\x44\n\x0fprovider_config\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0eproviderConfig\"\xba\x02\n\x1aListProviderConfigsRequest\x12\x1d\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n\x0ckind_version\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01H\x01R\x0bkindVersion\x88\x01\x01\x12(\n\nis_default\x18\x03 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x02R\tisDefault\x88\x01\x01\x12\x34\n\x05owner\x18\x06 \x01(\x0b\x32\x18.converge.v1.ResourceRefB\x04\xe2\x41\x01\x01R\x05owner\x12!\n\tpage_size\x18\x04 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\x07\n\x05_kindB\x0f\n\r_kind_versionB\r\n\x0b_is_default\"\x8d\x01\n\x1bListProviderConfigsResponse\x12\x46\n\x10provider_configs\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ProviderConfigR\x0fproviderConfigs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n\x1b\x44\x65leteProviderConfigRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12)\n\rallow_missing\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0c\x61llowMissing\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12\x1d\n\x04\x65tag\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteProviderConfigResponse2\xbc\x03\n\x15ProviderConfigService\x12h\n\x13\x41pplyProviderConfig\x12\'.converge.v1.ApplyProviderConfigRequest\x1a(.converge.v1.ApplyProviderConfigResponse\x12\x62\n\x11GetProviderConfig\x12%.converge.v1.GetProviderConfigRequest\x1a&.converge.v1.GetProviderConfigResponse\x12h\n\x13ListProviderConfigs\x12\'.converge.v1.ListProviderConfigsRequest\x1a(.converge.v1.ListProviderConfigsResponse\x12k\n\x14\x44\x65leteProviderConfig\x12(.converge.v1.DeleteProviderConfigRequest\x1a).converge.v1.DeleteProviderConfigResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aProviderConfigServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,22 +35,50 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\032ProviderConfigServiceProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_APPLYPROVIDERCONFIGREQUEST']._serialized_start=122
-  _globals['_APPLYPROVIDERCONFIGREQUEST']._serialized_end=288
-  _globals['_APPLYPROVIDERCONFIGRESPONSE']._serialized_start=290
-  _globals['_APPLYPROVIDERCONFIGRESPONSE']._serialized_end=415
-  _globals['_GETPROVIDERCONFIGREQUEST']._serialized_start=417
-  _globals['_GETPROVIDERCONFIGREQUEST']._serialized_end=463
-  _globals['_GETPROVIDERCONFIGRESPONSE']._serialized_start=465
-  _globals['_GETPROVIDERCONFIGRESPONSE']._serialized_end=562
-  _globals['_LISTPROVIDERCONFIGSREQUEST']._serialized_start=565
-  _globals['_LISTPROVIDERCONFIGSREQUEST']._serialized_end=843
-  _globals['_LISTPROVIDERCONFIGSRESPONSE']._serialized_start=846
-  _globals['_LISTPROVIDERCONFIGSRESPONSE']._serialized_end=987
-  _globals['_DELETEPROVIDERCONFIGREQUEST']._serialized_start=990
-  _globals['_DELETEPROVIDERCONFIGREQUEST']._serialized_end=1141
-  _globals['_DELETEPROVIDERCONFIGRESPONSE']._serialized_start=1143
-  _globals['_DELETEPROVIDERCONFIGRESPONSE']._serialized_end=1173
-  _globals['_PROVIDERCONFIGSERVICE']._serialized_start=1176
-  _globals['_PROVIDERCONFIGSERVICE']._serialized_end=1620
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['provider_config']._loaded_options = None
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['provider_config']._serialized_options = b'\342A\001\002'
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_APPLYPROVIDERCONFIGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_GETPROVIDERCONFIGREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETPROVIDERCONFIGREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['kind']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['kind']._serialized_options = b'\342A\001\001'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['kind_version']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['kind_version']._serialized_options = b'\342A\001\001'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['is_default']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['is_default']._serialized_options = b'\342A\001\001'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['owner']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['owner']._serialized_options = b'\342A\001\001'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTPROVIDERCONFIGSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['allow_missing']._loaded_options = None
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['allow_missing']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETEPROVIDERCONFIGREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYPROVIDERCONFIGREQUEST']._serialized_start=155
+  _globals['_APPLYPROVIDERCONFIGREQUEST']._serialized_end=339
+  _globals['_APPLYPROVIDERCONFIGRESPONSE']._serialized_start=341
+  _globals['_APPLYPROVIDERCONFIGRESPONSE']._serialized_end=466
+  _globals['_GETPROVIDERCONFIGREQUEST']._serialized_start=468
+  _globals['_GETPROVIDERCONFIGREQUEST']._serialized_end=520
+  _globals['_GETPROVIDERCONFIGRESPONSE']._serialized_start=522
+  _globals['_GETPROVIDERCONFIGRESPONSE']._serialized_end=619
+  _globals['_LISTPROVIDERCONFIGSREQUEST']._serialized_start=622
+  _globals['_LISTPROVIDERCONFIGSREQUEST']._serialized_end=936
+  _globals['_LISTPROVIDERCONFIGSRESPONSE']._serialized_start=939
+  _globals['_LISTPROVIDERCONFIGSRESPONSE']._serialized_end=1080
+  _globals['_DELETEPROVIDERCONFIGREQUEST']._serialized_start=1083
+  _globals['_DELETEPROVIDERCONFIGREQUEST']._serialized_end=1258
+  _globals['_DELETEPROVIDERCONFIGRESPONSE']._serialized_start=1260
+  _globals['_DELETEPROVIDERCONFIGRESPONSE']._serialized_end=1290
+  _globals['_PROVIDERCONFIGSERVICE']._serialized_start=1293
+  _globals['_PROVIDERCONFIGSERVICE']._serialized_end=1737
 # @@protoc_insertion_point(module_scope)

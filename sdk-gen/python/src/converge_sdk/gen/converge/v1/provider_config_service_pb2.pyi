@@ -1,5 +1,6 @@
 from converge_sdk.gen.converge.v1 import provider_config_pb2 as _provider_config_pb2
 from converge_sdk.gen.converge.v1 import resource_pb2 as _resource_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/reactor_binding.proto\x12\x0b\x63onverge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x05\n\x0eReactorBinding\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n\nwatch_kind\x18\x02 \x01(\tR\twatchKind\x12\x31\n\x12watch_kind_version\x18\x03 \x01(\x05H\x00R\x10watchKindVersion\x88\x01\x01\x12\x37\n\ntransition\x18\x04 \x01(\x0e\x32\x17.converge.v1.TransitionR\ntransition\x12L\n\x0blabel_match\x18\x05 \x03(\x0b\x32+.converge.v1.ReactorBinding.LabelMatchEntryR\nlabelMatch\x12\x18\n\x07reactor\x18\x06 \x01(\tR\x07reactor\x12,\n\x0freactor_version\x18\x07 \x01(\x05H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n\x07\x65nabled\x18\x08 \x01(\x08H\x02R\x07\x65nabled\x88\x01\x01\x12;\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x12-\n\x12pending_deliveries\x18\x0c \x01(\x03R\x11pendingDeliveries\x12+\n\x11\x66\x61iled_deliveries\x18\r \x01(\x03R\x10\x66\x61iledDeliveries\x12!\n\x0clast_failure\x18\x0e \x01(\tR\x0blastFailure\x1a=\n\x0fLabelMatchEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x15\n\x13_watch_kind_versionB\x12\n\x10_reactor_versionB\n\n\x08_enabled*\x9f\x01\n\nTransition\x12\x1a\n\x16TRANSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSITION_CREATED\x10\x01\x12\x15\n\x11TRANSITION_SYNCED\x10\x02\x12\x17\n\x13TRANSITION_DEGRADED\x10\x03\x12\x15\n\x11TRANSITION_FAILED\x10\x04\x12\x16\n\x12TRANSITION_DELETED\x10\x05\x42\xa3\x01\n\x0f\x63om.converge.v1B\x13ReactorBindingProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!converge/v1/reactor_binding.proto\x12\x0b\x63onverge.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x06\n\x0eReactorBinding\x12\x19\n\x04name\x18\x01 \x01(\tB\x05\xe2\x41\x02\x02\x05R\x04name\x12#\n\nwatch_kind\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02R\twatchKind\x12\x37\n\x12watch_kind_version\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01H\x00R\x10watchKindVersion\x88\x01\x01\x12=\n\ntransition\x18\x04 \x01(\x0e\x32\x17.converge.v1.TransitionB\x04\xe2\x41\x01\x02R\ntransition\x12R\n\x0blabel_match\x18\x05 \x03(\x0b\x32+.converge.v1.ReactorBinding.LabelMatchEntryB\x04\xe2\x41\x01\x01R\nlabelMatch\x12\x1e\n\x07reactor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x02R\x07reactor\x12\x32\n\x0freactor_version\x18\x07 \x01(\x05\x42\x04\xe2\x41\x01\x01H\x01R\x0ereactorVersion\x88\x01\x01\x12\x1d\n\x07\x65nabled\x18\x08 \x01(\x08H\x02R\x07\x65nabled\x88\x01\x01\x12\x41\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\ncreateTime\x12\x41\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\nupdateTime\x12\x12\n\x04\x65tag\x18\x0b \x01(\tR\x04\x65tag\x12\x33\n\x12pending_deliveries\x18\x0c \x01(\x03\x42\x04\xe2\x41\x01\x03R\x11pendingDeliveries\x12\x31\n\x11\x66\x61iled_deliveries\x18\r \x01(\x03\x42\x04\xe2\x41\x01\x03R\x10\x66\x61iledDeliveries\x12\'\n\x0clast_failure\x18\x0e \x01(\tB\x04\xe2\x41\x01\x03R\x0blastFailure\x1a=\n\x0fLabelMatchEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x15\n\x13_watch_kind_versionB\x12\n\x10_reactor_versionB\n\n\x08_enabled*\x9f\x01\n\nTransition\x12\x1a\n\x16TRANSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSITION_CREATED\x10\x01\x12\x15\n\x11TRANSITION_SYNCED\x10\x02\x12\x17\n\x13TRANSITION_DEGRADED\x10\x03\x12\x15\n\x11TRANSITION_FAILED\x10\x04\x12\x16\n\x12TRANSITION_DELETED\x10\x05\x42\xa3\x01\n\x0f\x63om.converge.v1B\x13ReactorBindingProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +36,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\023ReactorBindingProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
   _globals['_REACTORBINDING_LABELMATCHENTRY']._loaded_options = None
   _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_options = b'8\001'
-  _globals['_TRANSITION']._serialized_start=830
-  _globals['_TRANSITION']._serialized_end=989
-  _globals['_REACTORBINDING']._serialized_start=84
-  _globals['_REACTORBINDING']._serialized_end=827
-  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_start=711
-  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_end=772
+  _globals['_REACTORBINDING'].fields_by_name['name']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['name']._serialized_options = b'\342A\002\002\005'
+  _globals['_REACTORBINDING'].fields_by_name['watch_kind']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['watch_kind']._serialized_options = b'\342A\001\002'
+  _globals['_REACTORBINDING'].fields_by_name['watch_kind_version']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['watch_kind_version']._serialized_options = b'\342A\001\001'
+  _globals['_REACTORBINDING'].fields_by_name['transition']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['transition']._serialized_options = b'\342A\001\002'
+  _globals['_REACTORBINDING'].fields_by_name['label_match']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['label_match']._serialized_options = b'\342A\001\001'
+  _globals['_REACTORBINDING'].fields_by_name['reactor']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['reactor']._serialized_options = b'\342A\001\002'
+  _globals['_REACTORBINDING'].fields_by_name['reactor_version']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['reactor_version']._serialized_options = b'\342A\001\001'
+  _globals['_REACTORBINDING'].fields_by_name['create_time']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORBINDING'].fields_by_name['update_time']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORBINDING'].fields_by_name['pending_deliveries']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['pending_deliveries']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORBINDING'].fields_by_name['failed_deliveries']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['failed_deliveries']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORBINDING'].fields_by_name['last_failure']._loaded_options = None
+  _globals['_REACTORBINDING'].fields_by_name['last_failure']._serialized_options = b'\342A\001\003'
+  _globals['_TRANSITION']._serialized_start=936
+  _globals['_TRANSITION']._serialized_end=1095
+  _globals['_REACTORBINDING']._serialized_start=117
+  _globals['_REACTORBINDING']._serialized_end=933
+  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_start=817
+  _globals['_REACTORBINDING_LABELMATCHENTRY']._serialized_end=878
 # @@protoc_insertion_point(module_scope)

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import reactor_binding_pb2 as converge_dot_v1_dot_reactor__binding__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/reactor_binding_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/reactor_binding.proto\"\xa6\x01\n\x1a\x41pplyReactorBindingRequest\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12#\n\rvalidate_only\x18\x02 \x01(\x08R\x0cvalidateOnly\x12\x1d\n\nrequest_id\x18\x03 \x01(\tR\trequestId\"}\n\x1b\x41pplyReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\".\n\x18GetReactorBindingRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\"a\n\x19GetReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xb6\x01\n\x1aListReactorBindingsRequest\x12\"\n\nwatch_kind\x18\x01 \x01(\tH\x00R\twatchKind\x88\x01\x01\x12\x1d\n\x07reactor\x18\x02 \x01(\tH\x01R\x07reactor\x88\x01\x01\x12\x1b\n\tpage_size\x18\x03 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x04 \x01(\tR\tpageTokenB\r\n\x0b_watch_kindB\n\n\x08_reactor\"\x8d\x01\n\x1bListReactorBindingsResponse\x12\x46\n\x10reactor_bindings\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0freactorBindings\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x01\n\x1b\x44\x65leteReactorBindingRequest\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12#\n\rallow_missing\x18\x02 \x01(\x08R\x0c\x61llowMissing\x12\x1d\n\nrequest_id\x18\x03 \x01(\tR\trequestId\x12\x17\n\x04\x65tag\x18\x04 \x01(\tH\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteReactorBindingResponse2\xbc\x03\n\x15ReactorBindingService\x12h\n\x13\x41pplyReactorBinding\x12\'.converge.v1.ApplyReactorBindingRequest\x1a(.converge.v1.ApplyReactorBindingResponse\x12\x62\n\x11GetReactorBinding\x12%.converge.v1.GetReactorBindingRequest\x1a&.converge.v1.GetReactorBindingResponse\x12h\n\x13ListReactorBindings\x12\'.converge.v1.ListReactorBindingsRequest\x1a(.converge.v1.ListReactorBindingsResponse\x12k\n\x14\x44\x65leteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aReactorBindingServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/reactor_binding_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n\x1a\x41pplyReactorBindingRequest\x12J\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingB\x04\xe2\x41\x01\x02R\x0ereactorBinding\x12)\n\rvalidate_only\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"}\n\x1b\x41pplyReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"4\n\x18GetReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\"a\n\x19GetReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xce\x01\n\x1aListReactorBindingsRequest\x12(\n\nwatch_kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\twatchKind\x88\x01\x01\x12#\n\x07reactor\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x01R\x07reactor\x88\x01\x01\x12!\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\r\n\x0b_watch_kindB\n\n\x08_reactor\"\x8d\x01\n\x1bListReactorBindingsResponse\x12\x46\n\x10reactor_bindings\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0freactorBindings\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n\x1b\x44\x65leteReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12)\n\rallow_missing\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0c\x61llowMissing\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12\x1d\n\x04\x65tag\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteReactorBindingResponse2\xbc\x03\n\x15ReactorBindingService\x12h\n\x13\x41pplyReactorBinding\x12\'.converge.v1.ApplyReactorBindingRequest\x1a(.converge.v1.ApplyReactorBindingResponse\x12\x62\n\x11GetReactorBinding\x12%.converge.v1.GetReactorBindingRequest\x1a&.converge.v1.GetReactorBindingResponse\x12h\n\x13ListReactorBindings\x12\'.converge.v1.ListReactorBindingsRequest\x1a(.converge.v1.ListReactorBindingsResponse\x12k\n\x14\x44\x65leteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aReactorBindingServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,22 +34,46 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'converge_sdk.gen.converge.v
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.converge.v1B\032ReactorBindingServiceProtoP\001Z.converge.dev/sdk/go/gen/converge/v1;convergev1\242\002\003CXX\252\002\013Converge.V1\312\002\013Converge\\V1\342\002\027Converge\\V1\\GPBMetadata\352\002\014Converge::V1'
-  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_start=94
-  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_end=260
-  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_start=262
-  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_end=387
-  _globals['_GETREACTORBINDINGREQUEST']._serialized_start=389
-  _globals['_GETREACTORBINDINGREQUEST']._serialized_end=435
-  _globals['_GETREACTORBINDINGRESPONSE']._serialized_start=437
-  _globals['_GETREACTORBINDINGRESPONSE']._serialized_end=534
-  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_start=537
-  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_end=719
-  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_start=722
-  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_end=863
-  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_start=866
-  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_end=1017
-  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_start=1019
-  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_end=1049
-  _globals['_REACTORBINDINGSERVICE']._serialized_start=1052
-  _globals['_REACTORBINDINGSERVICE']._serialized_end=1496
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['reactor_binding']._loaded_options = None
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['reactor_binding']._serialized_options = b'\342A\001\002'
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_APPLYREACTORBINDINGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_GETREACTORBINDINGREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETREACTORBINDINGREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['watch_kind']._loaded_options = None
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['watch_kind']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['reactor']._loaded_options = None
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['reactor']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTREACTORBINDINGSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['allow_missing']._loaded_options = None
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['allow_missing']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_start=127
+  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_end=311
+  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_start=313
+  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_end=438
+  _globals['_GETREACTORBINDINGREQUEST']._serialized_start=440
+  _globals['_GETREACTORBINDINGREQUEST']._serialized_end=492
+  _globals['_GETREACTORBINDINGRESPONSE']._serialized_start=494
+  _globals['_GETREACTORBINDINGRESPONSE']._serialized_end=591
+  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_start=594
+  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_end=800
+  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_start=803
+  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_end=944
+  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_start=947
+  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_end=1122
+  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_start=1124
+  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_end=1154
+  _globals['_REACTORBINDINGSERVICE']._serialized_start=1157
+  _globals['_REACTORBINDINGSERVICE']._serialized_end=1601
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from converge_sdk.gen.converge.v1 import reactor_binding_pb2 as _reactor_binding_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
