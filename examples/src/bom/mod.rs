@@ -73,9 +73,22 @@ pub fn id_field(kind: &str) -> Option<&'static str> {
 /// Registers a provider for every demo kind on `builder`; the leaves sleep
 /// `latency` per task.
 pub fn register(builder: WorkerBuilder, latency: Latency) -> WorkerBuilder {
+    register_except(builder, latency, &[])
+}
+
+/// Registers a provider for every demo kind not in `external` (kinds another
+/// worker process serves, e.g. the Go and Python ports of the leaves).
+pub fn register_except(builder: WorkerBuilder, latency: Latency, external: &[String]) -> WorkerBuilder {
+    let served = |kind: &&str| !external.iter().any(|e| e == kind);
+    let builder = if served(&BOM) {
+        builder.provider(BomProvider)
+    } else {
+        builder
+    };
     [ACCOUNT, TGW, VPC, ROUTE]
         .into_iter()
-        .fold(builder.provider(BomProvider), |builder, kind| {
+        .filter(served)
+        .fold(builder, |builder, kind| {
             builder.provider(LeafProvider { kind, latency })
         })
 }

@@ -164,6 +164,13 @@ pub struct DevArgs {
     #[arg(long, env = "CONVERGE_DEV_EXIT_WHEN_READY")]
     pub exit_when_ready: bool,
 
+    /// Demo kinds this process does not serve, comma-separated: workers in
+    /// other processes serve them (the Python `account` and Go `vpc` ports
+    /// in sdk-gen/*/examples; see examples/bom/README.md).
+    #[arg(long, env = "CONVERGE_DEV_EXTERNAL_KINDS", value_delimiter = ',',
+          value_parser = ["bom", "account", "tgw", "vpc", "route"])]
+    pub external_kinds: Vec<String>,
+
     /// With `--exit-when-ready`: seconds to wait for the BOM to settle.
     #[arg(long = "timeout", env = "CONVERGE_DEV_TIMEOUT_SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]

@@ -90,7 +90,7 @@ async fn demo(
         .context("connecting to the server")?;
     apply_kinds(&client).await?;
     apply_configs(&client, args).await?;
-    *worker = Some(DemoWorker::start(&endpoint, Latency::from_millis(args.delay_ms))?);
+    *worker = DemoWorker::start(&endpoint, Latency::from_millis(args.delay_ms), &args.external_kinds)?;
     let bom = pb::ResourceRef {
         kind: bom::BOM.to_owned(),
         name: args.bom_name.clone(),
@@ -103,6 +103,12 @@ async fn demo(
         args.teams.join(", "),
         args.delay_ms
     );
+    if !args.external_kinds.is_empty() {
+        println!(
+            "converge dev: kinds {} are left to workers in other processes",
+            args.external_kinds.join(", ")
+        );
+    }
     follow(&client, args, &bom, addr, signals).await
 }
 
@@ -203,20 +209,25 @@ struct DemoWorker {
 }
 
 impl DemoWorker {
-    fn start(endpoint: &str, latency: Latency) -> anyhow::Result<Self> {
+    /// Starts the providers of the demo kinds not in `external`; `None` when
+    /// every kind is served elsewhere.
+    fn start(endpoint: &str, latency: Latency, external: &[String]) -> anyhow::Result<Option<Self>> {
+        if bom::KINDS.iter().all(|kind| external.iter().any(|e| e == kind)) {
+            return Ok(None);
+        }
         let builder = Worker::builder()
             .endpoint(endpoint)
             .max_parallel(WORKER_PARALLEL)
             .drain_timeout(WORKER_DRAIN)
             .agent("converge dev");
-        let worker = converge_examples::register(builder, latency)
+        let worker = bom::register_except(builder, latency, external)
             .build()
             .context("building the demo worker")?;
         let (stop, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(worker.run(async {
             let _ = stop_rx.await;
         }));
-        Ok(Self { stop, task })
+        Ok(Some(Self { stop, task }))
     }
 
     async fn stop(self) {

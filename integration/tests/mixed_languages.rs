@@ -1,0 +1,178 @@
+//! The documented mixed-language run of the BOM demo (examples/bom/README.md,
+//! "Mixed languages"): `converge dev --external-kinds account,vpc` serves the
+//! other kinds in Rust while the Python port serves `account` (its reconcile,
+//! provider config and `rotate_credentials` verb) and the Go port serves
+//! `vpc`, each a real process on the same broker.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use converge_examples::sim;
+use converge_integration::processes::{binary, connect_when_up, free_local_addr, signal};
+use converge_integration::{TestDatabase, eventually};
+use converge_sdk::proto::v1::{GetOperationRequest, InvokeOperationRequest, OperationState, Phase};
+use nix::sys::signal::Signal;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use common::{get, json as to_json, object, wait_phase};
+
+/// Simulated provider latency of every leaf, in milliseconds.
+const DELAY_MS: &str = "20";
+
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Starts `command` with its output in `<scratch>/<log>`.
+fn start(command: &mut Command, scratch: &Path, log: &str) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(scratch.join(log))?;
+    Ok(command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+/// SIGTERMs `child` and fails unless it exits 0 within 20 s.
+async fn drained(child: &mut Child, what: &str) -> anyhow::Result<()> {
+    signal(child, Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
+    anyhow::ensure!(status.success(), "{what} exited with {status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_bom_demo_reconciles_with_python_and_go_leaves() -> anyhow::Result<()> {
+    let root = repository_root();
+    let scratch = tempfile::tempdir()?;
+    let python = root.join("sdk-gen/.venv/bin/python");
+    anyhow::ensure!(
+        python.exists(),
+        "{} is missing: run sdk-gen/generate --install-only",
+        python.display()
+    );
+    let go_worker = scratch.path().join("bom-vpc");
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&go_worker)
+        .arg("./examples/bom-vpc")
+        .current_dir(root.join("sdk-gen/go"))
+        .output()
+        .await?;
+    anyhow::ensure!(
+        built.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+
+    let database = TestDatabase::new().await?;
+    let addr = free_local_addr()?;
+    let broker = format!("http://{addr}");
+    let mut dev = start(
+        Command::new(binary("converge")?)
+            .args(["dev", "--external-kinds", "account,vpc", "--delay-ms", DELAY_MS])
+            .env("DATABASE_URL", database.url()?)
+            .env("LISTEN_ADDR", &addr),
+        scratch.path(),
+        "dev.log",
+    )?;
+    let client = connect_when_up(&broker).await?;
+    let mut account_worker = start(
+        Command::new(&python)
+            .arg(root.join("sdk-gen/python/examples/bom_account.py"))
+            .env("PYTHONPATH", root.join("sdk-gen/python/src"))
+            .env("CONVERGE_BROKER_ADDR", &broker)
+            .env("DEMO_DELAY_MS", DELAY_MS),
+        scratch.path(),
+        "python.log",
+    )?;
+    let mut vpc_worker = start(
+        Command::new(&go_worker)
+            .env("CONVERGE_BROKER_ADDR", &broker)
+            .env("DEMO_DELAY_MS", DELAY_MS),
+        scratch.path(),
+        "go.log",
+    )?;
+
+    // The demo applies its BOM once its kinds are in; the tree needs all three languages.
+    let logs = scratch.path().display().to_string();
+    let bom = eventually(Duration::from_secs(90), || async {
+        Ok(common::find(&client, "bom", "demo")
+            .await?
+            .filter(|r| r.phase == Phase::Ready as i32))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("bom/demo did not become Ready (logs in {logs}): {e}"))?;
+    assert!(bom.healthy, "{bom:?}");
+
+    // Same ids as the Rust leaves, the account's settings from its provider configs.
+    let payments = get(&client, "account", "demo-payments").await?;
+    let status = to_json(payments.status.as_ref().unwrap_or(&Default::default()));
+    assert_eq!(status["accountId"], sim::account_id("demo-payments"), "{status}");
+    assert_eq!(
+        status["org"], "o-demo",
+        "the kind default reached the Python worker: {status}"
+    );
+    assert_eq!(
+        status["tags"]["cost-center"], "cc-100",
+        "the override merged in: {status}"
+    );
+    let search = get(&client, "vpc", "demo-search").await?;
+    let status = to_json(search.status.as_ref().unwrap_or(&Default::default()));
+    assert_eq!(status["vpcId"], sim::vpc_id("demo-search"), "{status}");
+    assert_eq!(
+        status["accountId"],
+        sim::account_id("demo-search"),
+        "the id flowed from the Python account to the Go VPC: {status}"
+    );
+
+    // The verb runs on the Python worker too.
+    let operation = client
+        .operations()
+        .invoke_operation(InvokeOperationRequest {
+            kind: "account".into(),
+            name: "demo-payments".into(),
+            verb: "rotate_credentials".into(),
+            input: Some(object(json!({"reason": "quarterly"}))),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .operation
+        .ok_or_else(|| anyhow::anyhow!("no operation in the answer"))?;
+    let done = eventually(Duration::from_secs(30), || async {
+        let op = client
+            .operations()
+            .get_operation(GetOperationRequest {
+                uid: operation.uid.clone(),
+            })
+            .await?
+            .into_inner()
+            .operation;
+        Ok(op.filter(|op| op.state == OperationState::Succeeded as i32))
+    })
+    .await?;
+    let output = to_json(done.output.as_ref().unwrap_or(&Default::default()));
+    assert_eq!(
+        output["keyId"],
+        sim::access_key_id("demo-payments", &operation.uid),
+        "{output}"
+    );
+    assert_eq!(output["reason"], "quarterly", "{output}");
+    let payments = wait_phase(&client, "account", "demo-payments", Phase::Ready).await?;
+    let status = to_json(payments.status.as_ref().unwrap_or(&Default::default()));
+    assert_eq!(status["credentials"]["keyId"], output["keyId"], "{status}");
+
+    drained(&mut account_worker, "the Python worker").await?;
+    drained(&mut vpc_worker, "the Go worker").await?;
+    drained(&mut dev, "converge dev").await?;
+    Ok(())
+}
