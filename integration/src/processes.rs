@@ -14,6 +14,27 @@ use tokio::process::{Child, Command};
 
 use crate::eventually;
 
+/// The repository's root directory (the SDKs, examples and kinds live there).
+pub fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Runs a build step; its output is shown only when it fails.
+pub async fn run_checked(command: &mut Command) -> anyhow::Result<()> {
+    let output = command.stdin(Stdio::null()).output().await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
 /// A binary built next to the running test (by `cargo test --workspace`).
 pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
@@ -123,12 +144,12 @@ impl ProcessSite {
     }
 }
 
-/// SIGTERMs a converge process and fails unless it drains and exits 0
-/// within 20 s.
+/// SIGTERMs a process (converge or a worker) and fails unless it drains and
+/// exits 0 within 20 s.
 pub async fn stop_cleanly(child: &mut Child) -> anyhow::Result<()> {
     signal(child, Signal::SIGTERM)?;
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
-    anyhow::ensure!(status.success(), "converge exited with {status}");
+    anyhow::ensure!(status.success(), "the process exited with {status}");
     Ok(())
 }
 

@@ -12,13 +12,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, find, json, object, wait_phase};
-use converge_integration::processes::{binary, free_local_addr, signal};
+use converge_integration::processes::{binary, free_local_addr, repository_root, run_checked, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, Condition, DeleteResourceRequest, KindConfig, ListResourceEventsRequest, Phase,
@@ -112,26 +112,6 @@ impl Language {
             }
         })
     }
-}
-
-fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-/// Runs a build step; its output is shown only when it fails.
-async fn run_checked(command: &mut Command) -> anyhow::Result<()> {
-    let output = command.stdin(Stdio::null()).output().await?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{command:?} failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
 }
 
 /// One language's run: its server, worker and log.

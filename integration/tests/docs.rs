@@ -10,7 +10,7 @@ use converge_integration::TestServer;
 use tonic::Code;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    converge_integration::processes::repository_root()
 }
 
 fn read(path: &Path) -> String {

@@ -6,15 +6,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use converge_examples::sim;
-use converge_integration::processes::{binary, connect_when_up, free_local_addr, signal};
+use converge_integration::processes::{
+    binary, connect_when_up, free_local_addr, repository_root, run_checked, stop_cleanly,
+};
 use converge_integration::{TestDatabase, eventually};
 use converge_sdk::proto::v1::{GetOperationRequest, InvokeOperationRequest, OperationState, Phase};
-use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
@@ -22,13 +24,6 @@ use common::{get, json as to_json, object, wait_phase};
 
 /// Simulated provider latency of every leaf, in milliseconds.
 const DELAY_MS: &str = "20";
-
-fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
 
 /// Starts `command` with its output in `<scratch>/<log>`.
 fn start(command: &mut Command, scratch: &Path, log: &str) -> anyhow::Result<Child> {
@@ -39,14 +34,6 @@ fn start(command: &mut Command, scratch: &Path, log: &str) -> anyhow::Result<Chi
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()?)
-}
-
-/// SIGTERMs `child` and fails unless it exits 0 within 20 s.
-async fn drained(child: &mut Child, what: &str) -> anyhow::Result<()> {
-    signal(child, Signal::SIGTERM)?;
-    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
-    anyhow::ensure!(status.success(), "{what} exited with {status}");
-    Ok(())
 }
 
 #[tokio::test]
@@ -60,18 +47,14 @@ async fn the_bom_demo_reconciles_with_python_and_go_leaves() -> anyhow::Result<(
         python.display()
     );
     let go_worker = scratch.path().join("bom-vpc");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&go_worker)
-        .arg("./examples/bom-vpc")
-        .current_dir(root.join("sdk-gen/go"))
-        .output()
-        .await?;
-    anyhow::ensure!(
-        built.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    run_checked(
+        Command::new("go")
+            .args(["build", "-o"])
+            .arg(&go_worker)
+            .arg("./examples/bom-vpc")
+            .current_dir(root.join("sdk-gen/go")),
+    )
+    .await?;
 
     let database = TestDatabase::new().await?;
     let addr = free_local_addr()?;
@@ -171,8 +154,8 @@ async fn the_bom_demo_reconciles_with_python_and_go_leaves() -> anyhow::Result<(
     let status = to_json(payments.status.as_ref().unwrap_or(&Default::default()));
     assert_eq!(status["credentials"]["keyId"], output["keyId"], "{status}");
 
-    drained(&mut account_worker, "the Python worker").await?;
-    drained(&mut vpc_worker, "the Go worker").await?;
-    drained(&mut dev, "converge dev").await?;
+    stop_cleanly(&mut account_worker).await.context("the Python worker")?;
+    stop_cleanly(&mut vpc_worker).await.context("the Go worker")?;
+    stop_cleanly(&mut dev).await.context("converge dev")?;
     Ok(())
 }

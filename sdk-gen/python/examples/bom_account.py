@@ -57,9 +57,8 @@ DELAY_MS = int(os.environ.get("DEMO_DELAY_MS", "400"))
 
 async def latency() -> None:
     """Sleeps a uniformly random 0.5-1.5 x DEMO_DELAY_MS milliseconds."""
-    base = DELAY_MS
-    if base > 0:
-        await asyncio.sleep(random.randint(base // 2, base + base // 2) / 1000)
+    if DELAY_MS > 0:
+        await asyncio.sleep(random.randint(DELAY_MS // 2, DELAY_MS + DELAY_MS // 2) / 1000)
 
 
 def spec_of(request: ReactionRequest) -> Dict[str, str]:
