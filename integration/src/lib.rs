@@ -3,6 +3,7 @@
 //! through the Rust SDK.
 
 pub mod kinds;
+pub mod pki;
 pub mod processes;
 
 use std::time::Duration;
@@ -48,10 +49,10 @@ impl TestServer {
         adjust: impl FnOnce(&mut ServerConfig),
     ) -> anyhow::Result<Self> {
         let serve = ServeArgs {
-            listen_addr: ([127, 0, 0, 1], 0).into(),
+            listen_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into(),
             role,
             shutdown_timeout_secs: 5,
-            member_identity: None,
+            ..ServeArgs::default()
         };
         let mut config = ServerConfig::new(DatabaseTarget::Url(database.url()?), 8, serve);
         config.membership = fast_membership();

@@ -255,7 +255,7 @@ impl Suite {
 async fn serve(database: &TestDatabase, listen: SocketAddr) -> anyhow::Result<TestServer> {
     let database = database.clone();
     TestServer::start_with(database, Role::All, |config| {
-        config.serve.listen_addr = listen;
+        config.serve.listen_addr = listen.into();
         config.reaper.stale_after = STALE_AFTER;
     })
     .await

@@ -7,6 +7,7 @@
 
 pub use converge_proto as proto;
 
+pub mod tls;
 pub mod worker;
 
 use converge_proto::v1::cluster_service_client::ClusterServiceClient;
@@ -76,6 +77,20 @@ impl Client {
         })?;
         let channel = endpoint
             .connect()
+            .await
+            .map_err(|source| ClientError::Connect { address, source })?;
+        Ok(Self { channel })
+    }
+
+    /// Connects to `address` (e.g. `https://converge.internal:50051`)
+    /// through `tls`; see [`tls`] for what is verified and reloaded.
+    pub async fn connect_tls(address: impl Into<String>, tls: tls::ClientTls) -> Result<Self, ClientError> {
+        let address = address.into();
+        let endpoint = Endpoint::from_shared(address.clone()).map_err(|source| ClientError::InvalidAddress {
+            address: address.clone(),
+            source,
+        })?;
+        let channel = tls::channel(&endpoint, tls)
             .await
             .map_err(|source| ClientError::Connect { address, source })?;
         Ok(Self { channel })

@@ -68,8 +68,9 @@ impl Default for Settings {
 /// Where the worker reaches its broker.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
-    /// A parsed endpoint; the channel is created lazily inside the runtime.
-    Endpoint(Box<Endpoint>),
+    /// A parsed endpoint and, for TLS, the client configuration; the
+    /// channel is created lazily inside the runtime.
+    Endpoint(Box<Endpoint>, Option<crate::tls::ClientTls>),
     /// A caller-provided channel.
     Channel(Channel),
 }
@@ -79,6 +80,7 @@ pub(crate) enum Target {
 #[derive(Default)]
 pub struct WorkerBuilder {
     address: Option<String>,
+    tls: Option<crate::tls::ClientTls>,
     channel: Option<Channel>,
     providers: Vec<Arc<dyn Provider>>,
     settings: Settings,
@@ -104,10 +106,18 @@ impl WorkerBuilder {
     }
 
     /// The broker's address, e.g. `http://127.0.0.1:50051` (HTTP/2 without
-    /// TLS). Replaces a channel set earlier.
+    /// TLS, unless [`tls`](Self::tls) is set). Replaces a channel set earlier.
     pub fn endpoint(mut self, address: impl Into<String>) -> Self {
         self.address = Some(address.into());
         self.channel = None;
+        self
+    }
+
+    /// Connects to the [`endpoint`](Self::endpoint) over TLS with `tls`
+    /// (its files are re-read on its interval: a reconnect after a
+    /// rotation presents the new client certificate).
+    pub fn tls(mut self, tls: crate::tls::ClientTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -246,7 +256,7 @@ impl WorkerBuilder {
                     .http2_keep_alive_interval(Duration::from_secs(10))
                     .keep_alive_timeout(Duration::from_secs(10))
                     .keep_alive_while_idle(true);
-                Target::Endpoint(Box::new(endpoint))
+                Target::Endpoint(Box::new(endpoint), self.tls)
             }
             (None, None) => return Err(WorkerError::NoEndpoint),
         };

@@ -155,7 +155,8 @@ impl Worker {
     /// work left.
     pub async fn run<F: Future<Output = ()>>(self, shutdown: F) -> Result<(), WorkerError> {
         let channel = match self.target {
-            Target::Endpoint(endpoint) => endpoint.connect_lazy(),
+            Target::Endpoint(endpoint, None) => endpoint.connect_lazy(),
+            Target::Endpoint(endpoint, Some(tls)) => crate::tls::lazy_channel(&endpoint, tls),
             Target::Channel(channel) => channel,
         };
         let client = WorkerServiceClient::new(channel)

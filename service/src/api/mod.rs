@@ -1,6 +1,7 @@
 //! The gRPC surface: one file per service, mapping proto messages to domain
 //! calls and domain errors to statuses (in [`crate::contract::status`]).
 
+pub mod access;
 pub mod caller;
 pub mod cluster;
 pub mod kind;
@@ -98,8 +99,13 @@ impl ApiState {
     }
 }
 
-/// The router type: every service behind the message-limit layer.
-pub type ApiRouter = Router<tower::layer::util::Stack<limits::MessageLimitLayer, tower::layer::util::Identity>>;
+/// The router type: every service behind the access and message-limit layers.
+pub type ApiRouter = Router<
+    tower::layer::util::Stack<
+        limits::MessageLimitLayer,
+        tower::layer::util::Stack<access::AccessLayer, tower::layer::util::Identity>,
+    >,
+>;
 
 /// The assembled router and the names of the services it serves (for health).
 pub struct Routes {
@@ -111,7 +117,12 @@ pub struct Routes {
 
 /// Builds the router for `role`: health and reflection always, the
 /// control-plane API on API roles, the worker contract on broker roles.
-pub fn routes<H>(state: ApiState, role: Role, health: H) -> Result<Routes, tonic_reflection::server::Error>
+pub fn routes<H>(
+    state: ApiState,
+    role: Role,
+    access: crate::config::AccessSettings,
+    health: H,
+) -> Result<Routes, tonic_reflection::server::Error>
 where
     H: tonic::codegen::Service<
             tonic::codegen::http::Request<tonic::body::Body>,
@@ -165,6 +176,7 @@ where
     let reflection_v1 = reflection(&names).build_v1()?;
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;
     let router = Server::builder()
+        .layer(access::AccessLayer::new(access))
         .layer(limits::MessageLimitLayer)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))

@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use converge_tls::ServerTlsFiles;
+
+use crate::domain::identity::IdentityPattern;
 
 /// The `converge` command line.
 #[derive(Debug, Parser)]
@@ -79,9 +82,12 @@ pub struct CommonArgs {
 /// Options of `converge serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address the gRPC server listens on.
-    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:50051", global = true)]
-    pub listen_addr: SocketAddr,
+    /// Address the gRPC server listens on: `HOST:PORT`, or with a scheme,
+    /// `http://HOST:PORT` (plaintext) or `https://HOST:PORT` (TLS; needs
+    /// `--tls-cert-file` and `--tls-key-file`).
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:50051", global = true,
+          value_parser = parse_listen_addr)]
+    pub listen_addr: ListenAddr,
 
     /// Which duties this process runs.
     #[arg(long, env = "ROLE", value_enum, default_value_t = Role::All, global = true)]
@@ -100,6 +106,176 @@ pub struct ServeArgs {
     /// database is embedded; none otherwise.
     #[arg(long, env = "MEMBER_IDENTITY", global = true, value_parser = parse_member_identity)]
     pub member_identity: Option<String>,
+
+    /// TLS and workload identity of the gRPC listener.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Whether the listen address asked for a transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenScheme {
+    /// No scheme: TLS exactly when certificate files are given.
+    Unspecified,
+    /// `http://`: plaintext (TLS files are then a contradiction).
+    Http,
+    /// `https://`: TLS (the certificate files are required).
+    Https,
+}
+
+/// The gRPC listen address (`LISTEN_ADDR`) and the scheme it was written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr {
+    /// The socket address.
+    pub addr: SocketAddr,
+    /// The scheme it was given with.
+    pub scheme: ListenScheme,
+}
+
+impl From<SocketAddr> for ListenAddr {
+    fn from(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            scheme: ListenScheme::Unspecified,
+        }
+    }
+}
+
+fn parse_listen_addr(value: &str) -> Result<ListenAddr, String> {
+    let (scheme, rest) = if let Some(rest) = value.strip_prefix("https://") {
+        (ListenScheme::Https, rest)
+    } else if let Some(rest) = value.strip_prefix("http://") {
+        (ListenScheme::Http, rest)
+    } else {
+        (ListenScheme::Unspecified, value)
+    };
+    let addr = rest
+        .trim_end_matches('/')
+        .parse::<SocketAddr>()
+        .map_err(|_| "expected HOST:PORT with an IP host, optionally after http:// or https://".to_owned())?;
+    Ok(ListenAddr { addr, scheme })
+}
+
+/// TLS options of the gRPC listener. Without them converge serves
+/// plaintext, for a mesh sidecar to wrap in mTLS.
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain (leaf first) the server presents; enables TLS.
+    #[arg(long, env = "TLS_CERT_FILE", global = true)]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of the certificate.
+    #[arg(long, env = "TLS_KEY_FILE", global = true)]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// PEM bundle of CAs whose client certificates are accepted; enables
+    /// mTLS (clients without such a certificate are refused at the
+    /// handshake). The certificate's SPIFFE ID is the caller's identity.
+    #[arg(long, env = "TLS_CLIENT_CA_FILE", global = true)]
+    pub tls_client_ca_file: Option<PathBuf>,
+
+    /// How often, in seconds, the certificate, key and CA files are re-read;
+    /// changed files that parse replace the material for new connections.
+    #[arg(long, env = "TLS_RELOAD_INTERVAL_SECS", default_value_t = 10, global = true,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub tls_reload_interval_secs: u64,
+
+    /// SPIFFE IDs admitted to the control-plane API (`converge.v1`),
+    /// comma-separated; `spiffe://td/path/*` admits everything below a
+    /// path. Empty: every verified client. Needs `--tls-client-ca-file`.
+    #[arg(long, env = "ALLOWED_API_IDENTITIES", value_delimiter = ',', global = true)]
+    pub allowed_api_identities: Vec<IdentityPattern>,
+
+    /// SPIFFE IDs admitted to the worker contract (`converge.worker.v1`),
+    /// as for `--allowed-api-identities`.
+    #[arg(long, env = "ALLOWED_WORKER_IDENTITIES", value_delimiter = ',', global = true)]
+    pub allowed_worker_identities: Vec<IdentityPattern>,
+}
+
+impl Default for TlsArgs {
+    fn default() -> Self {
+        Self {
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            tls_reload_interval_secs: 10,
+            allowed_api_identities: Vec::new(),
+            allowed_worker_identities: Vec::new(),
+        }
+    }
+}
+
+/// The listener's TLS, once the options are known to fit together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Where the material is.
+    pub files: ServerTlsFiles,
+    /// How often it is re-read.
+    pub reload_interval: Duration,
+}
+
+/// Who may call which services (empty lists admit every verified client).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessSettings {
+    /// Admitted to `converge.v1`.
+    pub api: Vec<IdentityPattern>,
+    /// Admitted to `converge.worker.v1`.
+    pub workers: Vec<IdentityPattern>,
+}
+
+impl AccessSettings {
+    /// Whether any allowlist is set.
+    pub fn restricts(&self) -> bool {
+        !self.api.is_empty() || !self.workers.is_empty()
+    }
+}
+
+impl ServeArgs {
+    /// The listener's TLS (None: plaintext) and access lists, or the one
+    /// line saying which options contradict each other.
+    pub fn transport(&self) -> Result<(Option<TlsSettings>, AccessSettings), String> {
+        let tls = &self.tls;
+        let files = match (&tls.tls_cert_file, &tls.tls_key_file) {
+            (Some(cert), Some(key)) => Some(ServerTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: tls.tls_client_ca_file.clone(),
+            }),
+            (Some(_), None) => return Err("TLS_CERT_FILE is set but TLS_KEY_FILE is not; TLS needs both".into()),
+            (None, Some(_)) => return Err("TLS_KEY_FILE is set but TLS_CERT_FILE is not; TLS needs both".into()),
+            (None, None) => None,
+        };
+        match (self.listen_addr.scheme, &files) {
+            (ListenScheme::Https, None) => {
+                return Err("LISTEN_ADDR is https:// but TLS_CERT_FILE and TLS_KEY_FILE are not set".into());
+            }
+            (ListenScheme::Http, Some(_)) => {
+                return Err(
+                    "LISTEN_ADDR is http:// but TLS_CERT_FILE and TLS_KEY_FILE are set; use https:// or no scheme"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        if files.is_none() && tls.tls_client_ca_file.is_some() {
+            return Err("TLS_CLIENT_CA_FILE is set without TLS; set TLS_CERT_FILE and TLS_KEY_FILE too".into());
+        }
+        let access = AccessSettings {
+            api: tls.allowed_api_identities.clone(),
+            workers: tls.allowed_worker_identities.clone(),
+        };
+        if access.restricts() && tls.tls_client_ca_file.is_none() {
+            return Err(
+                "ALLOWED_API_IDENTITIES / ALLOWED_WORKER_IDENTITIES need TLS_CLIENT_CA_FILE: identities come from client certificates"
+                    .into(),
+            );
+        }
+        let settings = files.map(|files| TlsSettings {
+            files,
+            reload_interval: Duration::from_secs(tls.tls_reload_interval_secs),
+        });
+        Ok((settings, access))
+    }
 }
 
 /// Longest member identity accepted, in bytes.
@@ -118,10 +294,11 @@ fn parse_member_identity(value: &str) -> Result<String, String> {
 impl Default for ServeArgs {
     fn default() -> Self {
         Self {
-            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
             role: Role::All,
             shutdown_timeout_secs: 10,
             member_identity: None,
+            tls: TlsArgs::default(),
         }
     }
 }
@@ -345,7 +522,7 @@ mod tests {
         assert_eq!(dev.delay_ms, 0);
         assert!(dev.exit_when_ready);
         assert_eq!(dev.timeout(), Duration::from_secs(30));
-        assert_eq!(cli.serve.listen_addr.port(), 0);
+        assert_eq!(cli.serve.listen_addr.addr.port(), 0);
 
         let cli = Cli::try_parse_from(["converge", "dev"]).expect("parses");
         let Some(Command::Dev(dev)) = cli.command else {
@@ -353,6 +530,67 @@ mod tests {
         };
         assert_eq!(dev.teams, ["payments", "search", "ledger"]);
         assert!(dev.fail_teams.is_empty() && !dev.exit_when_ready);
+    }
+
+    fn transport(args: &[&str]) -> Result<(Option<TlsSettings>, AccessSettings), String> {
+        let mut argv = vec!["converge"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map_err(|e| e.to_string())?.serve.transport()
+    }
+
+    #[test]
+    fn tls_options_must_fit_together() {
+        let (tls, access) = transport(&[]).expect("plaintext");
+        assert!(tls.is_none() && !access.restricts());
+        let (tls, _) = transport(&["--tls-cert-file", "c.pem", "--tls-key-file", "k.pem"]).expect("tls");
+        assert_eq!(tls.map(|t| t.files.client_ca), Some(None));
+        let (tls, _) = transport(&[
+            "--listen-addr",
+            "https://0.0.0.0:443",
+            "--tls-cert-file",
+            "c.pem",
+            "--tls-key-file",
+            "k.pem",
+            "--tls-client-ca-file",
+            "ca.pem",
+            "--allowed-worker-identities",
+            "spiffe://prod/ns/workers/*,spiffe://prod/ci",
+        ])
+        .expect("mtls");
+        assert!(tls.is_some_and(|t| t.files.client_ca.is_some()));
+        for (args, expected) in [
+            (&["--listen-addr", "https://127.0.0.1:1"][..], "LISTEN_ADDR is https://"),
+            (&["--tls-cert-file", "c.pem"][..], "TLS needs both"),
+            (&["--tls-key-file", "k.pem"][..], "TLS needs both"),
+            (&["--tls-client-ca-file", "ca.pem"][..], "without TLS"),
+            (
+                &[
+                    "--tls-cert-file",
+                    "c",
+                    "--tls-key-file",
+                    "k",
+                    "--allowed-api-identities",
+                    "spiffe://a/b",
+                ][..],
+                "need TLS_CLIENT_CA_FILE",
+            ),
+            (
+                &[
+                    "--listen-addr",
+                    "http://127.0.0.1:1",
+                    "--tls-cert-file",
+                    "c",
+                    "--tls-key-file",
+                    "k",
+                ][..],
+                "LISTEN_ADDR is http://",
+            ),
+            (&["--allowed-api-identities", "alice"][..], "SPIFFE ID"),
+            (&["--listen-addr", "localhost:1"][..], "HOST:PORT"),
+        ] {
+            let err = transport(args).err().unwrap_or_default();
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
     }
 
     #[test]

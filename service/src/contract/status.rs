@@ -133,6 +133,9 @@ reasons! {
     ConcurrentModification => "CONCURRENT_MODIFICATION",
     /// PostgreSQL is unreachable.
     DatabaseUnavailable => "DATABASE_UNAVAILABLE",
+    /// The caller's workload identity is not on the allowlist of the
+    /// service it called.
+    IdentityNotAllowed => "IDENTITY_NOT_ALLOWED",
     /// The server is draining.
     ShuttingDown => "SHUTTING_DOWN",
     /// A fault no caller can cause.
@@ -181,6 +184,7 @@ impl Reason {
             }
             Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
             Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,
+            Reason::IdentityNotAllowed => Code::PermissionDenied,
             Reason::Internal => Code::Internal,
         }
     }

@@ -3,6 +3,7 @@
 pub mod composition;
 pub mod event;
 pub mod graph;
+pub mod identity;
 pub mod labels;
 pub mod manifest;
 pub mod names;

@@ -2,6 +2,8 @@
 //! gRPC (API, worker contract, health, reflection) until asked to stop, then
 //! drains within a bounded time.
 
+pub mod listener;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -84,6 +86,12 @@ pub enum ServeError {
         /// The database's `shard_count()`.
         database: i32,
     },
+    /// The TLS options contradict each other.
+    #[error("{0}")]
+    TlsOptions(String),
+    /// The TLS files could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] converge_tls::TlsError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -154,8 +162,13 @@ impl RunningServer {
 
 /// Opens the database, migrates, joins the cluster, binds and starts serving.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
+    // TLS first: a misconfiguration fails before the database is touched.
+    let (tls, access) = config.serve.transport().map_err(ServeError::TlsOptions)?;
+    let tls = tls
+        .map(|settings| converge_tls::ServerTls::load(&settings.files, settings.reload_interval))
+        .transpose()?;
     let db = Database::open(&config.database, config.max_connections).await?;
-    match prepare_and_spawn(&db, &config).await {
+    match prepare_and_spawn(&db, &config, tls, access).await {
         Ok((local_addr, membership, serve)) => {
             let member_id = membership.member_id().to_owned();
             let (stop, stop_rx) = oneshot::channel();
@@ -180,6 +193,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 struct Serving {
     router: api::ApiRouter,
     listener: TcpListener,
+    tls: Option<converge_tls::ServerTls>,
     health: tonic_health::server::HealthReporter,
     service_names: Vec<&'static str>,
     background: Background,
@@ -216,6 +230,8 @@ fn member_identity(db: &Database, config: &ServerConfig) -> Option<String> {
 async fn prepare_and_spawn(
     db: &Database,
     config: &ServerConfig,
+    tls: Option<converge_tls::ServerTls>,
+    access: crate::config::AccessSettings,
 ) -> Result<(SocketAddr, Membership, Serving), ServeError> {
     let pool = db.pool().clone();
     let report = migrate::run(&pool).await?;
@@ -230,7 +246,7 @@ async fn prepare_and_spawn(
         return Err(ServeError::ShardCountMismatch { database: shards });
     }
 
-    let addr = config.serve.listen_addr;
+    let addr = config.serve.listen_addr.addr;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
@@ -323,7 +339,7 @@ async fn prepare_and_spawn(
         broker,
     );
     let (health, health_service) = tonic_health::server::health_reporter();
-    let services = api::routes(state, config.serve.role, health_service)?;
+    let services = api::routes(state, config.serve.role, access, health_service)?;
     for name in &services.names {
         health.set_service_status(*name, ServingStatus::Serving).await;
     }
@@ -334,6 +350,7 @@ async fn prepare_and_spawn(
         Serving {
             router: services.router,
             listener,
+            tls,
             health,
             service_names: services.names,
             background,
@@ -351,21 +368,30 @@ async fn run(
     let Serving {
         router,
         listener,
+        tls,
         health,
         service_names,
         background,
     } = serving;
     let (cut, cut_rx) = oneshot::channel::<()>();
-    // serve_with_incoming ignores the builder's socket options: set them on
-    // the incoming stream. Without TCP_NODELAY every small response waits
-    // for the peer's delayed ACK (~40 ms on Linux).
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(Duration::from_secs(60)));
-    let serve = router.serve_with_incoming_shutdown(incoming, async {
+    let cut_rx = async {
         let _ = cut_rx.await;
-    });
-    tokio::pin!(serve);
+    };
+    let mut serve: futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>> = match tls {
+        Some(tls) => {
+            let incoming = listener::incoming(listener, tls, background.stop.subscribe());
+            Box::pin(router.serve_with_incoming_shutdown(incoming, cut_rx))
+        }
+        None => {
+            // serve_with_incoming ignores the builder's socket options: set
+            // them on the incoming stream. Without TCP_NODELAY every small
+            // response waits for the peer's delayed ACK (~40 ms on Linux).
+            let incoming = TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(Duration::from_secs(60)));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, cut_rx))
+        }
+    };
     let mut db_watch = tokio::time::interval(Duration::from_secs(1));
 
     let outcome = tokio::select! {
