@@ -174,8 +174,17 @@ async fn mtls_admits_clients_of_the_ca_records_their_identity_and_refuses_others
         .await
         .map_err(anyhow::Error::msg)?;
 
-    // The identity is what the server records: a worker's actor in events.
-    apply_manifest(&alice, work_manifest("certified", 1, None)).await?;
+    // The identity is what the server records: an operation's invoker, the
+    // applier's and the worker's actors in events.
+    let mut manifest = work_manifest("certified", 1, None);
+    manifest.reactions.push(converge_proto::v1::Reaction {
+        name: "operate:ping".into(),
+        trigger: converge_proto::v1::Trigger::Operation.into(),
+        verb: "ping".into(),
+        emits: vec![converge_proto::v1::Emit::OperationOutput.into()],
+        ..Default::default()
+    });
+    apply_manifest(&alice, manifest).await?;
     let worker = Client::connect_tls(https(&server), pki.client_tls(&ca, Some("alice"))?).await?;
     let mut stream = RawWorker::start(&worker, "certified").await?;
     alice
@@ -185,10 +194,27 @@ async fn mtls_admits_clients_of_the_ca_records_their_identity_and_refuses_others
     let served = stream.serve_until(1).await?;
     wait_phase(&alice, "certified", "one", Phase::Ready).await?;
     assert_eq!(served.load(Ordering::SeqCst), 1);
+    let invoked = alice
+        .operations()
+        .invoke_operation(converge_proto::v1::InvokeOperationRequest {
+            kind: "certified".into(),
+            name: "one".into(),
+            verb: "ping".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .operation
+        .ok_or_else(|| anyhow::anyhow!("no operation"))?;
+    assert_eq!(invoked.requested_by, OPERATOR);
     let actors = actors(&alice, "certified", "one").await?;
     assert!(
         actors.contains(&format!("worker:{OPERATOR}")),
         "no event names the worker's SPIFFE ID: {actors:?}"
+    );
+    assert!(
+        actors.contains(&format!("api:{OPERATOR}")),
+        "no event names the applier's SPIFFE ID: {actors:?}"
     );
     server.shutdown().await
 }

@@ -412,17 +412,38 @@ async fn concurrent_migrate_runs_both_succeed_and_apply_once() -> anyhow::Result
 }
 
 /// Arguments, environment, and the text the error must contain.
-type ConfigCase = (
-    &'static [&'static str],
-    &'static [(&'static str, &'static str)],
-    &'static str,
-);
+type ConfigCase<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
 
 #[tokio::test]
 async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Result<()> {
     let scratch = scratch_dir()?;
-    let cases: [ConfigCase; 4] = [
+    let bad_pem = scratch.path().join("bad.pem");
+    std::fs::write(&bad_pem, "not a certificate")?;
+    let bad_pem = bad_pem.to_string_lossy().into_owned();
+    let missing = scratch.path().join("missing.pem").to_string_lossy().into_owned();
+    let cases: [ConfigCase<'_>; 9] = [
         (&["--role", "boss"], &[], "invalid value 'boss'"),
+        (
+            &[],
+            &[("LISTEN_ADDR", "https://127.0.0.1:0")],
+            "LISTEN_ADDR is https:// but TLS_CERT_FILE and TLS_KEY_FILE are not set",
+        ),
+        (&[], &[("TLS_CERT_FILE", "c.pem")], "TLS needs both"),
+        (
+            &[],
+            &[("TLS_CLIENT_CA_FILE", "ca.pem")],
+            "TLS_CLIENT_CA_FILE is set without TLS",
+        ),
+        (
+            &[],
+            &[("TLS_CERT_FILE", &missing), ("TLS_KEY_FILE", &missing)],
+            "TLS: cannot read",
+        ),
+        (
+            &[],
+            &[("TLS_CERT_FILE", &bad_pem), ("TLS_KEY_FILE", &bad_pem)],
+            "holds no PEM certificate",
+        ),
         (&[], &[("LISTEN_ADDR", "nowhere")], "--listen-addr"),
         (&[], &[("LOG_FORMAT", "yaml")], "invalid value 'yaml'"),
         (
@@ -435,7 +456,16 @@ async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Resu
         let mut converge = Converge::spawn(args, envs, scratch.path().join(format!("case{i}.log")))?;
         let status = converge.wait_exit(Duration::from_secs(10)).await?;
         assert!(!status.success(), "case {i} must fail");
-        assert!(converge.log().contains(expected), "case {i}: {}", converge.log());
+        let log = converge.log();
+        assert!(log.contains(expected), "case {i}: {log}");
+        // Errors of the server's own checks are one line.
+        if log.contains("converge: ") {
+            assert_eq!(
+                log.lines().filter(|l| l.starts_with("converge: ")).count(),
+                1,
+                "case {i}: {log}"
+            );
+        }
     }
     Ok(())
 }

@@ -32,10 +32,13 @@ async fn main() -> ExitCode {
         eprintln!("converge-demo-worker: {error}");
         return ExitCode::from(2);
     }
-    let builder = args
-        .common
-        .builder()
-        .agent(format!("converge-demo-worker ({})", common::worker_identity()));
+    let builder = match args.common.builder() {
+        Ok(builder) => builder.agent(format!("converge-demo-worker ({})", common::worker_identity())),
+        Err(error) => {
+            eprintln!("converge-demo-worker: {error}");
+            return ExitCode::from(2);
+        }
+    };
     // The reactor of the publishing chain stays unready until its sink is configured.
     let builder = converge_examples::publisher::register(register(builder, Latency::from_millis(args.delay_ms)));
     common::run_worker(builder).await

@@ -20,6 +20,10 @@
 //! `--resync-secs N` gives the flat kind a resync interval and counts the
 //! resyncs after the run.
 //!
+//! `--tls` serves over mTLS with certificates made for the run (the
+//! workers and the tool present a client certificate) and reports the cost
+//! of a new connection either way (`connect_ms_p50`).
+//!
 //! `--database-url` uses an existing database (converge migrates it) and
 //! `--target` an already running converge (then nothing is started and RSS
 //! is not reported). `--json FILE` writes the results for comparison across
@@ -105,6 +109,11 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Serve over mTLS: certificates are made for the run (a CA, the
+    /// server's, one client certificate with a SPIFFE ID for the tool and
+    /// the workers), so the figure includes TLS on every connection.
+    #[arg(long, conflicts_with = "target")]
+    tls: bool,
     /// Flat mode: the first N resources reference one provider config
     /// override; after the run it is edited once and the time until all N
     /// have reconciled again is reported (`config_push`). 0 = no configs.
@@ -186,12 +195,20 @@ async fn main() -> anyhow::Result<()> {
         _database: embedded,
     };
 
+    let pki = args.tls.then(LoadPki::new).transpose()?;
     // The server: given, or one process of ours.
     let address = match &args.target {
         Some(target) => target.clone(),
         None => {
             let addr = free_addr()?;
-            let child = Command::new(bin_dir.join("converge"))
+            let mut command = Command::new(bin_dir.join("converge"));
+            if let Some(pki) = &pki {
+                command
+                    .env("TLS_CERT_FILE", pki.path("server.crt"))
+                    .env("TLS_KEY_FILE", pki.path("server.key"))
+                    .env("TLS_CLIENT_CA_FILE", pki.path("ca.pem"));
+            }
+            let child = command
                 .arg("serve")
                 .env("DATABASE_URL", &database_url)
                 .env("LISTEN_ADDR", &addr)
@@ -202,10 +219,15 @@ async fn main() -> anyhow::Result<()> {
                 .spawn()
                 .context("starting converge (build it with --bin converge)")?;
             fleet.server = Some(child);
-            format!("http://{addr}")
+            let scheme = if pki.is_some() { "https" } else { "http" };
+            format!("{scheme}://{addr}")
         }
     };
-    let client = connect(&address).await?;
+    let client = connect(&address, pki.as_ref()).await?;
+    // What a new connection costs before its first answer (TCP, the TLS
+    // handshake when on, HTTP/2 setup, one small call), median of 50.
+    let connect_ms = connect_cost(&address, pki.as_ref()).await?;
+    eprintln!("new connection + first call: p50 {connect_ms:.2} ms");
     // The tool's own probes must not compete with what they measure: no
     // parallel workers (a count over a million rows would take both cores).
     let probe_options = PgConnectOptions::from_str(&database_url)?.options([("max_parallel_workers_per_gather", "0")]);
@@ -281,6 +303,12 @@ async fn main() -> anyhow::Result<()> {
             Some([]) => anyhow::bail!("--worker-command is empty"),
             None => Command::new(bin_dir.join(worker_bin)),
         };
+        if let Some(pki) = &pki {
+            command
+                .env("WORKER_TLS_CA_FILE", pki.path("ca.pem"))
+                .env("WORKER_TLS_CERT_FILE", pki.path("client.crt"))
+                .env("WORKER_TLS_KEY_FILE", pki.path("client.key"));
+        }
         let child = command
             .env("CONVERGE_BROKER_ADDR", &address)
             .env("BROKER_ADDR", &address)
@@ -471,6 +499,8 @@ async fn main() -> anyhow::Result<()> {
         "operations": operations,
         "resync": resync,
         "worker_command": args.worker_command,
+        "tls": args.tls,
+        "connect_ms_p50": connect_ms,
         "worker_cpu_secs": worker_usage.cpu_secs,
         "worker_rss_peak_mb": worker_usage.rss_peak_mb,
     });
@@ -520,15 +550,69 @@ fn free_addr() -> anyhow::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
-async fn connect(address: &str) -> anyhow::Result<Client> {
+/// Certificates for a `--tls` run, in a scratch directory.
+struct LoadPki {
+    dir: tempfile::TempDir,
+}
+
+impl LoadPki {
+    fn new() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("converge-load-pki-").tempdir()?;
+        let ca = converge_integration::pki::TestCa::new("converge-load CA")?;
+        std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
+        ca.server()?.write(dir.path(), "server")?;
+        ca.client(Some("spiffe://converge.load/worker"))?
+            .write(dir.path(), "client")?;
+        Ok(Self { dir })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn client_tls(&self) -> anyhow::Result<converge_sdk::tls::ClientTls> {
+        Ok(converge_sdk::tls::ClientTls::load(
+            &converge_sdk::tls::ClientTlsFiles {
+                ca: self.path("ca.pem"),
+                identity: Some((self.path("client.crt"), self.path("client.key"))),
+            },
+            converge_sdk::tls::DEFAULT_RELOAD_INTERVAL,
+        )?)
+    }
+}
+
+async fn connect_once(address: &str, pki: Option<&LoadPki>) -> anyhow::Result<Client> {
+    Ok(match pki {
+        Some(pki) => Client::connect_tls(address.to_owned(), pki.client_tls()?).await?,
+        None => Client::connect(address.to_owned()).await?,
+    })
+}
+
+async fn connect(address: &str, pki: Option<&LoadPki>) -> anyhow::Result<Client> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        match Client::connect(address.to_owned()).await {
+        match connect_once(address, pki).await {
             Ok(client) => return Ok(client),
-            Err(e) if Instant::now() > deadline => return Err(e.into()),
+            Err(e) if Instant::now() > deadline => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// Median milliseconds from dialling to the first answer on a new connection.
+async fn connect_cost(address: &str, pki: Option<&LoadPki>) -> anyhow::Result<f64> {
+    let mut samples = Vec::with_capacity(50);
+    for _ in 0..50 {
+        let started = Instant::now();
+        let client = connect_once(address, pki).await?;
+        client
+            .kinds()
+            .list_kind_manifests(converge_proto::v1::ListKindManifestsRequest::default())
+            .await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
 }
 
 /// Applies the reactor kind `noop-sink` and one binding on noop's SYNCED.

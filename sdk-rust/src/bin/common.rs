@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use converge_sdk::tls::{ClientTls, ClientTlsFiles, DEFAULT_RELOAD_INTERVAL};
 use converge_sdk::worker::{Worker, WorkerBuilder};
 use tracing_subscriber::EnvFilter;
 
@@ -22,6 +23,20 @@ pub struct CommonArgs {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// PEM bundle of the CAs the broker's certificate must chain to; enables
+    /// TLS (use an `https://` broker address).
+    #[arg(long, env = "WORKER_TLS_CA_FILE")]
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate to present (mTLS); re-read when it changes.
+    #[arg(long, env = "WORKER_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of the client certificate.
+    #[arg(long, env = "WORKER_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// Name to verify the broker's certificate as, when it is not the host
+    /// of the broker address.
+    #[arg(long, env = "WORKER_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 impl CommonArgs {
@@ -31,12 +46,29 @@ impl CommonArgs {
         init_logging(&self.log_level)
     }
 
-    /// A builder with the broker and the shared settings applied.
-    pub fn builder(&self) -> WorkerBuilder {
-        Worker::builder()
+    /// A builder with the broker, TLS and the shared settings applied, or
+    /// why the TLS files cannot be used. Call inside the runtime (TLS files
+    /// are reloaded on it).
+    pub fn builder(&self) -> Result<WorkerBuilder, String> {
+        let builder = Worker::builder()
             .endpoint(self.broker.clone())
             .max_parallel(self.max_parallel as usize)
-            .drain_timeout(Duration::from_secs(self.drain_timeout_secs))
+            .drain_timeout(Duration::from_secs(self.drain_timeout_secs));
+        let Some(ca) = &self.tls_ca_file else {
+            if self.tls_cert_file.is_some() {
+                return Err("WORKER_TLS_CERT_FILE needs WORKER_TLS_CA_FILE".into());
+            }
+            return Ok(builder);
+        };
+        let files = ClientTlsFiles {
+            ca: ca.clone(),
+            identity: self.tls_cert_file.clone().zip(self.tls_key_file.clone()),
+        };
+        let mut tls = ClientTls::load(&files, DEFAULT_RELOAD_INTERVAL).map_err(|e| e.to_string())?;
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.with_server_name(name).map_err(|e| e.to_string())?;
+        }
+        Ok(builder.tls(tls))
     }
 }
 

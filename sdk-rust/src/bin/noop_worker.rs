@@ -88,7 +88,13 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let mut builder = args.common.builder();
+    let mut builder = match args.common.builder() {
+        Ok(builder) => builder,
+        Err(error) => {
+            eprintln!("converge-noop-worker: {error}");
+            return ExitCode::from(2);
+        }
+    };
     for kind in args.kinds {
         builder = builder.provider(NoopProvider {
             kind,

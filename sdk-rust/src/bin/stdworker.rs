@@ -124,7 +124,13 @@ async fn main() -> ExitCode {
         default_timeout: Duration::from_secs(args.default_timeout_secs),
         max_stdout_bytes: usize::try_from(args.max_output_bytes).unwrap_or(usize::MAX),
     };
-    let mut builder = args.common.builder();
+    let mut builder = match args.common.builder() {
+        Ok(builder) => builder,
+        Err(error) => {
+            tracing::error!(%error, "invalid TLS settings");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(unknown) = args
         .require_config
         .iter()

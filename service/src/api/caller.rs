@@ -26,6 +26,15 @@ pub fn identity<T>(request: &Request<T>) -> String {
     spiffe_id(request).map_or_else(|| ANONYMOUS.to_owned(), str::to_owned)
 }
 
+/// The actor recorded on events and revisions an API call writes: `api`
+/// for an anonymous caller, `api:<SPIFFE ID>` for an authenticated one.
+pub fn api_actor<T>(request: &Request<T>) -> String {
+    match spiffe_id(request) {
+        Some(id) => format!("api:{id}"),
+        None => "api".to_owned(),
+    }
+}
+
 /// The caller's SPIFFE ID, when mTLS authenticated one.
 pub fn spiffe_id<T>(request: &Request<T>) -> Option<&str> {
     request

@@ -12,6 +12,7 @@ use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
+use super::caller;
 use super::pages::{decode_token, finish_page, invalid_token};
 use super::write::{self, WriteCall};
 use crate::contract::convert::{provider_config_to_proto, struct_to_json};
@@ -24,8 +25,6 @@ use crate::domain::violation::Violation;
 use crate::store::kinds;
 use crate::store::provider_configs::{self, ConfigFilter, ConfigLock};
 
-/// Who the API's own writes are recorded as (until callers have identities).
-const API_ACTOR: &str = "api";
 /// Resources named when a referenced config cannot be deleted.
 const MAX_REPORTED_USERS: i64 = 5;
 /// Bytes of data bundles one list page carries at most (at least one config
@@ -111,6 +110,7 @@ fn content_of(config: Option<pb::ProviderConfig>) -> Result<(ConfigContent, Stri
 async fn apply_in(
     conn: &mut PgConnection,
     state: &ApiState,
+    actor: &str,
     content: &ConfigContent,
     etag: &str,
 ) -> Result<ApplyProviderConfigResponse, ApiError> {
@@ -190,7 +190,7 @@ async fn apply_in(
                 provider_configs::pend_users(
                     conn,
                     std::slice::from_ref(&stored.name),
-                    API_ACTOR,
+                    actor,
                     state.retention.event_runs_per_timeline,
                 )
                 .await?;
@@ -286,6 +286,7 @@ impl ProviderConfigService for ProviderConfigApi {
         &self,
         request: Request<ApplyProviderConfigRequest>,
     ) -> Result<Response<ApplyProviderConfigResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         let call = WriteCall::new("ApplyProviderConfig", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
@@ -293,8 +294,8 @@ impl ProviderConfigService for ProviderConfigApi {
         let (content, etag) = content_of(req.provider_config.clone())?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, content, etag) = (state.clone(), content.clone(), etag.clone());
-            Box::pin(async move { apply_in(conn, &state, &content, &etag).await })
+            let (state, content, etag, actor) = (state.clone(), content.clone(), etag.clone(), actor.clone());
+            Box::pin(async move { apply_in(conn, &state, &actor, &content, &etag).await })
         })
         .await?;
         Ok(Response::new(answer))

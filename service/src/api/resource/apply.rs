@@ -11,7 +11,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{API_ACTOR, check_etag, resource_not_found};
+use super::{check_etag, resource_not_found};
 use crate::api::ApiState;
 use crate::contract::convert::struct_to_json;
 use crate::contract::status::{ApiError, Reason};
@@ -209,6 +209,7 @@ impl Items {
 pub(super) async fn write_resources(
     conn: &mut PgConnection,
     state: &ApiState,
+    actor: &str,
     inputs: &[ResourceWrite],
     items: Items,
 ) -> Result<Vec<Written>, ApiError> {
@@ -247,7 +248,7 @@ pub(super) async fn write_resources(
             match existing.remove(&key) {
                 Some(current) => {
                     check_writable(&current, input, kind_state.retired).map_err(|e| items.at(i, e))?;
-                    let (resource, reschedule) = update(conn, state, current, input).await?;
+                    let (resource, reschedule) = update(conn, state, actor, current, input).await?;
                     if reschedule {
                         to_schedule.push(resource.id);
                     }
@@ -265,7 +266,7 @@ pub(super) async fn write_resources(
             }
         }
         let desired: Vec<DesiredResource<'_>> = creates.iter().map(|&i| inputs[i].desired()).collect();
-        let mut inserted = resources::insert_many(conn, &desired, &first, API_ACTOR).await?;
+        let mut inserted = resources::insert_many(conn, &desired, &first, actor).await?;
         pending = Vec::new();
         for i in creates {
             match inserted.remove(&(inputs[i].kind.clone(), inputs[i].name.clone())) {
@@ -310,7 +311,7 @@ pub(super) async fn write_resources(
             restored_generation: input.restores,
         });
     }
-    revisions::record(conn, &history, API_ACTOR).await?;
+    revisions::record(conn, &history, actor).await?;
 
     let mut answers = Vec::with_capacity(inputs.len());
     for (slot, input) in written.into_iter().zip(inputs) {
@@ -465,6 +466,7 @@ async fn validate_specs(
 async fn update(
     conn: &mut PgConnection,
     state: &ApiState,
+    actor: &str,
     current: Resource,
     input: &ResourceWrite,
 ) -> Result<(Resource, bool), ApiError> {
@@ -476,12 +478,12 @@ async fn update(
             "KindVersionChanged",
             format!("kind version {} -> {}", current.kind_version, updated.kind_version),
         );
-        record(conn, state, &updated, &event).await?;
+        record(conn, state, actor, &updated, &event).await?;
     }
     let respec = updated.generation != current.generation;
     if respec {
         let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
-        record(conn, state, &updated, &event).await?;
+        record(conn, state, actor, &updated, &event).await?;
     }
     if updated.provider_config != current.provider_config {
         // A reason to reconcile even at the same generation.
@@ -495,7 +497,7 @@ async fn update(
             conn,
             &[updated.id],
             &message,
-            API_ACTOR,
+            actor,
             state.retention.event_runs_per_timeline,
         )
         .await?;
@@ -545,6 +547,7 @@ fn check_writable(current: &Resource, input: &ResourceWrite, retired_target: boo
 async fn record(
     conn: &mut PgConnection,
     state: &ApiState,
+    actor: &str,
     resource: &Resource,
     event: &NewEvent,
 ) -> Result<(), ApiError> {
@@ -553,7 +556,7 @@ async fn record(
         resource.id,
         resource.generation,
         event,
-        API_ACTOR,
+        actor,
         state.retention.event_runs_per_timeline,
     )
     .await?;

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
+use super::caller;
 use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
@@ -114,9 +115,6 @@ fn batch_inputs(req: &BatchApplyResourcesRequest) -> Result<Vec<ResourceWrite>, 
     }
 }
 
-/// The actor recorded on events written by API calls.
-const API_ACTOR: &str = "api";
-
 fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     match etag {
         Some(expected) if expected != current.etag() => Err(ApiError::refused(
@@ -144,7 +142,11 @@ async fn manifest_version_in(conn: &mut PgConnection, resource: &Resource) -> Re
 
 /// Requests deletion of a resource (and its teardown tree) inside the
 /// caller's transaction.
-async fn delete_in(conn: &mut PgConnection, req: &DeleteResourceRequest) -> Result<DeleteResourceResponse, ApiError> {
+async fn delete_in(
+    conn: &mut PgConnection,
+    req: &DeleteResourceRequest,
+    actor: &str,
+) -> Result<DeleteResourceResponse, ApiError> {
     let Some(current) = resources::find_for_update(conn, &req.kind, &req.name).await? else {
         if req.allow_missing {
             return Ok(DeleteResourceResponse { resource: None });
@@ -163,7 +165,7 @@ async fn delete_in(conn: &mut PgConnection, req: &DeleteResourceRequest) -> Resu
     // of what is already unblocked. The sweep may remove the target at once
     // (nothing depends on it and it has no finalizer); the answer is the
     // resource as it stood when its deletion was requested.
-    let tree = deletion::mark(conn, current.id, API_ACTOR).await?;
+    let tree = deletion::mark(conn, current.id, actor).await?;
     let resource = resources::get_by_id(conn, current.id).await?.unwrap_or(current);
     deletion::sweep(conn, &tree).await?;
     let version = manifest_version_in(conn, &resource).await?;
@@ -192,13 +194,14 @@ async fn quarantine_in(
     name: &str,
     note: &str,
     action: Quarantine,
+    actor: &str,
 ) -> Result<converge_proto::v1::Resource, ApiError> {
     let current = resources::find_for_update(conn, kind, name)
         .await?
         .ok_or_else(|| resource_not_found(kind, name))?;
     let outcome = match action {
-        Quarantine::Set => deletion::quarantine(conn, current.id, API_ACTOR, note).await?,
-        Quarantine::Release => deletion::unquarantine(conn, current.id, API_ACTOR, note).await?,
+        Quarantine::Set => deletion::quarantine(conn, current.id, actor, note).await?,
+        Quarantine::Release => deletion::unquarantine(conn, current.id, actor, note).await?,
     };
     match outcome {
         SetAside::NotFound => return Err(resource_not_found(kind, name)),
@@ -284,6 +287,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ApplyResourceRequest>,
     ) -> Result<Response<ApplyResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         let call = WriteCall::new("ApplyResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
@@ -291,10 +295,10 @@ impl ResourceService for ResourceApi {
         let input = ResourceWrite::apply(&req)?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, input) = (state.clone(), input.clone());
+            let (state, input, actor) = (state.clone(), input.clone(), actor.clone());
             Box::pin(async move {
                 let written =
-                    single(write_resources(conn, &state, std::slice::from_ref(&input), Items::Single).await?)?;
+                    single(write_resources(conn, &state, &actor, std::slice::from_ref(&input), Items::Single).await?)?;
                 Ok(ApplyResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                     created: written.created,
@@ -309,6 +313,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<BatchApplyResourcesRequest>,
     ) -> Result<Response<BatchApplyResourcesResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         let call = WriteCall::new("BatchApplyResources", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
@@ -316,9 +321,9 @@ impl ResourceService for ResourceApi {
         let inputs = batch_inputs(&req)?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, inputs) = (state.clone(), inputs.clone());
+            let (state, inputs, actor) = (state.clone(), inputs.clone(), actor.clone());
             Box::pin(async move {
-                let written = write_resources(conn, &state, &inputs, Items::Batch).await?;
+                let written = write_resources(conn, &state, &actor, &inputs, Items::Batch).await?;
                 Ok(BatchApplyResourcesResponse {
                     responses: written
                         .into_iter()
@@ -338,6 +343,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<CreateResourceRequest>,
     ) -> Result<Response<CreateResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         let call = WriteCall::new("CreateResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
@@ -345,10 +351,10 @@ impl ResourceService for ResourceApi {
         let input = ResourceWrite::create(&req)?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, input) = (state.clone(), input.clone());
+            let (state, input, actor) = (state.clone(), input.clone(), actor.clone());
             Box::pin(async move {
                 let written =
-                    single(write_resources(conn, &state, std::slice::from_ref(&input), Items::Single).await?)?;
+                    single(write_resources(conn, &state, &actor, std::slice::from_ref(&input), Items::Single).await?)?;
                 Ok(CreateResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                 })
@@ -451,14 +457,15 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<DeleteResourceRequest>,
     ) -> Result<Response<DeleteResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         let call = WriteCall::new("DeleteResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
         let target = req.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let req = target.clone();
-            Box::pin(async move { delete_in(conn, &req).await })
+            let (req, actor) = (target.clone(), actor.clone());
+            Box::pin(async move { delete_in(conn, &req, &actor).await })
         })
         .await?;
         Ok(Response::new(answer))
@@ -507,6 +514,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<QuarantineResourceRequest>,
     ) -> Result<Response<QuarantineResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
         let call = WriteCall::new("QuarantineResource", &req.request_id, false, &req, |r| {
@@ -514,9 +522,9 @@ impl ResourceService for ResourceApi {
         })?;
         let target = req.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let req = target.clone();
+            let (req, actor) = (target.clone(), actor.clone());
             Box::pin(async move {
-                let resource = quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Set).await?;
+                let resource = quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Set, &actor).await?;
                 Ok(QuarantineResourceResponse {
                     resource: Some(resource),
                 })
@@ -530,6 +538,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<UnquarantineResourceRequest>,
     ) -> Result<Response<UnquarantineResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
         let call = WriteCall::new("UnquarantineResource", &req.request_id, false, &req, |r| {
@@ -537,9 +546,10 @@ impl ResourceService for ResourceApi {
         })?;
         let target = req.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let req = target.clone();
+            let (req, actor) = (target.clone(), actor.clone());
             Box::pin(async move {
-                let resource = quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Release).await?;
+                let resource =
+                    quarantine_in(conn, &req.kind, &req.name, &req.message, Quarantine::Release, &actor).await?;
                 Ok(UnquarantineResourceResponse {
                     resource: Some(resource),
                 })
@@ -683,6 +693,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<RollbackResourceRequest>,
     ) -> Result<Response<RollbackResourceResponse>, Status> {
+        let actor = caller::api_actor(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
         if req.target_generation < 1 {
@@ -694,7 +705,7 @@ impl ResourceService for ResourceApi {
         let state = self.state.clone();
         let target = req.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, req) = (state.clone(), target.clone());
+            let (state, req, actor) = (state.clone(), target.clone(), actor.clone());
             Box::pin(async move {
                 let key = (req.kind.clone(), req.name.clone());
                 let current = resources::find_many_for_update(conn, std::slice::from_ref(&key))
@@ -723,7 +734,7 @@ impl ResourceService for ResourceApi {
                     })?;
                 let write = ResourceWrite::rollback(&current, revision.spec.0, req.target_generation, req.etag.clone());
                 let written =
-                    single(write_resources(conn, &state, std::slice::from_ref(&write), Items::Single).await?)?;
+                    single(write_resources(conn, &state, &actor, std::slice::from_ref(&write), Items::Single).await?)?;
                 Ok(RollbackResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                 })
