@@ -122,3 +122,62 @@ impl<T> Watcher<T> {
         self.seen = contents;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn number(paths: &[PathBuf], contents: &[Vec<u8>]) -> Result<u32, TlsError> {
+        let text = String::from_utf8_lossy(contents.first().map(Vec::as_slice).unwrap_or_default()).into_owned();
+        text.trim().parse().map_err(|_| TlsError::Refused {
+            what: paths.first().map(|p| p.display().to_string()).unwrap_or_default(),
+            reason: "not a number".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn changed_files_that_build_replace_the_material_and_others_keep_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("n");
+        std::fs::write(&path, "1").expect("write");
+        assert!(load("test", vec![dir.path().join("absent")], number, Duration::from_secs(60)).is_err());
+        let slot = load("test", vec![path.clone()], number, Duration::from_secs(3600)).expect("loads");
+        let mut watcher = Watcher {
+            what: "test",
+            paths: vec![path.clone()],
+            build: number,
+            applied: vec![b"1".to_vec()],
+            seen: vec![b"1".to_vec()],
+            slot: Arc::downgrade(&slot),
+        };
+        assert_eq!(*slot.get(), 1);
+        std::fs::write(&path, "not yet").expect("write");
+        watcher.check(&slot);
+        assert_eq!(
+            *slot.get(),
+            1,
+            "a file that does not build keeps the last good material"
+        );
+        std::fs::remove_file(&path).expect("remove");
+        watcher.check(&slot);
+        assert_eq!(*slot.get(), 1, "an absent file keeps it too");
+        std::fs::write(&path, "2").expect("write");
+        watcher.check(&slot);
+        assert_eq!(*slot.get(), 2);
+        std::fs::write(&path, "1").expect("write");
+        watcher.check(&slot);
+        assert_eq!(*slot.get(), 1, "going back to earlier content is a change too");
+    }
+
+    #[tokio::test]
+    async fn the_watcher_stops_when_the_material_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("n");
+        std::fs::write(&path, "7").expect("write");
+        let slot = load("test", vec![path], number, Duration::from_millis(10)).expect("loads");
+        let weak = Arc::downgrade(&slot);
+        drop(slot);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(weak.upgrade().is_none());
+    }
+}
