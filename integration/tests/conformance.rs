@@ -1,8 +1,9 @@
 //! The worker SDK conformance suite (conformance/README.md): one real
-//! converge server per language, that language's conformance worker as an
-//! OS process, and every scenario driven through the public API. A failing
-//! scenario is reported as `[<language>] <scenario>: <what went wrong>`; the
-//! other scenarios still run.
+//! converge server per language (plus a TLS one for the `mtls` scenario),
+//! that language's conformance worker as an OS process, and every scenario
+//! driven through the public API. A failing scenario is reported as
+//! `[<language>] <scenario>: <what went wrong>`; the other scenarios still
+//! run.
 //!
 //! Languages run one at a time (a lock), so their timing-sensitive
 //! scenarios (heartbeats, deadlines) do not compete for the CPU.
@@ -18,6 +19,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, find, json, object, wait_phase};
+use converge_integration::pki::{TestCa, replace};
 use converge_integration::processes::{binary, free_local_addr, repository_root, run_checked, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
@@ -25,7 +27,8 @@ use converge_proto::v1::{
     ProviderConfig, Resource, UpdateKindConfigRequest,
 };
 use converge_sdk::Client;
-use converge_service::config::Role;
+use converge_sdk::tls::{ClientTls, ClientTlsFiles, DEFAULT_RELOAD_INTERVAL};
+use converge_service::config::{Role, TlsArgs};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -42,6 +45,9 @@ const STALE_AFTER: Duration = Duration::from_secs(4);
 const HEARTBEAT_MS: &str = "300";
 /// The workers' bounded concurrency.
 const MAX_PARALLEL: usize = 4;
+/// How long the `mtls` scenario watches a worker without a client
+/// certificate get no work.
+const REFUSED_FOR: Duration = Duration::from_secs(2);
 
 /// A language and how to start its conformance worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,11 +139,7 @@ impl Suite {
         let listen: SocketAddr = free_local_addr()?.parse()?;
         let server = serve(&database, listen).await?;
         let client = server.client().await?;
-        for file in ["leaf.json", "composite.json"] {
-            let path = repository_root().join("conformance/kinds").join(file);
-            let request = converge_examples::manifest::parse_apply_request(file, &std::fs::read_to_string(path)?)?;
-            client.kinds().apply_kind_manifest(request).await?;
-        }
+        apply_kinds(&client).await?;
         let mut command = language.command(scratch.path()).await?;
         command
             .env("CONVERGE_BROKER_ADDR", format!("http://{listen}"))
@@ -261,6 +263,35 @@ async fn serve(database: &TestDatabase, listen: SocketAddr) -> anyhow::Result<Te
     .await
 }
 
+/// Applies the kinds of `conformance/kinds`.
+async fn apply_kinds(client: &Client) -> anyhow::Result<()> {
+    for file in ["leaf.json", "composite.json"] {
+        let path = repository_root().join("conformance/kinds").join(file);
+        let request = converge_examples::manifest::parse_apply_request(file, &std::fs::read_to_string(path)?)?;
+        client.kinds().apply_kind_manifest(request).await?;
+    }
+    Ok(())
+}
+
+/// A new command like `base`: its program, arguments, environment and
+/// directory.
+fn command_like(base: &Command) -> Command {
+    let base = base.as_std();
+    let mut command = Command::new(base.get_program());
+    command.args(base.get_args());
+    for (key, value) in base.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = base.get_current_dir() {
+        command.current_dir(dir);
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::null()).kill_on_drop(true);
+    command
+}
+
 fn spawn_worker(command: &mut Command, scratch: &Path) -> anyhow::Result<Child> {
     let stderr = std::fs::OpenOptions::new()
         .create(true)
@@ -280,7 +311,7 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 16] = [
+const SCENARIOS: [(&str, Scenario); 17] = [
     ("ready", |s| Box::pin(ready(s))),
     ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
@@ -296,6 +327,7 @@ const SCENARIOS: [(&str, Scenario); 16] = [
     ("bounded-concurrency", |s| Box::pin(bounded_concurrency(s))),
     ("reconnect", |s| Box::pin(reconnect(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
+    ("mtls", |s| Box::pin(mtls(s))),
     ("graceful-drain", |s| Box::pin(graceful_drain(s))),
 ];
 
@@ -651,6 +683,144 @@ async fn worker_killed(s: &mut Suite) -> anyhow::Result<()> {
         "{starts} starts: the killed worker's task should run once more"
     );
     anyhow::ensure!(status["attempt"].as_i64() >= Some(2), "status {status}");
+    Ok(())
+}
+
+/// The certificates of the `mtls` scenario: a CA, the server's keypair
+/// (localhost, 127.0.0.1), the runner's client identity and the worker's.
+struct MtlsFiles {
+    dir: std::path::PathBuf,
+    ca: std::path::PathBuf,
+    server: (std::path::PathBuf, std::path::PathBuf),
+    runner: (std::path::PathBuf, std::path::PathBuf),
+    worker: (std::path::PathBuf, std::path::PathBuf),
+    identity: String,
+}
+
+impl MtlsFiles {
+    fn new(dir: std::path::PathBuf, language: Language) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        let ca = TestCa::new("converge conformance CA")?;
+        let ca_file = dir.join("ca.pem");
+        replace(&ca_file, &ca.pem())?;
+        let identity = format!("spiffe://converge.test/conformance/{}", language.name());
+        Ok(Self {
+            server: ca.server()?.write(&dir, "server")?,
+            runner: ca
+                .client(Some("spiffe://converge.test/conformance/runner"))?
+                .write(&dir, "runner")?,
+            worker: ca.client(Some(&identity))?.write(&dir, "worker")?,
+            ca: ca_file,
+            dir,
+            identity,
+        })
+    }
+}
+
+async fn mtls(s: &mut Suite) -> anyhow::Result<()> {
+    // A server of its own, TLS with client certificates required, so the
+    // plaintext worker of the other scenarios cannot take this work.
+    let files = MtlsFiles::new(s.scratch.path().join("mtls"), s.language)?;
+    let tls = TlsArgs {
+        tls_cert_file: Some(files.server.0.clone()),
+        tls_key_file: Some(files.server.1.clone()),
+        tls_client_ca_file: Some(files.ca.clone()),
+        tls_reload_interval_secs: 1,
+        ..TlsArgs::default()
+    };
+    let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |config| {
+        config.serve.tls = tls;
+    })
+    .await?;
+    let outcome = mtls_on(s, &server, &files).await;
+    let stopped = server.shutdown().await;
+    outcome?;
+    stopped
+}
+
+async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::Result<()> {
+    let address = server.address().replacen("http://", "https://", 1);
+    let runner = ClientTls::load(
+        &ClientTlsFiles {
+            ca: files.ca.clone(),
+            identity: Some(files.runner.clone()),
+        },
+        DEFAULT_RELOAD_INTERVAL,
+    )?;
+    let client = Client::connect_tls(address.clone(), runner).await?;
+    apply_kinds(&client).await?;
+    // This language's worker on the TLS server; its stderr goes to
+    // mtls/worker.stderr, its log lines to the suite's log.
+    let start = |identity: Option<&(std::path::PathBuf, std::path::PathBuf)>| {
+        let mut command = command_like(&s.command);
+        command
+            .env("CONVERGE_BROKER_ADDR", &address)
+            .env("CONVERGE_TLS_CA_FILE", &files.ca)
+            .env_remove("CONVERGE_TLS_CERT_FILE")
+            .env_remove("CONVERGE_TLS_KEY_FILE");
+        if let Some((cert, key)) = identity {
+            command
+                .env("CONVERGE_TLS_CERT_FILE", cert)
+                .env("CONVERGE_TLS_KEY_FILE", key);
+        }
+        spawn_worker(&mut command, &files.dir)
+    };
+
+    // Without a client certificate the server refuses the handshake: the
+    // worker keeps trying and gets no work.
+    let name = s.name("mtls");
+    let spec = json!({"value": "certified", "events": [{"reason": "Certified"}]});
+    let mut anonymous = start(None)?;
+    client
+        .resources()
+        .apply_resource(apply("conf-leaf", &name, spec))
+        .await?;
+    tokio::time::sleep(REFUSED_FOR).await;
+    let exited = anonymous.try_wait()?;
+    anonymous.kill().await.ok();
+    anyhow::ensure!(
+        exited.is_none(),
+        "the worker without a client certificate exited ({exited:?}) instead of retrying"
+    );
+    let resource = find(&client, "conf-leaf", &name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{name} vanished"))?;
+    let starts = s.lines("start", &name).len();
+    anyhow::ensure!(
+        resource.phase != Phase::Ready as i32 && starts == 0,
+        "a worker without a client certificate got work: phase {}, {starts} starts",
+        resource.phase
+    );
+
+    // With one, the same task runs and is attributed to its SPIFFE ID.
+    let mut certified = start(Some(&files.worker))?;
+    let ready = wait_phase(&client, "conf-leaf", &name, Phase::Ready).await;
+    let events = client
+        .resources()
+        .list_resource_events(ListResourceEventsRequest {
+            kind: "conf-leaf".into(),
+            name: name.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events;
+    certified.kill().await.ok();
+    let status = status_json(&ready.map_err(|e| anyhow::anyhow!("never ready over mTLS: {e}"))?);
+    anyhow::ensure!(
+        status["language"] == s.language.name() && status["value"] == "certified",
+        "status {status}"
+    );
+    let actor = format!("worker:{}", files.identity);
+    let actors: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e.actor.starts_with("worker"))
+        .map(|e| (e.reason.as_str(), e.actor.as_str()))
+        .collect();
+    anyhow::ensure!(
+        actors.contains(&("Certified", actor.as_str())) && actors.iter().all(|(_, a)| *a == actor),
+        "worker events {actors:?}, want each by {actor}"
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
-from converge_sdk.conformance.__main__ import ConfigError, settings_from_env
+from converge_sdk.conformance.__main__ import ConfigError, settings_from_env, tls_from_env
 from converge_sdk.worker import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DepEdge,
@@ -36,6 +36,29 @@ def test_settings_from_the_environment():
     for bad in ({"CONFORMANCE_MAX_PARALLEL": "0"}, {"CONFORMANCE_HEARTBEAT_MS": "soon"}):
         with pytest.raises(ConfigError):
             settings_from_env(bad)
+
+
+def test_tls_from_the_environment(tmp_path):
+    assert tls_from_env({}) is None
+    for name, pem in (("ca.pem", b"ca"), ("w.crt", b"cert"), ("w.key", b"key")):
+        (tmp_path / name).write_bytes(pem)
+    ca = str(tmp_path / "ca.pem")
+    server_only = tls_from_env({"CONVERGE_TLS_CA_FILE": ca})
+    assert server_only is not None and (server_only.ca_bundle, server_only.client_cert) == (b"ca", None)
+    mutual = tls_from_env(
+        {
+            "CONVERGE_TLS_CA_FILE": ca,
+            "CONVERGE_TLS_CERT_FILE": str(tmp_path / "w.crt"),
+            "CONVERGE_TLS_KEY_FILE": str(tmp_path / "w.key"),
+        }
+    )
+    assert mutual is not None and (mutual.client_cert, mutual.client_key) == (b"cert", b"key")
+    for bad in (
+        {"CONVERGE_TLS_CA_FILE": ca, "CONVERGE_TLS_CERT_FILE": str(tmp_path / "w.crt")},
+        {"CONVERGE_TLS_CERT_FILE": str(tmp_path / "w.crt"), "CONVERGE_TLS_KEY_FILE": str(tmp_path / "w.key")},
+    ):
+        with pytest.raises(ConfigError):
+            tls_from_env(bad)
 
 
 def _resource(kind, name, spec=None, owner=None, ready=False):

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use converge_sdk::tls::{ClientTls, ClientTlsFiles, DEFAULT_RELOAD_INTERVAL};
 use converge_sdk::worker::{
     ChildSpec, Condition, ConditionStatus, DepEdge, Event, EventType, HandlerError, KindVersion, Outcome, Provider,
     ReactionRequest, ResourceRef, StageInput, ValueFlow, Worker, WorkerBuilder, async_trait,
@@ -31,6 +32,7 @@ struct Settings {
     drain_timeout: Duration,
     heartbeat: Option<Duration>,
     log: Option<File>,
+    tls: Option<ClientTlsFiles>,
 }
 
 impl Settings {
@@ -59,16 +61,36 @@ impl Settings {
                     .map_err(|e| format!("cannot open CONFORMANCE_LOG {path:?}: {e}"))?,
             ),
         };
+        // CONVERGE_TLS_CA_FILE enables TLS; the client certificate and key
+        // (mTLS) come as a pair.
+        let identity = match (var("CONVERGE_TLS_CERT_FILE"), var("CONVERGE_TLS_KEY_FILE")) {
+            (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+            (None, None) => None,
+            _ => return Err("CONVERGE_TLS_CERT_FILE and CONVERGE_TLS_KEY_FILE go together".to_owned()),
+        };
+        let tls = match var("CONVERGE_TLS_CA_FILE") {
+            Some(ca) => Some(ClientTlsFiles {
+                ca: ca.into(),
+                identity,
+            }),
+            None if identity.is_some() => {
+                return Err("CONVERGE_TLS_CERT_FILE needs CONVERGE_TLS_CA_FILE".to_owned());
+            }
+            None => None,
+        };
         Ok(Self {
             broker,
             max_parallel: usize::try_from(max_parallel).unwrap_or(usize::MAX),
             drain_timeout: Duration::from_millis(number("CONFORMANCE_DRAIN_TIMEOUT_MS")?.unwrap_or(10_000)),
             heartbeat: number("CONFORMANCE_HEARTBEAT_MS")?.map(Duration::from_millis),
             log,
+            tls,
         })
     }
 
-    fn builder(self) -> WorkerBuilder {
+    /// The worker builder, or why the TLS files cannot be used. Call inside
+    /// the runtime (the TLS files are reloaded on it).
+    fn builder(self) -> Result<WorkerBuilder, String> {
         let log = self.log.map(Arc::new);
         let mut builder = Worker::builder()
             .endpoint(self.broker)
@@ -78,7 +100,11 @@ impl Settings {
         if let Some(interval) = self.heartbeat {
             builder = builder.heartbeat_interval(interval);
         }
-        builder
+        if let Some(files) = &self.tls {
+            let tls = ClientTls::load(files, DEFAULT_RELOAD_INTERVAL).map_err(|e| format!("TLS: {e}"))?;
+            builder = builder.tls(tls);
+        }
+        Ok(builder
             .provider(Conformance {
                 kind: KindVersion::new("conf-leaf", 1),
                 log: log.clone(),
@@ -86,7 +112,7 @@ impl Settings {
             .provider(Conformance {
                 kind: KindVersion::new("conf-composite", 1),
                 log,
-            })
+            }))
     }
 }
 
@@ -357,8 +383,8 @@ async fn main() -> ExitCode {
         eprintln!("converge-conformance-worker: {error}");
         return ExitCode::from(2);
     }
-    match Settings::from_env() {
-        Ok(settings) => common::run_worker(settings.builder()).await,
+    match Settings::from_env().and_then(Settings::builder) {
+        Ok(builder) => common::run_worker(builder).await,
         Err(error) => {
             eprintln!("converge-conformance-worker: {error}");
             ExitCode::from(2)

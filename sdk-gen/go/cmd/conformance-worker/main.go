@@ -5,7 +5,9 @@
 // Environment: CONVERGE_BROKER_ADDR (required), CONFORMANCE_MAX_PARALLEL
 // (default 4), CONFORMANCE_DRAIN_TIMEOUT_MS (default 10000),
 // CONFORMANCE_HEARTBEAT_MS (default the SDK's), CONFORMANCE_LOG (event log
-// path; unset = none). SIGTERM or SIGINT starts the graceful drain. Exit
+// path; unset = none), CONVERGE_TLS_CA_FILE (enables TLS, with an https://
+// broker address) and CONVERGE_TLS_CERT_FILE + CONVERGE_TLS_KEY_FILE (the
+// client certificate for mutual TLS). SIGTERM or SIGINT starts the graceful drain. Exit
 // status: 0 after a clean drain, 1 if the drain timed out (or the worker
 // failed), 2 for bad configuration.
 package main
@@ -91,7 +93,32 @@ func configure() (opts []worker.Option, logPath, addr string, err error) {
 		}
 		opts = append(opts, worker.WithHeartbeatInterval(time.Duration(hbMs)*time.Millisecond))
 	}
+	tlsOpt, err := tlsFromEnv()
+	if err != nil {
+		return nil, "", "", err
+	}
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
+	}
 	return opts, os.Getenv("CONFORMANCE_LOG"), addr, nil
+}
+
+// tlsFromEnv is the TLS option the environment asks for, nil for plaintext.
+func tlsFromEnv() (worker.Option, error) {
+	files := worker.TLSFiles{
+		CAFile:   os.Getenv("CONVERGE_TLS_CA_FILE"),
+		CertFile: os.Getenv("CONVERGE_TLS_CERT_FILE"),
+		KeyFile:  os.Getenv("CONVERGE_TLS_KEY_FILE"),
+	}
+	switch {
+	case (files.CertFile == "") != (files.KeyFile == ""):
+		return nil, errors.New("CONVERGE_TLS_CERT_FILE and CONVERGE_TLS_KEY_FILE go together")
+	case files.CAFile == "" && files.CertFile != "":
+		return nil, errors.New("CONVERGE_TLS_CERT_FILE needs CONVERGE_TLS_CA_FILE")
+	case files.CAFile == "":
+		return nil, nil
+	}
+	return worker.WithTLS(files), nil
 }
 
 // intEnv reads an integer variable (def when unset) that must be >= least.

@@ -51,6 +51,29 @@ func TestConfigureReadsTheEnvironment(t *testing.T) {
 	}
 }
 
+func TestConfigureReadsTheTLSEnvironment(t *testing.T) {
+	t.Setenv("CONVERGE_BROKER_ADDR", "https://127.0.0.1:1")
+	t.Setenv("CONFORMANCE_HEARTBEAT_MS", "")
+	t.Setenv("CONVERGE_TLS_CERT_FILE", "")
+	t.Setenv("CONVERGE_TLS_KEY_FILE", "")
+	t.Setenv("CONVERGE_TLS_CA_FILE", "/tmp/ca.pem")
+	if opts, _, _, err := configure(); err != nil || len(opts) != 3 {
+		t.Fatalf("CA only: %d options, %v", len(opts), err)
+	}
+	t.Setenv("CONVERGE_TLS_CERT_FILE", "/tmp/worker.crt")
+	if _, _, _, err := configure(); err == nil || !strings.Contains(err.Error(), "CONVERGE_TLS_KEY_FILE") {
+		t.Errorf("a certificate without its key: error %v", err)
+	}
+	t.Setenv("CONVERGE_TLS_KEY_FILE", "/tmp/worker.key")
+	if opts, _, _, err := configure(); err != nil || len(opts) != 3 {
+		t.Fatalf("mTLS: %d options, %v", len(opts), err)
+	}
+	t.Setenv("CONVERGE_TLS_CA_FILE", "")
+	if _, _, _, err := configure(); err == nil || !strings.Contains(err.Error(), "CONVERGE_TLS_CA_FILE") {
+		t.Errorf("a certificate without a CA: error %v", err)
+	}
+}
+
 // build compiles the worker into a temporary directory.
 func build(t *testing.T) string {
 	t.Helper()

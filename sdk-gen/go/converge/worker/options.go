@@ -170,8 +170,15 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 
 // TLSFiles names PEM files for a TLS connection to the broker.
 //
-// The converge server does not serve TLS yet, so this path is tested only
-// against an in-process broker, not against converge itself.
+// converge serves TLS when started with TLS_CERT_FILE and TLS_KEY_FILE, and
+// mutual TLS with TLS_CLIENT_CA_FILE as well: a worker must then present a
+// client certificate that chains to that CA (one without is refused at the
+// handshake), and the certificate's SPIFFE ID (URI SAN) is the worker's
+// identity, recorded as the actor "worker:<SPIFFE ID>" of its events and
+// checked against ALLOWED_WORKER_IDENTITIES when set. The conformance
+// suite's mtls scenario (conformance/README.md) runs this worker against
+// such a server. The files are read once, by New: a rotated client
+// certificate is presented by a new Worker (e.g. after a restart).
 type TLSFiles struct {
 	// CAFile is the CA bundle that verifies the server; empty = the system
 	// roots.
@@ -183,9 +190,10 @@ type TLSFiles struct {
 	ServerName string
 }
 
-// WithTLS connects to the broker over TLS with the given files. An
-// "https://" address also selects TLS (with the system roots unless this
-// option says otherwise). See TLSFiles for the state of server support.
+// WithTLS connects to the broker over TLS (mutual TLS with a client
+// certificate) with the given files. An "https://" address also selects TLS
+// (with the system roots unless this option says otherwise). See TLSFiles
+// for what the converge server does with the certificate.
 func WithTLS(files TLSFiles) Option { return func(s *settings) { s.tlsFiles = &files } }
 
 // WithTLSConfig connects to the broker over TLS with a ready-made config.

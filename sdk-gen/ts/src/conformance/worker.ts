@@ -4,10 +4,21 @@
 // for bad configuration.
 //
 //   CONVERGE_BROKER_ADDR=http://127.0.0.1:50051 node dist/conformance/worker.js   (after npm run build, in sdk-gen/ts)
+//
+// TLS: CONVERGE_TLS_CA_FILE (the broker's CA bundle; enables TLS, with an
+// https:// broker address) and CONVERGE_TLS_CERT_FILE + CONVERGE_TLS_KEY_FILE
+// (the client certificate for mutual TLS).
 
-import { closeSync, openSync, writeSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 
-import { DrainIncompleteError, SDK_VERSION, Worker, type WorkerOptions, stderrLogger } from "../worker/index.js";
+import {
+  DrainIncompleteError,
+  SDK_VERSION,
+  type TlsOptions,
+  Worker,
+  type WorkerOptions,
+  stderrLogger,
+} from "../worker/index.js";
 import { type ConformanceLog, conformanceProviders } from "./providers.js";
 
 class ConfigError extends Error {}
@@ -23,6 +34,29 @@ function intEnv(name: string, { min }: { min: number }): number | undefined {
     throw new ConfigError(`${name} must be an integer >= ${min}, got ${JSON.stringify(text)}`);
   }
   return value;
+}
+
+/** The TLS options the environment asks for; undefined = plaintext. */
+function tlsEnv(): TlsOptions | undefined {
+  const file = (name: string): string | undefined => {
+    const path = process.env[name];
+    return path === undefined || path === "" ? undefined : path;
+  };
+  const [ca, cert, key] = [file("CONVERGE_TLS_CA_FILE"), file("CONVERGE_TLS_CERT_FILE"), file("CONVERGE_TLS_KEY_FILE")];
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new ConfigError("CONVERGE_TLS_CERT_FILE and CONVERGE_TLS_KEY_FILE go together");
+  }
+  if (ca === undefined) {
+    if (cert !== undefined) {
+      throw new ConfigError("CONVERGE_TLS_CERT_FILE needs CONVERGE_TLS_CA_FILE");
+    }
+    return undefined;
+  }
+  const read = (path: string) => readFileSync(path, "utf8");
+  return {
+    ca: read(ca),
+    ...(cert === undefined || key === undefined ? {} : { cert: read(cert), key: read(key) }),
+  };
 }
 
 /**
@@ -47,8 +81,10 @@ function options(log: ConformanceLog): WorkerOptions {
   const maxParallel = intEnv("CONFORMANCE_MAX_PARALLEL", { min: 1 }) ?? 4;
   const drainTimeoutMs = intEnv("CONFORMANCE_DRAIN_TIMEOUT_MS", { min: 0 }) ?? 10_000;
   const heartbeatIntervalMs = intEnv("CONFORMANCE_HEARTBEAT_MS", { min: 1 });
+  const tls = tlsEnv();
   return {
     address,
+    ...(tls === undefined ? {} : { tls }),
     providers: conformanceProviders(log),
     maxParallel,
     drainTimeoutMs,

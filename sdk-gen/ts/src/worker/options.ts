@@ -33,8 +33,18 @@ export const SDK_VERSION = "0.1.0";
 export const DEFAULT_AGENT = `converge-sdk-ts/${SDK_VERSION}`;
 
 /**
- * TLS material for the broker connection (PEM). Plumbed to Node's HTTP/2
- * client; the server has no TLS yet, so this is untested against it.
+ * TLS material for the broker connection (PEM), passed to Node's HTTP/2
+ * client.
+ *
+ * converge serves TLS when started with `TLS_CERT_FILE` and `TLS_KEY_FILE`,
+ * and mutual TLS with `TLS_CLIENT_CA_FILE` as well: a worker must then
+ * present a client certificate (`cert`, `key`) that chains to that CA (one
+ * without is refused at the handshake), and the certificate's SPIFFE ID (URI
+ * SAN) is the worker's identity, recorded as the actor `worker:<SPIFFE ID>`
+ * of its events and checked against `ALLOWED_WORKER_IDENTITIES` when set.
+ * The conformance suite's `mtls` scenario (conformance/README.md) runs this
+ * path against such a server. The material is taken as given (no file is
+ * re-read): a rotated client certificate takes a new worker.
  */
 export interface TlsOptions {
   /** CA bundle that signs the broker's certificate; absent = Node's default roots. */

@@ -7,7 +7,11 @@ Environment (see ``conformance/README.md``):
 - ``CONFORMANCE_MAX_PARALLEL`` bounded concurrency, default 4;
 - ``CONFORMANCE_DRAIN_TIMEOUT_MS`` graceful-drain grace period, default 10000;
 - ``CONFORMANCE_HEARTBEAT_MS`` heartbeat interval, default the SDK's (5000);
-- ``CONFORMANCE_LOG`` file to append the JSON event lines to; unset = none.
+- ``CONFORMANCE_LOG`` file to append the JSON event lines to; unset = none;
+- ``CONVERGE_TLS_CA_FILE`` CA bundle of the broker's certificate: enables TLS
+  (with an ``https://`` broker address);
+- ``CONVERGE_TLS_CERT_FILE`` and ``CONVERGE_TLS_KEY_FILE`` the client
+  certificate and key for mutual TLS (both or neither; need the CA file).
 
 SIGTERM and SIGINT start the graceful drain. Exit status: 0 after a clean
 drain, 1 if the grace period ran out with work left, 2 for bad
@@ -27,7 +31,7 @@ from typing import Mapping, Optional
 from converge_sdk import __version__
 from converge_sdk.conformance.handlers import composite_provider, leaf_provider
 from converge_sdk.conformance.log import EventLog
-from converge_sdk.worker import DrainIncomplete, Worker, WorkerSettings
+from converge_sdk.worker import DrainIncomplete, TlsConfig, Worker, WorkerSettings
 
 log = logging.getLogger("converge_sdk.conformance")
 
@@ -63,6 +67,20 @@ def settings_from_env(env: Mapping[str, str]) -> WorkerSettings:
     return settings
 
 
+def tls_from_env(env: Mapping[str, str]) -> Optional[TlsConfig]:
+    """The TLS configuration the environment asks for; ``None`` = plaintext."""
+    ca, cert, key = (
+        env.get(name, "").strip() for name in ("CONVERGE_TLS_CA_FILE", "CONVERGE_TLS_CERT_FILE", "CONVERGE_TLS_KEY_FILE")
+    )
+    if bool(cert) != bool(key):
+        raise ConfigError("CONVERGE_TLS_CERT_FILE and CONVERGE_TLS_KEY_FILE go together")
+    if not ca:
+        if cert:
+            raise ConfigError("CONVERGE_TLS_CERT_FILE needs CONVERGE_TLS_CA_FILE")
+        return None
+    return TlsConfig.from_files(ca_bundle=ca, client_cert=cert or None, client_key=key or None)
+
+
 async def _serve(worker: Worker) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -86,7 +104,10 @@ def main() -> int:
             raise ConfigError("CONVERGE_BROKER_ADDR is required (e.g. http://127.0.0.1:50051)")
         settings = settings_from_env(env)
         events = EventLog(env.get("CONFORMANCE_LOG") or None, "python")
-        worker = Worker([leaf_provider(events), composite_provider(events)], address=address, settings=settings)
+        tls = tls_from_env(env)
+        worker = Worker(
+            [leaf_provider(events), composite_provider(events)], address=address, tls=tls, settings=settings
+        )
     except (ConfigError, ValueError, OSError) as exc:
         log.error("bad configuration: %s", exc)
         return 2

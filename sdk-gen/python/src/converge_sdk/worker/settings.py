@@ -93,8 +93,17 @@ class TlsConfig:
     key, all PEM. ``server_name`` overrides the name checked against the
     broker's certificate.
 
-    The converge server does not serve TLS yet, so this path is plumbed to
-    the channel but untested against a real server.
+    converge serves TLS when started with ``TLS_CERT_FILE`` and
+    ``TLS_KEY_FILE``, and mutual TLS with ``TLS_CLIENT_CA_FILE`` as well: a
+    worker must then present a client certificate that chains to that CA
+    (one without is refused at the handshake), and the certificate's SPIFFE
+    ID (URI SAN) is the worker's identity, recorded as the actor
+    ``worker:<SPIFFE ID>`` of its events and checked against
+    ``ALLOWED_WORKER_IDENTITIES`` when set. The conformance suite's ``mtls``
+    scenario (``conformance/README.md``) runs this path against such a
+    server. The PEM is read once (:meth:`from_files` reads the files when
+    called): a rotated client certificate takes a new ``TlsConfig`` and
+    worker.
     """
 
     ca_bundle: Optional[bytes] = None
