@@ -397,6 +397,25 @@ async fn apply_steadily(client: Client, applied: Arc<AtomicUsize>, stop: Arc<Ato
     Ok(())
 }
 
+/// Waits until the member with `pid` holds leases, and returns how many.
+async fn held_through(client: &Client, pool: &PgPool, pid: i32) -> anyhow::Result<i64> {
+    let member_id = members(client, true)
+        .await?
+        .into_iter()
+        .find(|m| m.pid == pid)
+        .map(|m| m.member_id)
+        .ok_or_else(|| anyhow::anyhow!("no member with pid {pid}"))?;
+    eventually(Duration::from_secs(10), || async {
+        let held: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM work_queue WHERE broker_id = $1 AND lease_token IS NOT NULL")
+                .bind(&member_id)
+                .fetch_one(pool)
+                .await?;
+        Ok((held > 0).then_some(held))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_applied_once() -> anyhow::Result<()> {
     let fleet = Fleet::new().await?;
@@ -412,8 +431,8 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     uncapped_noop(&client).await?;
     let records = [fleet.record("w1"), fleet.record("w2")];
     let mut workers = vec![
-        noop_worker(&nodes[0].address(), 8, 50, &records[0])?,
-        noop_worker(&nodes[1].address(), 8, 50, &records[1])?,
+        noop_worker(&nodes[0].address(), 8, 200, &records[0])?,
+        noop_worker(&nodes[1].address(), 8, 200, &records[1])?,
     ];
 
     let applied = Arc::new(AtomicUsize::new(0));
@@ -432,9 +451,14 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
 
     // One process at a time: drain (exit 0), start again on its address,
     // wait until it serves (a broker: its worker is back), and keep the load
-    // going in between.
+    // going in between. A broker is stopped while its worker holds tasks
+    // through it: the worker resumes them on the restarted broker.
     for node in &mut nodes {
         let before = applied.load(Ordering::Relaxed);
+        if node.role == "broker" {
+            let held = held_through(&client, &fleet.pool, node.pid()?).await?;
+            eprintln!("stopping {} holding {held} tasks", node.name);
+        }
         stop_cleanly(&mut node.child).await?;
         fleet.restart(node)?;
         node.client().await?;
