@@ -418,6 +418,7 @@ async fn held_through(client: &Client, pool: &PgPool, pid: i32) -> anyhow::Resul
 
 #[tokio::test]
 async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_applied_once() -> anyhow::Result<()> {
+    const PARALLEL: usize = 8;
     let fleet = Fleet::new().await?;
     let mut nodes = vec![
         fleet.start("broker", "b1")?,
@@ -431,8 +432,8 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     uncapped_noop(&client).await?;
     let records = [fleet.record("w1"), fleet.record("w2")];
     let mut workers = vec![
-        noop_worker(&nodes[0].address(), 8, 200, &records[0])?,
-        noop_worker(&nodes[1].address(), 8, 200, &records[1])?,
+        noop_worker(&nodes[0].address(), PARALLEL, 200, &records[0])?,
+        noop_worker(&nodes[1].address(), PARALLEL, 200, &records[1])?,
     ];
 
     let applied = Arc::new(AtomicUsize::new(0));
@@ -484,8 +485,7 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     })
     .await?;
     assert_eq!(count(&fleet.pool, "SELECT count(*) FROM resources").await?, n as i64);
-    // Every resource shows the result of its own generation, and no
-    // generation's result came from two executions.
+    // Every resource shows the result of its own generation.
     let mismatched = count(
         &fleet.pool,
         "SELECT count(*) FROM resources WHERE (status->>'observed_generation')::bigint IS DISTINCT FROM generation",
@@ -495,12 +495,46 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     let records: Vec<&Path> = records.iter().map(PathBuf::as_path).collect();
     let counts = worked_by(&records)?;
     assert_eq!(counts.len(), n, "every applied resource was worked");
-    let repeats: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    // A drain keeps its leases and the worker resumes them on the restarted
+    // broker, so a generation runs once, with one exception the protocol
+    // has no acknowledgement for: a completion the worker wrote just as the
+    // broker closed the session is lost with the stream. The worker no
+    // longer lists that task as resumed, the lease stays until the reaper
+    // frees it (unattested for 20 s), and the task runs once more; its first
+    // result never reached the fence, so each result is still applied once.
+    // Such a re-run is therefore at most one per task cut off by a stop,
+    // and only after the lease lapsed; a drain that released its leases
+    // would re-run at once.
+    let repeats: Vec<(&String, &usize)> = counts.iter().filter(|(_, n)| **n != 1).collect();
     assert!(
-        repeats.is_empty(),
-        "each generation worked once across the restarts: {repeats:?}"
+        repeats.iter().all(|(_, n)| **n == 2),
+        "no generation ran more than twice: {repeats:?}"
     );
-    eprintln!("rolling restart: {n} resources applied and worked once each");
+    assert!(
+        repeats.len() <= 2 * PARALLEL,
+        "at most the tasks the two workers held at their brokers' stops ran again: {repeats:?}"
+    );
+    for (line, _) in &repeats {
+        let name = line
+            .strip_prefix("noop/")
+            .and_then(|rest| rest.split_once(' '))
+            .map(|(name, _)| name)
+            .ok_or_else(|| anyhow::anyhow!("unexpected record line {line}"))?;
+        let took: f64 = sqlx::query_scalar(
+            "SELECT extract(epoch FROM last_reconciled_at - created_at)::float8 FROM resources WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_one(&fleet.pool)
+        .await?;
+        assert!(
+            took >= 19.0,
+            "{name} ran twice but was Ready {took:.1} s after its apply: its lease was not left to lapse"
+        );
+    }
+    eprintln!(
+        "rolling restart: {n} resources applied, {} re-run after a completion was cut off by a drain",
+        repeats.len()
+    );
 
     for worker in &mut workers {
         worker.kill().await?;
