@@ -60,15 +60,60 @@ pub fn free_local_addr() -> anyhow::Result<String> {
 
 /// A converge server process on an existing database, logging to `log`.
 pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
+    converge_process_with(database_url, addr, log, &[])
+}
+
+/// Like [`converge_process`], with further settings in the environment
+/// (`ROLE`, `MEMBER_IDENTITY`, ...).
+pub fn converge_process_with(
+    database_url: &str,
+    addr: &str,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     Ok(Command::new(binary("converge")?)
         .env("DATABASE_URL", database_url)
         .env("LISTEN_ADDR", addr)
         .env("LOG_LEVEL", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log)?))
         .kill_on_drop(true)
         .spawn()?)
+}
+
+/// A `converge-noop-worker` process on `address` serving `noop` version 1:
+/// at most `parallel` reactions at once, each sleeping `delay_ms`, each
+/// finished one recorded as a line "<kind>/<name> <generation>" in `record`.
+pub fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
+    Ok(Command::new(binary("converge-noop-worker")?)
+        .env("BROKER_ADDR", address)
+        .env("WORKER_MAX_PARALLEL", parallel.to_string())
+        .env("NOOP_DELAY_MS", delay_ms.to_string())
+        .env("NOOP_RECORD", record)
+        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
+        .env("LOG_LEVEL", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+/// How often each "<kind>/<name> <generation>" was worked, from a noop
+/// worker's record file (empty when the file does not exist yet).
+pub fn worked(record: &Path) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let mut counts = std::collections::HashMap::new();
+    let text = match std::fs::read_to_string(record) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e.into()),
+    };
+    for line in text.lines() {
+        *counts.entry(line.to_owned()).or_default() += 1;
+    }
+    Ok(counts)
 }
 
 /// A `converge-stdworker` process on `address` that serves each of `kinds`

@@ -3,14 +3,11 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{apply, apply_manifest, count, work_manifest};
 use converge_integration::processes::{
-    binary, connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+    connect_when_up, converge_process, crash_postgres_state, free_local_addr, noop_worker, signal, worked,
 };
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{KindConfig, UpdateKindConfigRequest};
@@ -20,22 +17,6 @@ use converge_proto::worker_v1::{KindVersion, StageComplete, Subscribe, WorkStrea
 use converge_sdk::Client;
 use nix::sys::signal::Signal;
 use serde_json::json;
-use tokio::process::{Child, Command};
-
-fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
-    Ok(Command::new(binary("converge-noop-worker")?)
-        .env("BROKER_ADDR", address)
-        .env("WORKER_MAX_PARALLEL", parallel.to_string())
-        .env("NOOP_DELAY_MS", delay_ms.to_string())
-        .env("NOOP_RECORD", record)
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
-        .env("LOG_LEVEL", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?)
-}
 
 async fn apply_many(client: &Client, prefix: &str, n: usize) -> anyhow::Result<()> {
     let mut writers = Vec::new();
@@ -89,15 +70,6 @@ async fn update_noop_config(client: &Client, config: KindConfig, path: &str) -> 
         })
         .await?;
     Ok(())
-}
-
-/// How often each `kind/name generation` was worked, from a record file.
-fn worked(record: &Path) -> anyhow::Result<HashMap<String, usize>> {
-    let mut counts = HashMap::new();
-    for line in std::fs::read_to_string(record)?.lines() {
-        *counts.entry(line.to_owned()).or_default() += 1;
-    }
-    Ok(counts)
 }
 
 #[tokio::test]

@@ -2,14 +2,15 @@
 
 use converge_proto::v1::cluster_service_server::ClusterService;
 use converge_proto::v1::{
-    BrokerCounters, ClusterMember, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest,
-    ListClusterMembersResponse, MemberRole, ShardRange,
+    BrokerCounters, ClusterMember, ConnectedWorker, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest,
+    ListClusterMembersResponse, MemberRole, ServedKind, ShardRange,
 };
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
-use crate::contract::convert::timestamp;
+use crate::contract::convert::{json_to_struct, timestamp};
 use crate::contract::status::ApiError;
+use crate::domain::shard;
 use crate::store::cluster::{self as store, MemberRow};
 use crate::version;
 
@@ -82,8 +83,8 @@ fn member_to_proto(row: MemberRow) -> ClusterMember {
         last_heartbeat_time: Some(timestamp(row.last_heartbeat)),
         in_flight: row.in_flight,
         connected_workers: row.connected_workers,
-        workers: Vec::new(),
-        config: None,
+        workers: row.workers.0.into_iter().map(worker_to_proto).collect(),
+        config: json_to_struct(&row.config.0).filter(|c| !c.fields.is_empty()),
         broker_counters: (row.role != "control").then(|| {
             let count = |name: &str| row.counters.0.get(name).copied().unwrap_or(0);
             BrokerCounters {
@@ -94,5 +95,24 @@ fn member_to_proto(row: MemberRow) -> ClusterMember {
                 composed: count("composed"),
             }
         }),
+    }
+}
+
+fn worker_to_proto(worker: shard::ConnectedWorker) -> ConnectedWorker {
+    ConnectedWorker {
+        identity: worker.identity,
+        agent: worker.agent,
+        kinds: worker
+            .kinds
+            .into_iter()
+            .map(|k| ServedKind {
+                kind: k.kind,
+                kind_version: k.kind_version,
+                ready: k.ready,
+            })
+            .collect(),
+        max_inflight: worker.max_inflight,
+        in_flight: worker.in_flight,
+        connect_time: Some(timestamp(worker.connected_at)),
     }
 }

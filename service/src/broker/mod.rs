@@ -9,11 +9,12 @@
 //! silently stops attesting its leases and the reaper frees them.
 
 mod configs;
+mod registry;
 mod session;
 mod wire;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -36,6 +37,7 @@ use crate::contract::status::ApiError;
 use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::shard::{MemberLoad, ShardRange};
 use crate::domain::violation::Violation;
+use registry::{BrokerLoad, SessionInfo, SessionRegistry};
 use session::Session;
 
 /// Largest number of tasks one worker may hold at once.
@@ -76,6 +78,7 @@ impl LoadSource for BrokerStats {
                 ("stale".to_owned(), read(&self.stale)),
                 ("composed".to_owned(), read(&self.composed)),
             ]),
+            workers: Vec::new(),
         }
     }
 }
@@ -100,6 +103,8 @@ pub struct Broker {
     /// The default provider configs, pushed to sessions as they change.
     configs: Arc<configs::DefaultConfigs>,
     stats: Arc<BrokerStats>,
+    /// The open worker streams, for the heartbeat's listing.
+    sessions: Arc<SessionRegistry>,
     /// Flips to true when this process shuts down: every session then ends
     /// its stream with UNAVAILABLE and keeps its leases for the worker to
     /// resume elsewhere.
@@ -172,6 +177,7 @@ impl Broker {
             due: Arc::default(),
             configs: configs::DefaultConfigs::new(),
             stats: Arc::default(),
+            sessions: Arc::default(),
             closing,
         });
         tokio::spawn(configs::refresh(
@@ -197,9 +203,13 @@ impl Broker {
         &self.stats
     }
 
-    /// The broker's load, for the membership heartbeat.
+    /// The broker's load, for the membership heartbeat: its counters and
+    /// the workers connected to it.
     pub fn load_source(&self) -> Arc<dyn LoadSource> {
-        self.stats.clone()
+        Arc::new(BrokerLoad {
+            stats: self.stats.clone(),
+            sessions: self.sessions.clone(),
+        })
     }
 }
 
@@ -259,6 +269,7 @@ impl WorkerService for WorkerApi {
         request: Request<Streaming<wpb::WorkStreamRequest>>,
     ) -> Result<Response<Self::WorkStreamStream>, Status> {
         let actor = format!("worker:{}", caller::identity(&request));
+        let identity = caller::transport_identity(&request);
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
         let Some(wpb::WorkStreamRequest {
@@ -274,12 +285,18 @@ impl WorkerService for WorkerApi {
             .unwrap_or(1)
             .min(MAX_WORKER_INFLIGHT);
         let (out, rx) = mpsc::channel(max + 16);
-        let kinds = subscribe
+        let kinds: BTreeSet<(String, i32)> = subscribe
             .kinds
             .iter()
             .map(|k| (k.kind.clone(), k.kind_version.max(1)))
             .collect();
-        let session = Session::new(self.broker.clone(), kinds, max, actor, out);
+        let listed = self.broker.sessions.open(SessionInfo {
+            identity,
+            agent: subscribe.agent.clone(),
+            kinds: kinds.iter().cloned().collect(),
+            max_inflight: max,
+        });
+        let session = Session::new(self.broker.clone(), kinds, max, actor, out, listed);
         let resumed: Vec<(Uuid, i64)> = subscribe
             .resumed
             .iter()

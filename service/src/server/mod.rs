@@ -227,6 +227,20 @@ fn member_identity(db: &Database, config: &ServerConfig) -> Option<String> {
     })
 }
 
+/// The static, non-secret settings this process booted with, as
+/// `ListClusterMembers` shows them (never the database URL).
+fn boot_settings(db: &Database, config: &ServerConfig, local_addr: SocketAddr) -> serde_json::Value {
+    serde_json::json!({
+        "role": config.serve.role.as_str(),
+        "listenAddr": local_addr.to_string(),
+        "databaseMaxConnections": config.max_connections,
+        "embeddedDatabase": db.embedded().is_some(),
+        "shutdownTimeoutSecs": config.serve.shutdown_timeout_secs,
+        "heartbeatMs": u64::try_from(config.membership.heartbeat.as_millis()).unwrap_or(u64::MAX),
+        "livenessMs": u64::try_from(config.membership.liveness.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
 async fn prepare_and_spawn(
     db: &Database,
     config: &ServerConfig,
@@ -262,6 +276,7 @@ async fn prepare_and_spawn(
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         listen_addr: local_addr.to_string(),
         identity: member_identity(db, config),
+        config: boot_settings(db, config, local_addr),
     };
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (notifications, listening) = Notifications::spawn(&pool, stop_rx.clone());

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 
 use super::StoreResult;
-use crate::domain::shard::{MemberLoad, ShardRange};
+use crate::domain::shard::{ConnectedWorker, MemberLoad, ShardRange};
 
 /// How a member describes itself when it registers.
 #[derive(Debug, Clone)]
@@ -26,6 +26,9 @@ pub struct MemberRegistration {
     pub listen_addr: String,
     /// Stable identity across restarts, if any (see [`take_over`]).
     pub identity: Option<String>,
+    /// The static, non-secret settings the member booted with (a JSON
+    /// object; never a database URL or a key).
+    pub config: serde_json::Value,
 }
 
 /// One row of `cluster_members`.
@@ -55,6 +58,11 @@ pub struct MemberRow {
     pub connected_workers: i32,
     /// The member's counters since start.
     pub counters: Json<BTreeMap<String, i64>>,
+    /// The workers connected to the member as of its last heartbeat (capped;
+    /// `connected_workers` is the true count).
+    pub workers: Json<Vec<ConnectedWorker>>,
+    /// The static settings the member booted with.
+    pub config: Json<serde_json::Value>,
     /// When the process registered.
     pub started_at: DateTime<Utc>,
     /// Last heartbeat (database clock).
@@ -63,15 +71,17 @@ pub struct MemberRow {
     pub live: bool,
 }
 
-/// Inserts or refreshes this member's row (the heartbeat) with its load.
+/// Inserts or refreshes this member's row (the heartbeat) with its load and
+/// its connected workers.
 pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &MemberLoad) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO cluster_members (member_id, role, version, hostname, pid, listen_addr,
-                                      in_flight, connected_workers, counters, identity)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                      in_flight, connected_workers, counters, identity, workers, config)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (member_id) DO UPDATE
              SET last_heartbeat = now(), in_flight = EXCLUDED.in_flight,
-                 connected_workers = EXCLUDED.connected_workers, counters = EXCLUDED.counters",
+                 connected_workers = EXCLUDED.connected_workers, counters = EXCLUDED.counters,
+                 workers = EXCLUDED.workers",
     )
     .bind(&member.member_id)
     .bind(&member.role)
@@ -83,6 +93,8 @@ pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &Member
     .bind(load.connected_workers)
     .bind(Json(&load.counters))
     .bind(&member.identity)
+    .bind(Json(&load.workers))
+    .bind(Json(&member.config))
     .execute(pool)
     .await?;
     Ok(())
@@ -148,7 +160,7 @@ pub async fn delete_stale(pool: &PgPool, ttl_secs: i32) -> StoreResult<u64> {
 pub async fn list(pool: &PgPool, liveness_secs: i32) -> StoreResult<Vec<MemberRow>> {
     sqlx::query_as(
         "SELECT member_id, role, state, version, hostname, pid, listen_addr, shard_lo, shard_hi,
-                in_flight, connected_workers, counters, started_at, last_heartbeat,
+                in_flight, connected_workers, counters, workers, config, started_at, last_heartbeat,
                 last_heartbeat > now() - make_interval(secs => $1) AS live
          FROM cluster_members ORDER BY member_id",
     )

@@ -22,6 +22,7 @@ use tonic::{Status, Streaming};
 use uuid::Uuid;
 
 use super::Broker;
+use super::registry::Listed;
 use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
@@ -110,6 +111,9 @@ pub(super) struct Session {
     /// Who the worker is, as its events record it ("worker:<identity>").
     actor: String,
     out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
+    /// This stream's entry in the broker's listing of connected workers
+    /// (unlisted when the session ends).
+    listed: Listed,
 }
 
 impl Session {
@@ -119,6 +123,7 @@ impl Session {
         max: usize,
         actor: String,
         out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
+        listed: Listed,
     ) -> Self {
         Self {
             broker,
@@ -135,6 +140,7 @@ impl Session {
             counted: 0,
             actor,
             out,
+            listed,
         }
     }
 
@@ -296,6 +302,7 @@ impl Session {
             .in_flight
             .fetch_add(now - self.counted, Ordering::Relaxed);
         self.counted = now;
+        self.listed.set_in_flight(self.held());
     }
 
     /// Tasks, deliveries and operations this stream holds (against the
@@ -659,7 +666,11 @@ impl Session {
             }
             Some(Up::Interest(interest)) => {
                 let pair = (interest.kind, interest.kind_version.max(1));
-                if interest.ready && self.kinds.contains(&pair) {
+                let ready = interest.ready && self.kinds.contains(&pair);
+                if self.kinds.contains(&pair) {
+                    self.listed.set_ready(&pair, ready);
+                }
+                if ready {
                     self.ready.insert(pair);
                 } else {
                     self.ready.remove(&pair);
