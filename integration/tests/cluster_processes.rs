@@ -497,8 +497,9 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     assert_eq!(counts.len(), n, "every applied resource was worked");
     // A drain keeps its leases and the worker resumes them on the restarted
     // broker, so a generation runs once, with one exception the protocol
-    // has no acknowledgement for: a completion the worker wrote just as the
-    // broker closed the session is lost with the stream. The worker no
+    // has no acknowledgement for: a closing broker reads the results of what
+    // a stream holds for up to a second, and a completion the worker writes
+    // after that, just as the session ends, is lost with it. The worker no
     // longer lists that task as resumed, the lease stays until the reaper
     // frees it (unattested for 20 s), and the task runs once more; its first
     // result never reached the fence, so each result is still applied once.

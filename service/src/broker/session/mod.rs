@@ -47,6 +47,11 @@ const CLAIM_POLL: Duration = Duration::from_millis(500);
 const BUSY_POLL: Duration = Duration::from_millis(10);
 /// How long a session keeps polling fast after the last sign of work.
 const LINGER: Duration = Duration::from_millis(120);
+/// How long a closing process keeps reading a stream for the results of the
+/// work it holds (claiming nothing new) before ending it: results the worker
+/// has already sent would otherwise be lost with the stream and their tasks
+/// run again once the reaper frees their leases.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Most tasks in flight on this broker (all streams) for results to be
 /// applied directly instead of through the outbox: on a nearly idle system
 /// that saves the drainer's wake-up and a second transaction, and under load
@@ -229,6 +234,9 @@ impl Session {
             }
         }
         self.flush().await;
+        if *closing.borrow() {
+            self.take_last_results(&mut inbound).await;
+        }
         self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
         self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         if *closing.borrow() {
@@ -307,6 +315,24 @@ impl Session {
 
     /// Tasks, deliveries and operations this stream holds (against the
     /// worker's max).
+    /// On a closing process: handles what the worker sends for the work this
+    /// stream holds, until it holds nothing, the worker stops sending or
+    /// [`CLOSE_GRACE`] passes. What is still held then is resumed by the
+    /// worker on its next stream.
+    async fn take_last_results(&mut self, inbound: &mut Streaming<wpb::WorkStreamRequest>) {
+        let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+        while self.held() > 0 {
+            let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, inbound.message()).await else {
+                break;
+            };
+            if !self.handle_logged(message).await {
+                break;
+            }
+            self.flush().await;
+        }
+        self.count_in_flight();
+    }
+
     fn held(&self) -> usize {
         self.tasks.len() + self.deliveries.len() + self.operations.len()
     }
