@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{apply, find, json, object, wait_phase};
+use common::{apply, events, find, json, object, wait_phase};
 use converge_integration::pki::{TestCa, replace};
 use converge_integration::processes::{binary, free_local_addr, repository_root, run_checked, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
@@ -364,17 +364,7 @@ async fn events_and_liveness(s: &mut Suite) -> anyhow::Result<()> {
         reachable.status == converge_proto::v1::ConditionStatus::True as i32 && reachable.expire_time.is_some(),
         "Reachable {reachable:?}"
     );
-    let events = s
-        .client
-        .resources()
-        .list_resource_events(ListResourceEventsRequest {
-            kind: "conf-leaf".into(),
-            name: name.clone(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .events;
+    let events = events(&s.client, "conf-leaf", &name).await?;
     let worker: Vec<(&str, &str, i32, &str, &str)> = events
         .iter()
         .filter(|e| e.actor.starts_with("worker"))
@@ -795,16 +785,7 @@ async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::R
     // With one, the same task runs and is attributed to its SPIFFE ID.
     let mut certified = start(Some(&files.worker))?;
     let ready = wait_phase(&client, "conf-leaf", &name, Phase::Ready).await;
-    let events = client
-        .resources()
-        .list_resource_events(ListResourceEventsRequest {
-            kind: "conf-leaf".into(),
-            name: name.clone(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .events;
+    let events = events(&client, "conf-leaf", &name).await?;
     certified.kill().await.ok();
     let status = status_json(&ready.map_err(|e| anyhow::anyhow!("never ready over mTLS: {e}"))?);
     anyhow::ensure!(

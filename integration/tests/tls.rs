@@ -385,16 +385,8 @@ async fn rotating_every_file_mid_stream_fails_no_call_and_drops_no_stream() -> a
 
 /// The actors of a resource's event runs.
 async fn actors(client: &Client, kind: &str, name: &str) -> anyhow::Result<Vec<String>> {
-    Ok(client
-        .resources()
-        .list_resource_events(converge_proto::v1::ListResourceEventsRequest {
-            kind: kind.into(),
-            name: name.into(),
-            ..Default::default()
-        })
+    Ok(common::events(client, kind, name)
         .await?
-        .into_inner()
-        .events
         .into_iter()
         .map(|e| e.actor)
         .collect())

@@ -75,6 +75,20 @@ pub async fn apply_ok(client: &Client, request: ApplyResourceRequest) -> anyhow:
     Ok(client.resources().apply_resource(request).await?.into_inner())
 }
 
+/// The first page of a resource's event runs, newest first.
+pub async fn events(client: &Client, kind: &str, name: &str) -> anyhow::Result<Vec<converge_proto::v1::ResourceEvent>> {
+    Ok(client
+        .resources()
+        .list_resource_events(converge_proto::v1::ListResourceEventsRequest {
+            kind: kind.into(),
+            name: name.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events)
+}
+
 /// The resource `kind`/`name`, or `None` if it does not exist.
 pub async fn find(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<Resource>> {
     match client
