@@ -1,6 +1,7 @@
 //! The gRPC surface: one file per service, mapping proto messages to domain
 //! calls and domain errors to statuses (in [`crate::contract::status`]).
 
+pub mod availability;
 pub mod caller;
 pub mod cluster;
 pub mod kind;
@@ -30,6 +31,8 @@ use tonic::transport::server::Router;
 
 use crate::catalog::KindCatalog;
 use crate::config::{RetentionArgs, Role};
+use crate::db::probe::DatabaseStatus;
+use crate::db::replica::ReadPool;
 use crate::store::kinds;
 
 /// Largest request or response message accepted, in bytes.
@@ -38,8 +41,13 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// What every service handler shares.
 #[derive(Debug, Clone)]
 pub struct ApiState {
-    /// The database pool.
+    /// The database pool (the primary): every write, every read inside a
+    /// write, watches and every read that must see the latest commit.
     pub pool: PgPool,
+    /// Where the stale-tolerant reads run (ADR 0031): GetResource,
+    /// ListResources, ListResourceEvents, GetResourceGraph and
+    /// ListSpecRevisions. The replica while it answers, else the primary.
+    pub read_pool: ReadPool,
     /// This process's cluster member id.
     pub member_id: String,
     /// Cluster liveness window.
@@ -52,12 +60,17 @@ pub struct ApiState {
     pub watch: Option<Arc<crate::watch::WatchHub>>,
     /// The broker of this process (on broker roles).
     pub broker: Option<Arc<crate::broker::Broker>>,
+    /// Whether the database answered its last health check; while it does
+    /// not, calls are refused at once ([`availability`]).
+    pub database: DatabaseStatus,
 }
 
 impl ApiState {
     /// Shared state for the services.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         pool: PgPool,
+        read_pool: ReadPool,
         member_id: String,
         liveness: Duration,
         catalog: Arc<KindCatalog>,
@@ -67,12 +80,14 @@ impl ApiState {
     ) -> Self {
         Self {
             pool,
+            read_pool,
             member_id,
             liveness,
             catalog,
             retention,
             watch,
             broker,
+            database: DatabaseStatus::reachable(),
         }
     }
 
@@ -98,8 +113,14 @@ impl ApiState {
     }
 }
 
-/// The router type: every service behind the message-limit layer.
-pub type ApiRouter = Router<tower::layer::util::Stack<limits::MessageLimitLayer, tower::layer::util::Identity>>;
+/// The router type: every service behind the message-limit layer and the
+/// database availability gate.
+pub type ApiRouter = Router<
+    tower::layer::util::Stack<
+        availability::AvailabilityLayer,
+        tower::layer::util::Stack<limits::MessageLimitLayer, tower::layer::util::Identity>,
+    >,
+>;
 
 /// The assembled router and the names of the services it serves (for health).
 pub struct Routes {
@@ -166,6 +187,7 @@ where
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;
     let router = Server::builder()
         .layer(limits::MessageLimitLayer)
+        .layer(availability::AvailabilityLayer::new(state.database.clone()))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))

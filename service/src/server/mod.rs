@@ -2,14 +2,16 @@
 //! gRPC (API, worker contract, health, reflection) until asked to stop, then
 //! drains within a bounded time.
 
+pub mod health;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
-use tonic_health::ServingStatus;
 
 use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
@@ -29,6 +31,9 @@ use crate::watch::{HubConfig, WatchHub};
 pub struct ServerConfig {
     /// Where the database is.
     pub database: DatabaseTarget,
+    /// The `postgres://` URL of a streaming replica for stale-tolerant
+    /// reads (`DATABASE_READ_URL`), if any.
+    pub read_database: Option<String>,
     /// Pool size.
     pub max_connections: u32,
     /// Server options.
@@ -52,6 +57,7 @@ impl ServerConfig {
     pub fn new(database: DatabaseTarget, max_connections: u32, serve: ServeArgs) -> Self {
         Self {
             database,
+            read_database: None,
             max_connections,
             serve,
             membership: MembershipTiming::default(),
@@ -154,7 +160,12 @@ impl RunningServer {
 
 /// Opens the database, migrates, joins the cluster, binds and starts serving.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
-    let db = Database::open(&config.database, config.max_connections).await?;
+    let db = Database::open_with_replica(
+        &config.database,
+        config.read_database.as_deref(),
+        config.max_connections,
+    )
+    .await?;
     match prepare_and_spawn(&db, &config).await {
         Ok((local_addr, membership, serve)) => {
             let member_id = membership.member_id().to_owned();
@@ -176,12 +187,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 }
 
 /// The serving half, ready to be driven: the router future and the health
-/// reporter used to flip status on drain.
+/// statuses, flipped on drain.
 struct Serving {
     router: api::ApiRouter,
     listener: TcpListener,
-    health: tonic_health::server::HealthReporter,
-    service_names: Vec<&'static str>,
+    health: Arc<health::Health>,
     background: Background,
 }
 
@@ -312,9 +322,10 @@ async fn prepare_and_spawn(
         membership.report_load(broker.load_source());
         broker
     });
-    let background = Background { stop, tasks };
+    let mut background = Background { stop, tasks };
     let state = ApiState::new(
-        pool,
+        pool.clone(),
+        db.read_pool().clone(),
         membership.member_id().to_owned(),
         config.membership.liveness,
         catalog,
@@ -322,12 +333,17 @@ async fn prepare_and_spawn(
         watch,
         broker,
     );
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let database = state.database.clone();
+    let (reporter, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, health_service)?;
-    for name in &services.names {
-        health.set_service_status(*name, ServingStatus::Serving).await;
-    }
-    health.set_service_status("", ServingStatus::Serving).await;
+    let health = Arc::new(health::Health::serving(reporter, services.names.clone()).await);
+    background.tasks.push(health::spawn_probe(
+        (*pool.connect_options()).clone(),
+        database,
+        health.clone(),
+        db.read_pool().clone(),
+        background.stop.subscribe(),
+    ));
     Ok((
         local_addr,
         membership,
@@ -335,7 +351,6 @@ async fn prepare_and_spawn(
             router: services.router,
             listener,
             health,
-            service_names: services.names,
             background,
         },
     ))
@@ -352,7 +367,6 @@ async fn run(
         router,
         listener,
         health,
-        service_names,
         background,
     } = serving;
     let (cut, cut_rx) = oneshot::channel::<()>();
@@ -372,10 +386,9 @@ async fn run(
         served = &mut serve => served.map_err(ServeError::from),
         _ = watch_embedded(&mut db, &mut db_watch) => Err(ServeError::EmbeddedDatabaseExited),
         _ = stop => {
-            // Flip health first so load balancers and meshes stop routing here.
-            for name in service_names.iter().copied().chain([""]) {
-                health.set_service_status(name, ServingStatus::NotServing).await;
-            }
+            // Flip health first so load balancers and meshes stop routing
+            // here (for good: the database probe no longer changes it).
+            health.drain().await;
             // Stop the background loops first: that ends open watch streams
             // (UNAVAILABLE), which would otherwise hold the drain open.
             background.stop().await;

@@ -1,0 +1,122 @@
+//! Is the database there? A cheap check on a connection of its own, and the
+//! shared answer the API and the health service read.
+//!
+//! The check runs on its own connection, outside the query pool, so a busy
+//! pool (every connection taken by a load) never makes a healthy database
+//! look unreachable, and an unreachable one is seen within one check instead
+//! of the pool's acquire timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Connection};
+
+/// Longest a check (connecting included) may take before it counts as failed.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the primary database answered its last check; cheap to clone and
+/// to read on every request.
+#[derive(Debug, Clone)]
+pub struct DatabaseStatus(Arc<AtomicBool>);
+
+impl DatabaseStatus {
+    /// A status that starts as reachable (the server has just connected).
+    pub fn reachable() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Whether the database answered its last check.
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Records a check's outcome; returns whether it changed the status.
+    pub fn set(&self, up: bool) -> bool {
+        self.0.swap(up, Ordering::Relaxed) != up
+    }
+}
+
+/// A `SELECT 1` on a connection of its own, reopened after any failure.
+#[derive(Debug)]
+pub struct Probe {
+    options: PgConnectOptions,
+    connection: Option<PgConnection>,
+}
+
+impl Probe {
+    /// A probe of the database `options` point at; connects on first use.
+    /// `application_name` tells its session apart in `pg_stat_activity`.
+    pub fn new(options: PgConnectOptions, application_name: &str) -> Self {
+        Self {
+            options: options.application_name(application_name),
+            connection: None,
+        }
+    }
+
+    /// Whether the database answers within [`CHECK_TIMEOUT`].
+    pub async fn check(&mut self) -> bool {
+        let answered = tokio::time::timeout(CHECK_TIMEOUT, self.round_trip()).await;
+        match answered {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "database check failed");
+                self.connection = None;
+                false
+            }
+            Err(_) => {
+                tracing::debug!(timeout = ?CHECK_TIMEOUT, "database check timed out");
+                self.connection = None;
+                false
+            }
+        }
+    }
+
+    async fn round_trip(&mut self) -> Result<(), sqlx::Error> {
+        let connection = match &mut self.connection {
+            Some(connection) => connection,
+            None => self.connection.insert(self.options.connect().await?),
+        };
+        let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *connection).await?;
+        debug_assert_eq!(one, 1);
+        Ok(())
+    }
+
+    /// Closes the probe's connection.
+    pub async fn close(mut self) {
+        if let Some(connection) = self.connection.take() {
+            let _ = connection.close().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_reports_changes() {
+        let status = DatabaseStatus::reachable();
+        assert!(status.is_up());
+        assert!(!status.set(true));
+        assert!(status.set(false));
+        assert!(!status.clone().is_up());
+        assert!(status.set(true));
+    }
+
+    #[tokio::test]
+    async fn a_probe_answers_for_a_live_database_and_not_for_a_closed_port() -> Result<(), Box<dyn std::error::Error>> {
+        let db = crate::testing::TestDatabase::new().await?;
+        let mut probe = Probe::new(db.connect_options()?, "converge-test-probe");
+        assert!(probe.check().await);
+        assert!(probe.check().await, "the connection is reused");
+        probe.close().await;
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let nowhere = PgConnectOptions::new().host("127.0.0.1").port(port);
+        let mut probe = Probe::new(nowhere, "converge-test-probe");
+        assert!(!probe.check().await);
+        Ok(())
+    }
+}
