@@ -3,6 +3,7 @@
 //! through the Rust SDK.
 
 pub mod kinds;
+pub mod postgres;
 pub mod processes;
 
 use std::time::Duration;

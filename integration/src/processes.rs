@@ -60,10 +60,22 @@ pub fn free_local_addr() -> anyhow::Result<String> {
 
 /// A converge server process on an existing database, logging to `log`.
 pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::Result<Child> {
+    converge_process_with(database_url, addr, log, &[])
+}
+
+/// Like [`converge_process`], with further environment variables (which
+/// may override `LOG_LEVEL`).
+pub fn converge_process_with(
+    database_url: &str,
+    addr: &str,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     Ok(Command::new(binary("converge")?)
         .env("DATABASE_URL", database_url)
         .env("LISTEN_ADDR", addr)
         .env("LOG_LEVEL", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log)?))
