@@ -57,8 +57,23 @@ struct Outcomes {
     failed: Vec<(Code, bool, Duration)>,
 }
 
-/// Applies `load-<n>` resources one after another until `stop` flips.
+/// Writers of the load, each applying one resource after another.
+const WRITERS: usize = 4;
+
+/// Starts [`WRITERS`] writers applying `load-<writer>-<n>` resources until
+/// `stop` flips.
 fn spawn_load(
+    client: &Client,
+    outcomes: &Arc<Mutex<Outcomes>>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..WRITERS)
+        .map(|writer| spawn_writer(writer, client.clone(), outcomes.clone(), stop.clone()))
+        .collect()
+}
+
+fn spawn_writer(
+    writer: usize,
     client: Client,
     outcomes: Arc<Mutex<Outcomes>>,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -68,7 +83,7 @@ fn spawn_load(
             if *stop.borrow() {
                 break;
             }
-            let name = format!("load-{i}");
+            let name = format!("load-{writer}-{i}");
             let began = Instant::now();
             let mut resources = client.resources();
             let call = resources.apply_resource(apply("noop", &name, json!({"i": i})));
@@ -143,7 +158,7 @@ async fn check_outage(client: &Client, server: &mut Child) -> anyhow::Result<()>
 async fn wait_applied_more(outcomes: &Mutex<Outcomes>, than: usize) -> anyhow::Result<()> {
     eventually(Duration::from_secs(20), || async {
         let applied = outcomes.lock().map(|o| o.applied.len()).unwrap_or(0);
-        Ok((applied >= than + 20).then_some(()))
+        Ok((applied >= than + 40).then_some(()))
     })
     .await
 }
@@ -200,7 +215,7 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
 
     let outcomes = Arc::new(Mutex::new(Outcomes::default()));
     let (stop_load, stop_rx) = tokio::sync::watch::channel(false);
-    let load = spawn_load(client.clone(), outcomes.clone(), stop_rx);
+    let load = spawn_load(&client, &outcomes, &stop_rx);
     wait_applied_more(&outcomes, 0).await?;
 
     // A fast shutdown (`pg_ctl stop -m fast`), down for a few seconds.
@@ -229,7 +244,9 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
     wait_applied_more(&outcomes, before).await?;
 
     stop_load.send(true)?;
-    load.await?;
+    for writer in load {
+        writer.await?;
+    }
     let outcomes = std::mem::take(&mut *outcomes.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     for (code, retry, took) in &outcomes.failed {
         assert_eq!(*code, Code::Unavailable, "a failed apply was {code:?}");
