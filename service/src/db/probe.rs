@@ -38,6 +38,25 @@ impl DatabaseStatus {
     }
 }
 
+/// What one check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The database answered.
+    Answered,
+    /// Connecting or the query failed: the server refused or dropped the
+    /// connection, or said it is shutting down.
+    Failed,
+    /// No answer within [`CHECK_TIMEOUT`]: the database is slow or cut off.
+    TimedOut,
+}
+
+impl Answer {
+    /// Whether the database answered.
+    pub fn answered(self) -> bool {
+        self == Answer::Answered
+    }
+}
+
 /// A `SELECT 1` on a connection of its own, reopened after any failure.
 #[derive(Debug)]
 pub struct Probe {
@@ -56,19 +75,19 @@ impl Probe {
     }
 
     /// Whether the database answers within [`CHECK_TIMEOUT`].
-    pub async fn check(&mut self) -> bool {
+    pub async fn check(&mut self) -> Answer {
         let answered = tokio::time::timeout(CHECK_TIMEOUT, self.round_trip()).await;
         match answered {
-            Ok(Ok(())) => true,
+            Ok(Ok(())) => Answer::Answered,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "database check failed");
                 self.connection = None;
-                false
+                Answer::Failed
             }
             Err(_) => {
                 tracing::debug!(timeout = ?CHECK_TIMEOUT, "database check timed out");
                 self.connection = None;
-                false
+                Answer::TimedOut
             }
         }
     }
@@ -109,14 +128,14 @@ mod tests {
     async fn a_probe_answers_for_a_live_database_and_not_for_a_closed_port() -> Result<(), Box<dyn std::error::Error>> {
         let db = crate::testing::TestDatabase::new().await?;
         let mut probe = Probe::new(db.connect_options()?, "converge-test-probe");
-        assert!(probe.check().await);
-        assert!(probe.check().await, "the connection is reused");
+        assert_eq!(probe.check().await, Answer::Answered);
+        assert_eq!(probe.check().await, Answer::Answered, "the connection is reused");
         probe.close().await;
 
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let nowhere = PgConnectOptions::new().host("127.0.0.1").port(port);
         let mut probe = Probe::new(nowhere, "converge-test-probe");
-        assert!(!probe.check().await);
+        assert_eq!(probe.check().await, Answer::Failed);
         Ok(())
     }
 }

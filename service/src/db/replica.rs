@@ -104,7 +104,8 @@ impl ReadPool {
     /// Checks the replica (if any) with `probe` and records the outcome.
     pub async fn check_replica(&self, probe: &mut Probe) {
         if self.replica.is_some() {
-            let up = probe.check().await;
+            // A slow replica counts as down too: its reads have the primary.
+            let up = probe.check().await.answered();
             self.mark_replica(up, None);
         }
     }

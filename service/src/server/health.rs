@@ -2,7 +2,9 @@
 //! true to the database.
 //!
 //! Every second the probe runs `SELECT 1` on a connection of its own to the
-//! primary. When that fails the overall status ("") and every service's turn
+//! primary. When the connection is refused or dropped, or the check goes
+//! unanswered [`TIMEOUTS_BEFORE_DOWN`] times in a row (a slow database is
+//! not a missing one), the overall status ("") and every service's turn
 //! NOT_SERVING, and the API refuses calls at once with UNAVAILABLE (see
 //! [`crate::api::availability`]); when it answers again they turn back to
 //! SERVING. The same tick checks the read replica, if any, so stale-tolerant
@@ -18,11 +20,36 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::db::probe::{DatabaseStatus, Probe};
+use crate::db::probe::{Answer, DatabaseStatus, Probe};
 use crate::db::replica::ReadPool;
 
 /// How often the database is checked.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Checks in a row that time out before a slow database counts as down. A
+/// refused or dropped connection counts at once; a database that is merely
+/// slow under load must not have its calls refused, so only one that stays
+/// silent this long does.
+pub const TIMEOUTS_BEFORE_DOWN: u32 = 3;
+
+/// Whether the database counts as up after a check, given the timeouts in a
+/// row before it; updates that count.
+fn judge(answer: Answer, timeouts_in_a_row: &mut u32) -> Option<bool> {
+    match answer {
+        Answer::Answered => {
+            *timeouts_in_a_row = 0;
+            Some(true)
+        }
+        Answer::Failed => {
+            *timeouts_in_a_row = 0;
+            Some(false)
+        }
+        Answer::TimedOut => {
+            *timeouts_in_a_row += 1;
+            (*timeouts_in_a_row >= TIMEOUTS_BEFORE_DOWN).then_some(false)
+        }
+    }
+}
 
 /// What the health service says, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +134,7 @@ pub fn spawn_probe(
     tokio::spawn(async move {
         let mut probe = Probe::new(primary, "converge-probe");
         let mut replica_probe = reads.replica_probe();
+        let mut timeouts_in_a_row = 0;
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -114,18 +142,20 @@ pub fn spawn_probe(
                 _ = stop.changed() => break,
                 _ = tick.tick() => {}
             }
-            let up = tokio::select! {
+            let answer = tokio::select! {
                 _ = stop.changed() => break,
-                up = probe.check() => up,
+                answer = probe.check() => answer,
             };
-            if status.set(up) {
-                if up {
-                    tracing::info!("the database answers again; serving");
-                } else {
-                    tracing::warn!("the database does not answer; not serving until it does");
+            if let Some(up) = judge(answer, &mut timeouts_in_a_row) {
+                if status.set(up) {
+                    if up {
+                        tracing::info!("the database answers again; serving");
+                    } else {
+                        tracing::warn!(?answer, "the database does not answer; not serving until it does");
+                    }
                 }
+                health.database_changed(up).await;
             }
-            health.database_changed(up).await;
             if let Some(replica_probe) = &mut replica_probe {
                 tokio::select! {
                     _ = stop.changed() => break,
@@ -154,6 +184,18 @@ mod tests {
             .await
             .map(|r| r.into_inner().status)
             .unwrap_or(-1)
+    }
+
+    #[test]
+    fn only_a_database_silent_for_several_checks_counts_as_down() {
+        let mut timeouts = 0;
+        assert_eq!(judge(Answer::Failed, &mut timeouts), Some(false));
+        for _ in 1..TIMEOUTS_BEFORE_DOWN {
+            assert_eq!(judge(Answer::TimedOut, &mut timeouts), None, "slow, not down");
+        }
+        assert_eq!(judge(Answer::TimedOut, &mut timeouts), Some(false));
+        assert_eq!(judge(Answer::Answered, &mut timeouts), Some(true));
+        assert_eq!(judge(Answer::TimedOut, &mut timeouts), None, "the count starts again");
     }
 
     #[tokio::test]
