@@ -190,8 +190,25 @@ async fn stale_tolerant_reads_go_to_the_replica_and_fall_back_to_the_primary() -
             .await?;
         assert!(find(&client, "noop", &name).await?.is_some());
     }
-    assert_eq!(listed(&client).await?.len(), 23);
+    assert_eq!(listed(&client).await?.len(), 23, "down0..down19, first, second, third");
     assert_eq!(overall_health(&client).await?, ServingStatus::Serving);
+
+    // A process that boots while the replica is down starts, writes and
+    // reads all the same.
+    let second_addr = free_local_addr()?;
+    let mut second = converge_process_with(
+        &primary.url("converge")?,
+        &second_addr,
+        &scratch.path().join("second.log"),
+        &[("DATABASE_READ_URL", &read_url)],
+    )?;
+    let second_client = connect_when_up(&format!("http://{second_addr}")).await?;
+    second_client
+        .resources()
+        .apply_resource(apply("noop", "booted", json!({})))
+        .await?;
+    assert!(visible(&second_client, "booted").await?);
+    stop_cleanly(&mut second).await?;
 
     // Back up: once the probe has seen it answer, the reads return to it.
     standby.start().await?;
