@@ -72,3 +72,60 @@ where
         Box::pin(self.inner.call(request))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::{Ready, ready};
+
+    use super::*;
+
+    /// A service that answers every call with a bare 200 OK.
+    #[derive(Clone)]
+    struct Answers;
+
+    impl Service<http::Request<()>> for Answers {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _request: http::Request<()>) -> Self::Future {
+            ready(Ok(http::Response::new(Body::empty())))
+        }
+    }
+
+    /// The grpc-status a call of `path` is answered with (`None`: passed through).
+    async fn grpc_status(service: &mut Availability<Answers>, path: &str) -> Option<String> {
+        let request = http::Request::builder().uri(path).body(()).ok()?;
+        let response = service.call(request).await.ok()?;
+        response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    #[tokio::test]
+    async fn converge_calls_are_refused_while_the_database_is_down() {
+        let status = DatabaseStatus::reachable();
+        let mut service = AvailabilityLayer::new(status.clone()).layer(Answers);
+        let get = "/converge.v1.ResourceService/GetResource";
+        assert_eq!(grpc_status(&mut service, get).await, None, "passed through");
+        status.set(false);
+        assert_eq!(
+            grpc_status(&mut service, get).await.as_deref(),
+            Some("14"),
+            "UNAVAILABLE"
+        );
+        let stream = "/converge.worker.v1.WorkerService/WorkStream";
+        assert_eq!(grpc_status(&mut service, stream).await.as_deref(), Some("14"));
+        let health = "/grpc.health.v1.Health/Check";
+        assert_eq!(grpc_status(&mut service, health).await, None, "health answers");
+        status.set(true);
+        assert_eq!(grpc_status(&mut service, get).await, None);
+    }
+}

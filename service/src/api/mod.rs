@@ -60,8 +60,8 @@ pub struct ApiState {
     pub watch: Option<Arc<crate::watch::WatchHub>>,
     /// The broker of this process (on broker roles).
     pub broker: Option<Arc<crate::broker::Broker>>,
-    /// Whether the database answered its last health check; while it does
-    /// not, calls are refused at once ([`availability`]).
+    /// Whether the health probe counts the database as reachable; while it
+    /// does not, calls are refused at once ([`availability`]).
     pub database: DatabaseStatus,
 }
 

@@ -203,9 +203,9 @@ pub enum ApiError {
     /// The database cannot be reached; the caller should retry.
     #[error("the database is unavailable; retry shortly")]
     DatabaseUnavailable(#[source] sqlx::Error),
-    /// The database did not answer its last health check, so the call was
-    /// refused without trying it; the caller should retry.
-    #[error("the database is unavailable; retry shortly")]
+    /// The server's health probe counts the database as unreachable, so the
+    /// call was refused without trying it; the caller should retry.
+    #[error("the database does not answer the server's health checks; retry shortly")]
     DatabaseDown,
     /// The server is shutting down; the caller should retry on another pod.
     #[error("the server is shutting down")]

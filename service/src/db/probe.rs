@@ -13,11 +13,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
-/// Longest a check (connecting included) may take before it counts as failed.
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Whether the primary database answered its last check; cheap to clone and
-/// to read on every request.
+/// Whether the primary database counts as reachable (the health probe's
+/// verdict, see `server::health`); cheap to clone and to read on every
+/// request.
 #[derive(Debug, Clone)]
 pub struct DatabaseStatus(Arc<AtomicBool>);
 
@@ -27,7 +25,7 @@ impl DatabaseStatus {
         Self(Arc::new(AtomicBool::new(true)))
     }
 
-    /// Whether the database answered its last check.
+    /// Whether the database counts as reachable.
     pub fn is_up(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
@@ -46,7 +44,8 @@ pub enum Answer {
     /// Connecting or the query failed: the server refused or dropped the
     /// connection, or said it is shutting down.
     Failed,
-    /// No answer within [`CHECK_TIMEOUT`]: the database is slow or cut off.
+    /// No answer within the check's time limit: the database is slow or
+    /// cut off.
     TimedOut,
 }
 
@@ -74,9 +73,11 @@ impl Probe {
         }
     }
 
-    /// Whether the database answers within [`CHECK_TIMEOUT`].
-    pub async fn check(&mut self) -> Answer {
-        let answered = tokio::time::timeout(CHECK_TIMEOUT, self.round_trip()).await;
+    /// Whether the database answers (connecting first if need be) within
+    /// `limit`. After a failure or a timeout the connection is closed and
+    /// the next check opens a new one.
+    pub async fn check(&mut self, limit: Duration) -> Answer {
+        let answered = tokio::time::timeout(limit, self.round_trip()).await;
         match answered {
             Ok(Ok(())) => Answer::Answered,
             Ok(Err(e)) => {
@@ -85,7 +86,7 @@ impl Probe {
                 Answer::Failed
             }
             Err(_) => {
-                tracing::debug!(timeout = ?CHECK_TIMEOUT, "database check timed out");
+                tracing::debug!(?limit, "database check timed out");
                 self.connection = None;
                 Answer::TimedOut
             }
@@ -124,18 +125,20 @@ mod tests {
         assert!(status.set(true));
     }
 
+    const LIMIT: Duration = Duration::from_secs(10);
+
     #[tokio::test]
     async fn a_probe_answers_for_a_live_database_and_not_for_a_closed_port() -> Result<(), Box<dyn std::error::Error>> {
         let db = crate::testing::TestDatabase::new().await?;
         let mut probe = Probe::new(db.connect_options()?, "converge-test-probe");
-        assert_eq!(probe.check().await, Answer::Answered);
-        assert_eq!(probe.check().await, Answer::Answered, "the connection is reused");
+        assert_eq!(probe.check(LIMIT).await, Answer::Answered);
+        assert_eq!(probe.check(LIMIT).await, Answer::Answered, "the connection is reused");
         probe.close().await;
 
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let nowhere = PgConnectOptions::new().host("127.0.0.1").port(port);
         let mut probe = Probe::new(nowhere, "converge-test-probe");
-        assert_eq!(probe.check().await, Answer::Failed);
+        assert_eq!(probe.check(LIMIT).await, Answer::Failed);
         Ok(())
     }
 }

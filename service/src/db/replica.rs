@@ -10,10 +10,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use sqlx::PgPool;
 
 use super::probe::Probe;
+
+/// Longest a check of the replica may take before the replica counts as down.
+pub const REPLICA_CHECK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Failures that say the database could not be reached (so the same read
 /// may succeed elsewhere).
@@ -105,7 +109,7 @@ impl ReadPool {
     pub async fn check_replica(&self, probe: &mut Probe) {
         if self.replica.is_some() {
             // A slow replica counts as down too: its reads have the primary.
-            let up = probe.check().await.answered();
+            let up = probe.check(REPLICA_CHECK_LIMIT).await.answered();
             self.mark_replica(up, None);
         }
     }
