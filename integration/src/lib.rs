@@ -4,6 +4,7 @@
 
 pub mod kinds;
 pub mod pki;
+pub mod postgres;
 pub mod processes;
 
 use std::time::Duration;

@@ -64,7 +64,7 @@ pub fn converge_process(database_url: &str, addr: &str, log: &Path) -> anyhow::R
 }
 
 /// Like [`converge_process`], with further settings in the environment
-/// (`ROLE`, `MEMBER_IDENTITY`, ...).
+/// (`ROLE`, `MEMBER_IDENTITY`, ...; they may override `LOG_LEVEL`).
 pub fn converge_process_with(
     database_url: &str,
     addr: &str,

@@ -105,6 +105,11 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
 async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<RunningServer> {
     let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve.clone());
     config.retention = cli.retention;
+    config.read_database = cli
+        .common
+        .database_read_url
+        .clone()
+        .filter(|url| !url.trim().is_empty());
     let running = server::start(config).await.context("starting the server")?;
     tracing::info!(addr = %running.local_addr(), "converge is serving");
     Ok(running)

@@ -2,6 +2,7 @@
 //! calls and domain errors to statuses (in [`crate::contract::status`]).
 
 pub mod access;
+pub mod availability;
 pub mod caller;
 pub mod cluster;
 pub mod kind;
@@ -31,6 +32,8 @@ use tonic::transport::server::Router;
 
 use crate::catalog::KindCatalog;
 use crate::config::{RetentionArgs, Role};
+use crate::db::probe::DatabaseStatus;
+use crate::db::replica::ReadPool;
 use crate::store::kinds;
 
 /// Largest request or response message accepted, in bytes.
@@ -39,8 +42,13 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// What every service handler shares.
 #[derive(Debug, Clone)]
 pub struct ApiState {
-    /// The database pool.
+    /// The database pool (the primary): every write, every read inside a
+    /// write, watches and every read that must see the latest commit.
     pub pool: PgPool,
+    /// Where the stale-tolerant reads run (ADR 0031): GetResource,
+    /// ListResources, ListResourceEvents, GetResourceGraph and
+    /// ListSpecRevisions. The replica while it answers, else the primary.
+    pub read_pool: ReadPool,
     /// This process's cluster member id.
     pub member_id: String,
     /// Cluster liveness window.
@@ -53,12 +61,17 @@ pub struct ApiState {
     pub watch: Option<Arc<crate::watch::WatchHub>>,
     /// The broker of this process (on broker roles).
     pub broker: Option<Arc<crate::broker::Broker>>,
+    /// Whether the health probe counts the database as reachable; while it
+    /// does not, calls are refused at once ([`availability`]).
+    pub database: DatabaseStatus,
 }
 
 impl ApiState {
     /// Shared state for the services.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         pool: PgPool,
+        read_pool: ReadPool,
         member_id: String,
         liveness: Duration,
         catalog: Arc<KindCatalog>,
@@ -68,12 +81,14 @@ impl ApiState {
     ) -> Self {
         Self {
             pool,
+            read_pool,
             member_id,
             liveness,
             catalog,
             retention,
             watch,
             broker,
+            database: DatabaseStatus::reachable(),
         }
     }
 
@@ -99,11 +114,15 @@ impl ApiState {
     }
 }
 
-/// The router type: every service behind the access and message-limit layers.
+/// The router type: every service behind the access layer (outermost), the
+/// message-limit layer and the database availability gate.
 pub type ApiRouter = Router<
     tower::layer::util::Stack<
-        limits::MessageLimitLayer,
-        tower::layer::util::Stack<access::AccessLayer, tower::layer::util::Identity>,
+        availability::AvailabilityLayer,
+        tower::layer::util::Stack<
+            limits::MessageLimitLayer,
+            tower::layer::util::Stack<access::AccessLayer, tower::layer::util::Identity>,
+        >,
     >,
 >;
 
@@ -178,6 +197,7 @@ where
     let router = Server::builder()
         .layer(access::AccessLayer::new(access))
         .layer(limits::MessageLimitLayer)
+        .layer(availability::AvailabilityLayer::new(state.database.clone()))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .tcp_keepalive(Some(Duration::from_secs(60)))

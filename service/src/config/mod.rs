@@ -54,6 +54,13 @@ pub struct CommonArgs {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// PostgreSQL URL of a streaming replica of `DATABASE_URL` for reads that
+    /// tolerate staleness (GetResource, ListResources, ListResourceEvents,
+    /// GetResourceGraph, ListSpecRevisions). Everything else stays on the
+    /// primary; while the replica is unreachable those reads fall back to it.
+    #[arg(long, env = "DATABASE_READ_URL", global = true, hide_env_values = true)]
+    pub database_read_url: Option<String>,
+
     /// Directory of the embedded PostgreSQL cluster (used only without `DATABASE_URL`).
     /// Defaults to `/var/lib/converge` as root, else `$XDG_DATA_HOME/converge`
     /// (or `~/.local/share/converge`).

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
 
+use crate::db::replica::Unreachable;
 use crate::domain::violation::{Violation, clip};
 use crate::store::StoreError;
 use crate::store::retry::Retryable;
@@ -206,6 +207,10 @@ pub enum ApiError {
     /// The database cannot be reached; the caller should retry.
     #[error("the database is unavailable; retry shortly")]
     DatabaseUnavailable(#[source] sqlx::Error),
+    /// The server's health probe counts the database as unreachable, so the
+    /// call was refused without trying it; the caller should retry.
+    #[error("the database does not answer the server's health checks; retry shortly")]
+    DatabaseDown,
     /// The server is shutting down; the caller should retry on another pod.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -266,7 +271,7 @@ impl ApiError {
     pub fn reason(&self) -> Reason {
         match self {
             ApiError::Refused { reason, .. } => *reason,
-            ApiError::DatabaseUnavailable(_) => Reason::DatabaseUnavailable,
+            ApiError::DatabaseUnavailable(_) | ApiError::DatabaseDown => Reason::DatabaseUnavailable,
             ApiError::ShuttingDown => Reason::ShuttingDown,
             ApiError::Internal(_) => Reason::Internal,
         }
@@ -274,7 +279,7 @@ impl ApiError {
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            ApiError::DatabaseUnavailable(_) => Some(Duration::from_secs(1)),
+            ApiError::DatabaseUnavailable(_) | ApiError::DatabaseDown => Some(Duration::from_secs(1)),
             ApiError::Refused {
                 reason: Reason::WatchUnavailable,
                 ..
@@ -351,6 +356,14 @@ impl From<sqlx::Error> for ApiError {
 impl Retryable for ApiError {
     fn is_retryable(&self) -> bool {
         self.reason() == Reason::ConcurrentModification
+    }
+}
+
+/// A read the replica could not serve for want of a connection may run on
+/// the primary instead.
+impl Unreachable for ApiError {
+    fn is_unreachable(&self) -> bool {
+        matches!(self, ApiError::DatabaseUnavailable(_))
     }
 }
 
@@ -583,14 +596,16 @@ mod tests {
 
     #[test]
     fn unavailable_database_says_when_to_retry() {
-        let status: Status = ApiError::from(sqlx::Error::PoolTimedOut).into();
-        assert_eq!(status.code(), Code::Unavailable);
-        let details = status.get_error_details();
-        assert_eq!(
-            details.error_info().map(|i| i.reason.as_str()),
-            Some("DATABASE_UNAVAILABLE")
-        );
-        assert!(details.retry_info().and_then(|r| r.retry_delay).is_some());
+        for error in [ApiError::from(sqlx::Error::PoolTimedOut), ApiError::DatabaseDown] {
+            let status: Status = error.into();
+            assert_eq!(status.code(), Code::Unavailable);
+            let details = status.get_error_details();
+            assert_eq!(
+                details.error_info().map(|i| i.reason.as_str()),
+                Some("DATABASE_UNAVAILABLE")
+            );
+            assert!(details.retry_info().and_then(|r| r.retry_delay).is_some());
+        }
     }
 
     #[test]

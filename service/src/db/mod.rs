@@ -4,6 +4,8 @@
 pub mod embedded;
 pub mod migrate;
 pub mod notify;
+pub mod probe;
+pub mod replica;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,9 +14,16 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
 use self::embedded::{EmbeddedError, EmbeddedOptions, EmbeddedPostgres};
+use self::replica::ReadPool;
 
 /// Name of the application database inside an embedded cluster.
 pub const EMBEDDED_DATABASE: &str = "converge";
+
+/// `application_name` of the primary pool's sessions.
+pub const APPLICATION_NAME: &str = "converge";
+
+/// `application_name` of the read replica pool's sessions.
+pub const READ_APPLICATION_NAME: &str = "converge-read";
 
 /// Where the database is.
 #[derive(Debug, Clone)]
@@ -31,6 +40,9 @@ pub enum DatabaseError {
     /// `DATABASE_URL` is not a PostgreSQL URL.
     #[error("DATABASE_URL is not a valid PostgreSQL URL ({0})")]
     InvalidUrl(String),
+    /// `DATABASE_READ_URL` is not a PostgreSQL URL.
+    #[error("DATABASE_READ_URL is not a valid PostgreSQL URL ({0})")]
+    InvalidReadUrl(String),
     /// The embedded cluster failed.
     #[error(transparent)]
     Embedded(#[from] EmbeddedError),
@@ -42,17 +54,35 @@ pub enum DatabaseError {
     Launcher(String),
 }
 
-/// An open database: the pool and, for the embedded default, the server that
-/// must outlive it.
+/// An open database: the pool, the reads routed to a replica (when one is
+/// configured) and, for the embedded default, the server that must outlive
+/// them.
 #[derive(Debug)]
 pub struct Database {
     pool: PgPool,
+    reads: ReadPool,
     embedded: Option<EmbeddedPostgres>,
 }
 
 impl Database {
     /// Opens `target` with a pool of at most `max_connections`.
     pub async fn open(target: &DatabaseTarget, max_connections: u32) -> Result<Self, DatabaseError> {
+        Self::open_with_replica(target, None, max_connections).await
+    }
+
+    /// Opens `target`, and a second pool on the replica at `read_url` for
+    /// stale-tolerant reads, each of at most `max_connections`. The replica
+    /// is connected to lazily: one that is down at boot delays nothing, its
+    /// reads run on the primary until it answers.
+    pub async fn open_with_replica(
+        target: &DatabaseTarget,
+        read_url: Option<&str>,
+        max_connections: u32,
+    ) -> Result<Self, DatabaseError> {
+        // Checked first: a bad URL fails the boot before anything starts.
+        let read_options = read_url
+            .map(|url| parse_url(url).map_err(|e| DatabaseError::InvalidReadUrl(e.detail())))
+            .transpose()?;
         let (options, embedded) = match target {
             DatabaseTarget::Url(url) => {
                 let options = parse_url(url)?;
@@ -68,15 +98,29 @@ impl Database {
             }
         };
         let pool = pool_options(max_connections)
-            .connect_with(options.application_name("converge"))
+            .connect_with(options.application_name(APPLICATION_NAME))
             .await
             .map_err(DatabaseError::Connect)?;
-        Ok(Self { pool, embedded })
+        let reads = match read_options {
+            Some(options) => ReadPool::with_replica(
+                pool.clone(),
+                replica_pool_options(max_connections)
+                    .connect_lazy_with(options.application_name(READ_APPLICATION_NAME)),
+            ),
+            None => ReadPool::primary_only(pool.clone()),
+        };
+        Ok(Self { pool, reads, embedded })
     }
 
-    /// The connection pool.
+    /// The connection pool (the primary).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Where stale-tolerant reads run: the replica pool while it answers,
+    /// the primary pool when none is configured or it is down.
+    pub fn read_pool(&self) -> &ReadPool {
+        &self.reads
     }
 
     /// The embedded server, when this database is the embedded default.
@@ -92,6 +136,7 @@ impl Database {
 
     /// Closes the pool, then stops the embedded server (if any) and waits for it.
     pub async fn close(self) {
+        self.reads.close().await;
         self.pool.close().await;
         if let Some(server) = self.embedded {
             let stopped = tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(30))).await;
@@ -115,6 +160,16 @@ pub fn parse_url(url: &str) -> Result<PgConnectOptions, DatabaseError> {
     }
     url.parse()
         .map_err(|e: sqlx::Error| DatabaseError::InvalidUrl(e.to_string()))
+}
+
+impl DatabaseError {
+    /// The detail of a URL error (what is wrong, never the URL itself).
+    fn detail(self) -> String {
+        match self {
+            DatabaseError::InvalidUrl(detail) | DatabaseError::InvalidReadUrl(detail) => detail,
+            other => other.to_string(),
+        }
+    }
 }
 
 /// A pooled connection idle at least this long is pinged before it is handed
@@ -147,6 +202,19 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
                 Ok(true)
             })
         })
+}
+
+/// How long a read waits for a replica connection before it counts the
+/// replica as unreachable and runs on the primary instead.
+const REPLICA_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Pool settings of the read replica: the server's, but connected lazily
+/// (none held while idle) and giving up sooner, since a read that cannot get
+/// a replica connection has the primary to fall back to.
+pub fn replica_pool_options(max_connections: u32) -> PgPoolOptions {
+    pool_options(max_connections)
+        .min_connections(0)
+        .acquire_timeout(REPLICA_ACQUIRE_TIMEOUT)
 }
 
 /// Creates `database` unless it exists (connecting with `admin`).
@@ -206,6 +274,22 @@ mod tests {
         let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
         assert_eq!(one, 1);
         Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_bad_read_url_fails_the_open_naming_its_variable() {
+        let target = DatabaseTarget::Url("postgres://nowhere.invalid/db".into());
+        let err = Database::open_with_replica(&target, Some("mysql://u:secret@x/db"), 1)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("DATABASE_READ_URL is not a valid PostgreSQL URL"),
+            "{err}"
+        );
+        assert!(!err.contains("secret"), "never echo credentials: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
 
     #[test]

@@ -58,34 +58,48 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {
-                    let started = std::time::Instant::now();
                     let stale_secs = config.stale_after.as_secs_f64();
+                    let mut started = std::time::Instant::now();
                     let pass = async {
+                        // The pass is timed from when the database answers:
+                        // after an outage the first connection can take
+                        // seconds to open, and that wait is not work to
+                        // scale the pause by.
+                        drop(pool.acquire().await?);
+                        started = std::time::Instant::now();
                         let report = work::reap(&pool, stale_secs, config.batch, &mut sweeps).await?;
                         let deliveries = reactors::reap(&pool, stale_secs, config.batch).await?;
                         let operations = operations::reap(&pool, stale_secs, config.batch).await?;
                         Ok::<_, StoreError>((report, deliveries, operations))
                     };
-                    let chosen = match pass.await {
-                        Ok((report, deliveries, operations))
-                            if report != ReapReport::default()
+                    pause = match pass.await {
+                        Ok((report, deliveries, operations)) => {
+                            let chosen = if report != ReapReport::default()
                                 || deliveries > 0
                                 || operations > 0
-                                || sweeps.lagging.recovering =>
-                        {
-                            tracing::debug!(?report, deliveries, operations, "reaper pass");
-                            config.busy_interval
+                                || sweeps.lagging.recovering
+                            {
+                                tracing::debug!(?report, deliveries, operations, "reaper pass");
+                                config.busy_interval
+                            } else {
+                                config.interval
+                            };
+                            // The backstops scan what lags; under a large
+                            // backlog a pass gets slow. Keep them to about a
+                            // tenth of the time so they never compete with
+                            // the work itself.
+                            chosen.max(started.elapsed() * DUTY_CYCLE_PAUSE)
                         }
-                        Ok(_) => config.interval,
+                        // A failed pass spent its time waiting for the
+                        // database, not working: scaling the pause by it
+                        // would idle the backstops for up to 90 s after an
+                        // outage (a pass waits up to the pool's 10 s acquire
+                        // timeout), just when a crash has emptied the queue.
                         Err(e) => {
                             tracing::warn!(error = %e, "reaper pass failed");
                             config.interval
                         }
                     };
-                    // The backstops scan what lags; under a large backlog a
-                    // pass gets slow. Keep them to about a tenth of the time
-                    // so they never compete with the work itself.
-                    pause = chosen.max(started.elapsed() * DUTY_CYCLE_PAUSE);
                 }
             }
         }

@@ -2,16 +2,17 @@
 //! gRPC (API, worker contract, health, reflection) until asked to stop, then
 //! drains within a bounded time.
 
+pub mod health;
 pub mod listener;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
-use tonic_health::ServingStatus;
 
 use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
@@ -31,6 +32,9 @@ use crate::watch::{HubConfig, WatchHub};
 pub struct ServerConfig {
     /// Where the database is.
     pub database: DatabaseTarget,
+    /// The `postgres://` URL of a streaming replica for stale-tolerant
+    /// reads (`DATABASE_READ_URL`), if any.
+    pub read_database: Option<String>,
     /// Pool size.
     pub max_connections: u32,
     /// Server options.
@@ -54,6 +58,7 @@ impl ServerConfig {
     pub fn new(database: DatabaseTarget, max_connections: u32, serve: ServeArgs) -> Self {
         Self {
             database,
+            read_database: None,
             max_connections,
             serve,
             membership: MembershipTiming::default(),
@@ -167,7 +172,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     let tls = tls
         .map(|settings| converge_tls::ServerTls::load(&settings.files, settings.reload_interval))
         .transpose()?;
-    let db = Database::open(&config.database, config.max_connections).await?;
+    let db = Database::open_with_replica(
+        &config.database,
+        config.read_database.as_deref(),
+        config.max_connections,
+    )
+    .await?;
     match prepare_and_spawn(&db, &config, tls, access).await {
         Ok((local_addr, membership, serve)) => {
             let member_id = membership.member_id().to_owned();
@@ -189,13 +199,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 }
 
 /// The serving half, ready to be driven: the router future and the health
-/// reporter used to flip status on drain.
+/// statuses, flipped on drain.
 struct Serving {
     router: api::ApiRouter,
     listener: TcpListener,
     tls: Option<converge_tls::ServerTls>,
-    health: tonic_health::server::HealthReporter,
-    service_names: Vec<&'static str>,
+    health: Arc<health::Health>,
     background: Background,
 }
 
@@ -343,9 +352,10 @@ async fn prepare_and_spawn(
         membership.report_load(broker.load_source());
         broker
     });
-    let background = Background { stop, tasks };
+    let mut background = Background { stop, tasks };
     let state = ApiState::new(
-        pool,
+        pool.clone(),
+        db.read_pool().clone(),
         membership.member_id().to_owned(),
         config.membership.liveness,
         catalog,
@@ -353,12 +363,17 @@ async fn prepare_and_spawn(
         watch,
         broker,
     );
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let database = state.database.clone();
+    let (reporter, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, access, health_service)?;
-    for name in &services.names {
-        health.set_service_status(*name, ServingStatus::Serving).await;
-    }
-    health.set_service_status("", ServingStatus::Serving).await;
+    let health = Arc::new(health::Health::serving(reporter, services.names.clone()).await);
+    background.tasks.push(health::spawn_probe(
+        (*pool.connect_options()).clone(),
+        database,
+        health.clone(),
+        db.read_pool().clone(),
+        background.stop.subscribe(),
+    ));
     Ok((
         local_addr,
         membership,
@@ -367,7 +382,6 @@ async fn prepare_and_spawn(
             listener,
             tls,
             health,
-            service_names: services.names,
             background,
         },
     ))
@@ -385,7 +399,6 @@ async fn run(
         listener,
         tls,
         health,
-        service_names,
         background,
     } = serving;
     let (cut, cut_rx) = oneshot::channel::<()>();
@@ -413,10 +426,9 @@ async fn run(
         served = &mut serve => served.map_err(ServeError::from),
         _ = watch_embedded(&mut db, &mut db_watch) => Err(ServeError::EmbeddedDatabaseExited),
         _ = stop => {
-            // Flip health first so load balancers and meshes stop routing here.
-            for name in service_names.iter().copied().chain([""]) {
-                health.set_service_status(name, ServingStatus::NotServing).await;
-            }
+            // Flip health first so load balancers and meshes stop routing
+            // here (for good: the database probe no longer changes it).
+            health.drain().await;
             // Stop the background loops first: that ends open watch streams
             // (UNAVAILABLE), which would otherwise hold the drain open.
             background.stop().await;

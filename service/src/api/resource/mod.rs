@@ -13,7 +13,7 @@ use converge_proto::v1::{
     RollbackResourceResponse, UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest,
     WatchResourceEventsResponse, WatchResourcesRequest, WatchResourcesResponse,
 };
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
@@ -245,7 +245,7 @@ fn check_quarantine_request(kind: &str, name: &str, note: &str) -> Result<(), Ap
 /// Resolves a kind + name reference to an id (`None` when missing); a
 /// malformed reference is refused, naming `field`.
 async fn resolve(
-    state: &ApiState,
+    pool: &PgPool,
     field: &str,
     reference: Option<&PbResourceRef>,
 ) -> Result<Option<Option<Uuid>>, ApiError> {
@@ -257,7 +257,7 @@ async fn resolve(
             if !violations.is_empty() {
                 return Err(ApiError::violations(Reason::InvalidName, violations));
             }
-            Ok(Some(resources::id_of(&state.pool, &r.kind, &r.name).await?))
+            Ok(Some(resources::id_of(pool, &r.kind, &r.name).await?))
         }
         _ => Ok(None),
     }
@@ -369,9 +369,12 @@ impl ResourceService for ResourceApi {
         request: Request<GetResourceRequest>,
     ) -> Result<Response<GetResourceResponse>, Status> {
         let req = request.into_inner();
-        let resource = resources::get(&self.state.pool, &req.kind, &req.name)
-            .await
-            .map_err(ApiError::from)?
+        let (kind, name) = (&req.kind, &req.name);
+        let resource = self
+            .state
+            .read_pool
+            .run(|pool| async move { resources::get(&pool, kind, name).await.map_err(ApiError::from) })
+            .await?
             .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
         let version = self
             .state
@@ -417,25 +420,40 @@ impl ResourceService for ResourceApi {
             .map(|position| time_and_id(&position))
             .transpose()?
             .map(|(created_at, id)| ListCursor { created_at, id });
-        let owner = resolve(&self.state, "/owner", req.owner.as_ref()).await?;
-        let root = resolve(&self.state, "/root", req.root.as_ref()).await?;
-        // A filter on a resource that does not exist matches nothing.
-        if matches!(owner, Some(None)) || matches!(root, Some(None)) {
-            return Ok(Response::new(ListResourcesResponse::default()));
-        }
         let filter = ResourceFilter {
             kind: req.kind.clone(),
             kind_version: req.kind_version,
             phases,
             selector,
-            owner_id: owner.flatten(),
-            root_id: root.flatten(),
+            owner_id: None,
+            root_id: None,
             roots_only: req.roots_only,
             provider_config: req.provider_config.clone(),
         };
-        let mut page = resources::list(&self.state.pool, &filter, after, limit + 1)
-            .await
-            .map_err(ApiError::from)?;
+        let (req, filter) = (&req, &filter);
+        let page = self
+            .state
+            .read_pool
+            .run(|pool| async move {
+                // Resolved on the pool the list runs on, so both see one state.
+                let owner = resolve(&pool, "/owner", req.owner.as_ref()).await?;
+                let root = resolve(&pool, "/root", req.root.as_ref()).await?;
+                // A filter on a resource that does not exist matches nothing.
+                if matches!(owner, Some(None)) || matches!(root, Some(None)) {
+                    return Ok(None);
+                }
+                let filter = ResourceFilter {
+                    owner_id: owner.flatten(),
+                    root_id: root.flatten(),
+                    ..filter.clone()
+                };
+                let page = resources::list(&pool, &filter, after, limit + 1).await?;
+                Ok::<_, ApiError>(Some(page))
+            })
+            .await?;
+        let Some(mut page) = page else {
+            return Ok(Response::new(ListResourcesResponse::default()));
+        };
         let next_page_token = finish_page(&mut page, limit, filters, |last| {
             time_and_id_position(last.created_at, last.id)
         });
@@ -589,19 +607,23 @@ impl ResourceService for ResourceApi {
             .map(|position| time_and_id(&position))
             .transpose()?
             .map(|(last_at, id)| EventCursor { last_at, id });
-        let id = resources::id_of(&self.state.pool, &req.kind, &req.name)
-            .await
-            .map_err(ApiError::from)?
-            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
         let filter = EventFilter {
             category: req.category.clone(),
             type_,
             reason: req.reason.clone(),
             since,
         };
-        let mut page = events::list(&self.state.pool, id, &filter, after, limit + 1)
-            .await
-            .map_err(ApiError::from)?;
+        let (req, filter) = (&req, &filter);
+        let mut page = self
+            .state
+            .read_pool
+            .run(|pool| async move {
+                let id = resources::id_of(&pool, &req.kind, &req.name)
+                    .await?
+                    .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+                Ok::<_, ApiError>(events::list(&pool, id, filter, after, limit + 1).await?)
+            })
+            .await?;
         let next_page_token = finish_page(&mut page, limit, filters, |last| {
             time_and_id_position(last.last_at, last.id)
         });
@@ -633,9 +655,16 @@ impl ResourceService for ResourceApi {
             .map(|position| time_and_id(&position))
             .transpose()?
             .map(|(created_at, id)| GraphCursor { created_at, id });
-        let mut page = graph::page(&self.state.pool, &req.kind, &req.name, after, limit + 1)
-            .await
-            .map_err(ApiError::from)?
+        let (kind, name) = (&req.kind, &req.name);
+        let mut page = self
+            .state
+            .read_pool
+            .run(|pool| async move {
+                graph::page(&pool, kind, name, after, limit + 1)
+                    .await
+                    .map_err(ApiError::from)
+            })
+            .await?
             .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
         let next_page_token = finish_page(&mut page.nodes, limit, filters, |last| {
             time_and_id_position(last.created_at, last.id)
@@ -668,18 +697,18 @@ impl ResourceService for ResourceApi {
                 _ => return Err(invalid_token("is not a spec revision list position").into()),
             },
         };
-        let resource = resources::get(&self.state.pool, &req.kind, &req.name)
-            .await
-            .map_err(ApiError::from)?
-            .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
-        let mut page = revisions::list(
-            &self.state.pool,
-            resource.id,
-            before,
-            i64::try_from(limit + 1).unwrap_or(i64::MAX),
-        )
-        .await
-        .map_err(ApiError::from)?;
+        let (kind, name) = (&req.kind, &req.name);
+        let mut page = self
+            .state
+            .read_pool
+            .run(|pool| async move {
+                let resource = resources::get(&pool, kind, name)
+                    .await?
+                    .ok_or_else(|| resource_not_found(kind, name))?;
+                let limit = i64::try_from(limit + 1).unwrap_or(i64::MAX);
+                Ok::<_, ApiError>(revisions::list(&pool, resource.id, before, limit).await?)
+            })
+            .await?;
         let next_page_token = finish_page(&mut page, limit, filters, |last| {
             vec![PositionPart::Int(last.generation)]
         });

@@ -1,0 +1,131 @@
+//! Refuses calls at once while the database is down.
+//!
+//! Without this, a call made while PostgreSQL is away waits for a pool
+//! connection until the pool's acquire timeout (10 s) before it fails. While
+//! the health probe finds the database unreachable (see
+//! [`crate::server::health`]), every converge service call (`/converge.*`)
+//! is answered UNAVAILABLE (`DATABASE_UNAVAILABLE`, RetryInfo 1 s) without
+//! running; health and reflection keep answering. Calls already running and
+//! streams already open are not touched: they fail, or recover, on their own.
+
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tower::{Layer, Service};
+
+use crate::contract::status::ApiError;
+use crate::db::probe::DatabaseStatus;
+
+/// The path prefix of the services that need the database.
+const GATED_PREFIX: &str = "/converge.";
+
+/// Wraps services with [`Availability`].
+#[derive(Debug, Clone)]
+pub struct AvailabilityLayer {
+    status: DatabaseStatus,
+}
+
+impl AvailabilityLayer {
+    /// A layer that follows `status`.
+    pub fn new(status: DatabaseStatus) -> Self {
+        Self { status }
+    }
+}
+
+impl<S> Layer<S> for AvailabilityLayer {
+    type Service = Availability<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Availability {
+            inner,
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub struct Availability<S> {
+    inner: S,
+    status: DatabaseStatus,
+}
+
+impl<S, B> Service<http::Request<B>> for Availability<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if !self.status.is_up() && request.uri().path().starts_with(GATED_PREFIX) {
+            return Box::pin(async { Ok(tonic::Status::from(ApiError::DatabaseDown).into_http()) });
+        }
+        Box::pin(self.inner.call(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::{Ready, ready};
+
+    use super::*;
+
+    /// A service that answers every call with a bare 200 OK.
+    #[derive(Clone)]
+    struct Answers;
+
+    impl Service<http::Request<()>> for Answers {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _request: http::Request<()>) -> Self::Future {
+            ready(Ok(http::Response::new(Body::empty())))
+        }
+    }
+
+    /// The grpc-status a call of `path` is answered with (`None`: passed through).
+    async fn grpc_status(service: &mut Availability<Answers>, path: &str) -> Option<String> {
+        let request = http::Request::builder().uri(path).body(()).ok()?;
+        let response = service.call(request).await.ok()?;
+        response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    #[tokio::test]
+    async fn converge_calls_are_refused_while_the_database_is_down() {
+        let status = DatabaseStatus::reachable();
+        let mut service = AvailabilityLayer::new(status.clone()).layer(Answers);
+        let get = "/converge.v1.ResourceService/GetResource";
+        assert_eq!(grpc_status(&mut service, get).await, None, "passed through");
+        status.set(false);
+        assert_eq!(
+            grpc_status(&mut service, get).await.as_deref(),
+            Some("14"),
+            "UNAVAILABLE"
+        );
+        let stream = "/converge.worker.v1.WorkerService/WorkStream";
+        assert_eq!(grpc_status(&mut service, stream).await.as_deref(), Some("14"));
+        let health = "/grpc.health.v1.Health/Check";
+        assert_eq!(grpc_status(&mut service, health).await, None, "health answers");
+        status.set(true);
+        assert_eq!(grpc_status(&mut service, get).await, None);
+    }
+}
