@@ -10,7 +10,7 @@
 
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
+use futures::future::{Either, Ready, ready};
 use tonic::body::Body;
 use tonic::codegen::http;
 use tower::{Layer, Service};
@@ -59,7 +59,7 @@ where
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+    type Future = Either<S::Future, Ready<Result<Self::Response, Self::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -67,9 +67,9 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if !self.status.is_up() && request.uri().path().starts_with(GATED_PREFIX) {
-            return Box::pin(async { Ok(tonic::Status::from(ApiError::DatabaseDown).into_http()) });
+            return Either::Right(ready(Ok(tonic::Status::from(ApiError::DatabaseDown).into_http())));
         }
-        Box::pin(self.inner.call(request))
+        Either::Left(self.inner.call(request))
     }
 }
 
