@@ -45,7 +45,7 @@ pub struct ApiState {
     /// The database pool (the primary): every write, every read inside a
     /// write, watches and every read that must see the latest commit.
     pub pool: PgPool,
-    /// Where the stale-tolerant reads run (ADR 0031): GetResource,
+    /// Where the stale-tolerant reads run (ADR 0032): GetResource,
     /// ListResources, ListResourceEvents, GetResourceGraph and
     /// ListSpecRevisions. The replica while it answers, else the primary.
     pub read_pool: ReadPool,

@@ -1,7 +1,7 @@
 //! Reads that tolerate staleness, routed to a streaming replica
 //! (`DATABASE_READ_URL`) while it answers, to the primary otherwise.
 //!
-//! Which reads those are is the API's choice (see ADR 0031); this module only
+//! Which reads those are is the API's choice (see ADR 0032); this module only
 //! routes them. The replica counts as down from the moment a read on it
 //! fails for want of a connection (that read is then run again on the
 //! primary) or a periodic [`ReadPool::check_replica`] fails, and as up again
