@@ -26,12 +26,6 @@ pub trait Unreachable {
     fn is_unreachable(&self) -> bool;
 }
 
-impl Unreachable for crate::store::StoreError {
-    fn is_unreachable(&self) -> bool {
-        self.is_unavailable()
-    }
-}
-
 /// Where a read ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadSource {

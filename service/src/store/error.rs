@@ -131,6 +131,12 @@ pub fn is_duplicate_database(error: &sqlx::Error) -> bool {
         .is_some_and(|c| c == DUPLICATE_DATABASE)
 }
 
+impl crate::db::replica::Unreachable for StoreError {
+    fn is_unreachable(&self) -> bool {
+        self.is_unavailable()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
