@@ -369,7 +369,7 @@ impl Provider for ConfigProbe {
 }
 
 #[tokio::test]
-async fn a_default_reaches_every_worker_on_two_brokers_within_a_second() -> anyhow::Result<()> {
+async fn a_default_is_pushed_to_every_worker_on_two_brokers() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let first = TestServer::start_on(database.clone(), Role::All).await?;
     let second = TestServer::start_on(database, Role::All).await?;
@@ -378,7 +378,10 @@ async fn a_default_reaches_every_worker_on_two_brokers_within_a_second() -> anyh
     let probes = [ConfigProbe::default(), ConfigProbe::default()];
     let mut stops = Vec::new();
     for (probe, server) in probes.iter().zip([&first, &second]) {
-        // The periodic re-pull is far away: only a push can be this quick.
+        // The periodic re-pull is ten minutes away: a config seen within
+        // seconds was pushed. (How fast a push is, is a benchmark figure,
+        // `converge-load --config-users`, not an assertion here: a loaded
+        // CI host once took 1.06 s.)
         stops.push(spawn_worker(
             Worker::builder()
                 .endpoint(server.address())
@@ -400,10 +403,10 @@ async fn a_default_reaches_every_worker_on_two_brokers_within_a_second() -> anyh
         let applied = Instant::now();
         put(&client, config("default", "cloud", true, spec.clone())).await?;
         for (i, probe) in probes.iter().enumerate() {
-            let at = eventually(Duration::from_secs(5), || async { Ok(probe.seen_at(&spec)) }).await?;
+            let at = eventually(Duration::from_secs(10), || async { Ok(probe.seen_at(&spec)) }).await?;
             let took = at.saturating_duration_since(applied);
             assert!(
-                took < Duration::from_secs(1),
+                took < Duration::from_secs(10),
                 "step {step}: worker {i} saw it after {took:?}"
             );
         }
