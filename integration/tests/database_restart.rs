@@ -10,19 +10,20 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, work_manifest};
 use converge_integration::eventually;
 use converge_integration::postgres::PrivateServer;
-use converge_integration::processes::{binary, connect_when_up, converge_process_with, free_local_addr, stop_cleanly};
+use converge_integration::processes::{
+    connect_when_up, converge_process_with, free_local_addr, noop_worker, stop_cleanly,
+};
 use converge_proto::v1::{GetResourceRequest, ListClusterMembersRequest};
 use converge_sdk::Client;
 use serde_json::json;
 use sqlx::postgres::PgPool;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -34,19 +35,6 @@ const SERVICES: [&str; 3] = ["", "converge.v1.ResourceService", "converge.worker
 
 /// Longest an API call may take while the database is away.
 const FAIL_FAST: Duration = Duration::from_secs(3);
-
-fn noop_worker(address: &str) -> anyhow::Result<Child> {
-    Ok(Command::new(binary("converge-noop-worker")?)
-        .env("BROKER_ADDR", address)
-        .env("WORKER_MAX_PARALLEL", "16")
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
-        .env("LOG_LEVEL", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?)
-}
 
 /// How the applies of the load went.
 #[derive(Debug, Default)]
@@ -198,6 +186,44 @@ async fn check_membership(client: &Client) -> anyhow::Result<()> {
     .await
 }
 
+/// How PostgreSQL is taken away.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// `pg_ctl stop -m fast`.
+    Stop,
+    /// SIGKILL of the postmaster.
+    Kill,
+}
+
+/// What one outage is checked against.
+struct Outage<'a> {
+    client: &'a Client,
+    server: &'a mut Child,
+    log: &'a Path,
+    outcomes: &'a Mutex<Outcomes>,
+}
+
+impl Outage<'_> {
+    /// Takes the database away with `fault`, checks the outage is served as
+    /// one, starts the database again and waits until converge serves and
+    /// applies again.
+    async fn ride_out(&mut self, database: &mut PrivateServer, fault: Fault) -> anyhow::Result<()> {
+        match fault {
+            Fault::Stop => database.stop().await?,
+            Fault::Kill => database.kill().await?,
+        }
+        check_outage(self.client, self.server)
+            .await
+            .map_err(|e| with_log(e, self.log))?;
+        let before = applied_so_far(self.outcomes);
+        database.start().await?;
+        wait_health(self.client, ServingStatus::Serving, Duration::from_secs(15))
+            .await
+            .map_err(|e| with_log(e, self.log))?;
+        wait_applied_more(self.outcomes, before).await
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Result<()> {
     let started = Instant::now();
@@ -210,7 +236,7 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
     let mut server = converge_process_with(&database.url("converge")?, &addr, &log, &[("LOG_LEVEL", "info")])?;
     let client = connect_when_up(&address).await?;
     apply_manifest(&client, work_manifest("noop", 1, None)).await?;
-    let mut worker = noop_worker(&address)?;
+    let mut worker = noop_worker(&address, 16, 0, &scratch.path().join("worked"))?;
     check_membership(&client).await?;
 
     let outcomes = Arc::new(Mutex::new(Outcomes::default()));
@@ -219,29 +245,17 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
     wait_applied_more(&outcomes, 0).await?;
 
     // A fast shutdown (`pg_ctl stop -m fast`), down for a few seconds.
-    database.stop().await?;
-    check_outage(&client, &mut server)
-        .await
-        .map_err(|e| with_log(e, &log))?;
-    let before = applied_so_far(&outcomes);
-    database.start().await?;
-    wait_health(&client, ServingStatus::Serving, Duration::from_secs(15))
-        .await
-        .map_err(|e| with_log(e, &log))?;
-    wait_applied_more(&outcomes, before).await?;
+    let mut outage = Outage {
+        client: &client,
+        server: &mut server,
+        log: &log,
+        outcomes: &outcomes,
+    };
+    outage.ride_out(&mut database, Fault::Stop).await?;
     check_membership(&client).await?;
 
     // A crash: the postmaster is killed; unlogged tables come back empty.
-    database.kill().await?;
-    check_outage(&client, &mut server)
-        .await
-        .map_err(|e| with_log(e, &log))?;
-    let before = applied_so_far(&outcomes);
-    database.start().await?;
-    wait_health(&client, ServingStatus::Serving, Duration::from_secs(15))
-        .await
-        .map_err(|e| with_log(e, &log))?;
-    wait_applied_more(&outcomes, before).await?;
+    outage.ride_out(&mut database, Fault::Kill).await?;
 
     stop_load.send(true)?;
     for writer in load {
