@@ -8,14 +8,11 @@
 //! carry no identity of their own).
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use futures::future::{Either, Ready, ready};
-use tonic::body::Body;
 use tonic::codegen::http;
-use tower::{Layer, Service};
 
 use super::caller::PeerIdentity;
+use super::gate::{GateLayer, Gatekeeper};
 use crate::config::AccessSettings;
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::identity::admitted;
@@ -25,80 +22,49 @@ const WORKER_PREFIX: &str = "/converge.worker.v1.";
 /// The path prefix of the control-plane API's methods.
 const API_PREFIX: &str = "/converge.v1.";
 
-/// Wraps services with [`Access`].
-#[derive(Debug, Clone, Default)]
-pub struct AccessLayer {
-    policy: Option<Arc<AccessSettings>>,
-}
+/// The access layer: every call passes [`AccessPolicy`].
+pub type AccessLayer = GateLayer<AccessPolicy>;
 
-impl AccessLayer {
-    /// A layer enforcing `settings` (a no-op when they restrict nothing).
-    pub fn new(settings: AccessSettings) -> Self {
-        Self {
-            policy: settings.restricts().then(|| Arc::new(settings)),
-        }
-    }
-}
-
-impl<S> Layer<S> for AccessLayer {
-    type Service = Access<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Access {
-            inner,
-            policy: self.policy.clone(),
-        }
-    }
+/// The layer enforcing `settings` (only audit lines when they restrict nothing).
+pub fn layer(settings: AccessSettings) -> AccessLayer {
+    GateLayer::new(AccessPolicy {
+        lists: settings.restricts().then(|| Arc::new(settings)),
+    })
 }
 
 /// See the module documentation.
-#[derive(Debug, Clone)]
-pub struct Access<S> {
-    inner: S,
-    policy: Option<Arc<AccessSettings>>,
+#[derive(Debug, Clone, Default)]
+pub struct AccessPolicy {
+    lists: Option<Arc<AccessSettings>>,
 }
 
-impl<S, B> Service<http::Request<B>> for Access<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = Either<S::Future, Ready<Result<Self::Response, Self::Error>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        // Plaintext connections carry no PeerIdentity: nothing to check or log.
+impl Gatekeeper for AccessPolicy {
+    fn refuse<B>(&self, request: &http::Request<B>) -> Option<ApiError> {
+        let path = request.uri().path();
+        // Plaintext connections carry no PeerIdentity: nothing to log, and
+        // an allowlist (which needs mTLS) refuses what it covers.
         let Some(identity) = request
             .extensions()
             .get::<PeerIdentity>()
-            .and_then(|peer| peer.spiffe_id.clone())
+            .and_then(|peer| peer.spiffe_id.as_deref())
         else {
-            return match self.policy {
-                // An allowlist with a caller that has no SPIFFE ID: refuse
-                // what the lists cover.
-                Some(ref policy) if covered(policy, request.uri().path()) => {
-                    Either::Right(ready(Ok(denied(request.uri().path(), None))))
-                }
-                _ => Either::Left(self.inner.call(request)),
-            };
+            return self
+                .lists
+                .as_deref()
+                .filter(|lists| covered(lists, path))
+                .map(|_| denied(path, None));
         };
-        let path = request.uri().path();
-        if let Some(policy) = &self.policy {
-            let list = audience(policy, path);
-            if !list.is_empty() && !admitted(list, &identity) {
+        if let Some(lists) = &self.lists {
+            let list = audience(lists, path);
+            if !list.is_empty() && !admitted(list, identity) {
                 tracing::warn!(target: "converge::audit", identity, method = path, "refused: identity not allowed");
-                return Either::Right(ready(Ok(denied(path, Some(&identity)))));
+                return Some(denied(path, Some(identity)));
             }
         }
         if changes_state(path) {
             tracing::info!(target: "converge::audit", identity, method = path, "call");
         }
-        Either::Left(self.inner.call(request))
+        None
     }
 }
 
@@ -126,7 +92,7 @@ fn covered(policy: &AccessSettings, path: &str) -> bool {
     !audience(policy, path).is_empty()
 }
 
-fn denied(path: &str, identity: Option<&str>) -> http::Response<Body> {
+fn denied(path: &str, identity: Option<&str>) -> ApiError {
     let service = if path.starts_with(WORKER_PREFIX) {
         "the worker contract"
     } else {
@@ -136,11 +102,10 @@ fn denied(path: &str, identity: Option<&str>) -> http::Response<Body> {
         Some(id) => format!("identity {}", bounded(id)),
         None => "a client certificate without a SPIFFE ID".to_owned(),
     };
-    let error = ApiError::refused(
+    ApiError::refused(
         Reason::IdentityNotAllowed,
         format!("{who} is not allowed to call {service}"),
-    );
-    tonic::Status::from(error).into_http()
+    )
 }
 
 /// At most 256 bytes of a caller-supplied identity (it came from a verified

@@ -8,13 +8,9 @@
 //! running; health and reflection keep answering. Calls already running and
 //! streams already open are not touched: they fail, or recover, on their own.
 
-use std::task::{Context, Poll};
-
-use futures::future::{Either, Ready, ready};
-use tonic::body::Body;
 use tonic::codegen::http;
-use tower::{Layer, Service};
 
+use super::gate::{Gate, GateLayer, Gatekeeper};
 use crate::contract::status::ApiError;
 use crate::db::probe::DatabaseStatus;
 
@@ -22,54 +18,14 @@ use crate::db::probe::DatabaseStatus;
 const GATED_PREFIX: &str = "/converge.";
 
 /// Wraps services with [`Availability`].
-#[derive(Debug, Clone)]
-pub struct AvailabilityLayer {
-    status: DatabaseStatus,
-}
-
-impl AvailabilityLayer {
-    /// A layer that follows `status`.
-    pub fn new(status: DatabaseStatus) -> Self {
-        Self { status }
-    }
-}
-
-impl<S> Layer<S> for AvailabilityLayer {
-    type Service = Availability<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Availability {
-            inner,
-            status: self.status.clone(),
-        }
-    }
-}
+pub type AvailabilityLayer = GateLayer<DatabaseStatus>;
 
 /// See the module documentation.
-#[derive(Debug, Clone)]
-pub struct Availability<S> {
-    inner: S,
-    status: DatabaseStatus,
-}
+pub type Availability<S> = Gate<S, DatabaseStatus>;
 
-impl<S, B> Service<http::Request<B>> for Availability<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<Body>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = Either<S::Future, Ready<Result<Self::Response, Self::Error>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if !self.status.is_up() && request.uri().path().starts_with(GATED_PREFIX) {
-            return Either::Right(ready(Ok(tonic::Status::from(ApiError::DatabaseDown).into_http())));
-        }
-        Either::Left(self.inner.call(request))
+impl Gatekeeper for DatabaseStatus {
+    fn refuse<B>(&self, request: &http::Request<B>) -> Option<ApiError> {
+        (!self.is_up() && request.uri().path().starts_with(GATED_PREFIX)).then_some(ApiError::DatabaseDown)
     }
 }
 
@@ -77,6 +33,10 @@ where
 mod tests {
     use std::convert::Infallible;
     use std::future::{Ready, ready};
+    use std::task::{Context, Poll};
+
+    use tonic::body::Body;
+    use tower::{Layer, Service};
 
     use super::*;
 

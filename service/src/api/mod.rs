@@ -5,6 +5,7 @@ pub mod access;
 pub mod availability;
 pub mod caller;
 pub mod cluster;
+pub mod gate;
 pub mod kind;
 pub mod limits;
 pub mod operation;
@@ -195,7 +196,7 @@ where
     let reflection_v1 = reflection(&names).build_v1()?;
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;
     let router = Server::builder()
-        .layer(access::AccessLayer::new(access))
+        .layer(access::layer(access))
         .layer(limits::MessageLimitLayer)
         .layer(availability::AvailabilityLayer::new(state.database.clone()))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
