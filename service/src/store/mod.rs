@@ -54,6 +54,7 @@ pub mod events;
 pub mod graph;
 pub mod kinds;
 pub mod leases;
+mod measured;
 pub mod operations;
 pub mod pipeline;
 pub mod provider_configs;
