@@ -77,7 +77,10 @@ mod tests {
 
     impl io::Write for Buffer {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().map_err(|_| io::Error::other("poisoned"))?.extend_from_slice(bytes);
+            self.0
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?
+                .extend_from_slice(bytes);
             Ok(bytes.len())
         }
 
