@@ -183,6 +183,18 @@ async fn one_trace_follows_a_resource_from_apply_through_the_worker_to_the_fence
                     "completion is not the reconcile's child"
                 );
                 anyhow::ensure!(by_id.contains_key(apply.parent.as_slice()) || apply.parent.is_empty());
+                // The apply's store operations are its children, named by
+                // operation; the engine's own loops start no traces.
+                anyhow::ensure!(
+                    in_trace
+                        .iter()
+                        .any(|s| s.parent == apply.span_id && s.name.starts_with("resources.")),
+                    "no store span under the apply: {in_trace:?}"
+                );
+                anyhow::ensure!(
+                    !spans.iter().any(|s| s.parent.is_empty() && s.name.starts_with("work.")),
+                    "an engine loop started a trace: {spans:?}"
+                );
                 Some((apply.service.clone(), handle.service.clone()))
             }
             _ => None,

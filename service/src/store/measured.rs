@@ -12,7 +12,9 @@ use crate::telemetry;
 
 /// Runs the store operation `name` (`module.function`).
 pub(crate) async fn measured<T>(name: &'static str, operation: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-    let traced = telemetry::tracing_enabled();
+    // Spans only inside a traced operation (a call, a reconcile): the
+    // engine's own loops would otherwise start a root trace per statement.
+    let traced = telemetry::tracing_enabled() && !tracing::Span::current().is_none();
     let timed = telemetry::metrics().is_some();
     if !traced && !timed {
         return operation.await;

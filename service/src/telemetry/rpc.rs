@@ -62,7 +62,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let traced = tracing_enabled();
+        // Health checks and reflection are measured but not traced: probes
+        // every few seconds would bury the traces worth reading.
+        let traced = tracing_enabled() && request.uri().path().starts_with("/converge.");
         if !traced && metrics().is_none() {
             return Either::Left(self.inner.call(request));
         }
