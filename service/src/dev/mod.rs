@@ -9,7 +9,7 @@
 //! summary. It keeps serving (and following the BOM) until SIGINT/SIGTERM,
 //! or exits after the summary with `--exit-when-ready`.
 
-mod view;
+pub(crate) mod view;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -240,8 +240,8 @@ impl DemoWorker {
     }
 }
 
-/// Reads the BOM and its tree; `None` when the BOM does not exist.
-async fn snapshot(client: &Client, bom: &pb::ResourceRef) -> Result<Option<Snapshot>, tonic::Status> {
+/// Reads the BOM (or any root) and its tree; `None` when it does not exist.
+pub(crate) async fn snapshot(client: &Client, bom: &pb::ResourceRef) -> Result<Option<Snapshot>, tonic::Status> {
     let root = match client
         .resources()
         .get_resource(pb::GetResourceRequest {
