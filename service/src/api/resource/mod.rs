@@ -6,12 +6,13 @@ use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
     ApplyResourceRequest, ApplyResourceResponse, BatchApplyResourcesRequest, BatchApplyResourcesResponse,
     CreateResourceRequest, CreateResourceResponse, DeleteResourceRequest, DeleteResourceResponse,
-    GetResourceGraphRequest, GetResourceGraphResponse, GetResourceRequest, GetResourceResponse,
-    ListResourceEventsRequest, ListResourceEventsResponse, ListResourcesRequest, ListResourcesResponse,
-    ListSpecRevisionsRequest, ListSpecRevisionsResponse, QuarantineResourceRequest, QuarantineResourceResponse,
-    ReconcileResourceRequest, ReconcileResourceResponse, ResourceRef as PbResourceRef, RollbackResourceRequest,
-    RollbackResourceResponse, UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest,
-    WatchResourceEventsResponse, WatchResourcesRequest, WatchResourcesResponse,
+    ExplainResourceRequest, ExplainResourceResponse, GetResourceGraphRequest, GetResourceGraphResponse,
+    GetResourceRequest, GetResourceResponse, ListResourceEventsRequest, ListResourceEventsResponse,
+    ListResourcesRequest, ListResourcesResponse, ListSpecRevisionsRequest, ListSpecRevisionsResponse,
+    QuarantineResourceRequest, QuarantineResourceResponse, ReconcileResourceRequest, ReconcileResourceResponse,
+    ResourceRef as PbResourceRef, RollbackResourceRequest, RollbackResourceResponse, UnquarantineResourceRequest,
+    UnquarantineResourceResponse, WatchResourceEventsRequest, WatchResourceEventsResponse, WatchResourcesRequest,
+    WatchResourcesResponse,
 };
 use sqlx::{PgConnection, PgPool};
 use tonic::{Request, Response, Status};
@@ -383,6 +384,15 @@ impl ResourceService for ResourceApi {
         Ok(Response::new(GetResourceResponse {
             resource: Some(resource_to_proto(resource, version)),
         }))
+    }
+
+    async fn explain_resource(
+        &self,
+        request: Request<ExplainResourceRequest>,
+    ) -> Result<Response<ExplainResourceResponse>, Status> {
+        let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        Err(Status::unimplemented("ExplainResource is not implemented yet"))
     }
 
     async fn list_resources(
