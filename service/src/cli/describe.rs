@@ -50,6 +50,20 @@ pub async fn run(client: &Client, args: &DescribeArgs) -> Result<(), CliError> {
         .await?
         .into_inner();
     let events = list_events(client, t, None, None, false, args.events).await?;
+    let explained = match client
+        .resources()
+        .explain_resource(pb::ExplainResourceRequest {
+            kind: t.kind.clone(),
+            name: t.name.clone(),
+        })
+        .await
+    {
+        Ok(answer) => Some(answer.into_inner()),
+        // A server older than the method: describe without the section's
+        // content rather than not at all.
+        Err(status) if status.code() == tonic::Code::Unimplemented => None,
+        Err(status) => return Err(status.into()),
+    };
     let mut out = String::new();
     header(&mut out, &r);
     conditions(&mut out, &r);
@@ -57,6 +71,7 @@ pub async fn run(client: &Client, args: &DescribeArgs) -> Result<(), CliError> {
     section(&mut out, "Status", r.status.clone())?;
     children(&mut out, &r, &graph);
     dependencies(&mut out, &r, &graph);
+    waiting_for(&mut out, explained.as_ref());
     let _ = writeln!(out, "Events:");
     let table = events_table(&events).render();
     if table.is_empty() {
@@ -243,4 +258,48 @@ fn dependencies(out: &mut String, r: &pb::Resource, graph: &pb::GetResourceGraph
         ]);
     }
     indent(out, &table.render());
+}
+
+/// The snake_case name of a wait's cause, printed before its message so a
+/// script can match on it.
+fn cause_name(cause: Option<&pb::wait::Cause>) -> &'static str {
+    use pb::wait::Cause;
+    match cause {
+        Some(Cause::Dependencies(_)) => "dependencies",
+        Some(Cause::Children(_)) => "children",
+        Some(Cause::NoWorker(_)) => "no_worker",
+        Some(Cause::ConcurrencyCap(_)) => "concurrency_cap",
+        Some(Cause::Queued(_)) => "queued",
+        Some(Cause::Running(_)) => "running",
+        Some(Cause::Applying(_)) => "applying",
+        Some(Cause::RetryBackoff(_)) => "retry_backoff",
+        Some(Cause::Requeued(_)) => "requeued",
+        Some(Cause::Failed(_)) => "failed",
+        Some(Cause::Quarantined(_)) => "quarantined",
+        Some(Cause::Orphaned(_)) => "orphaned",
+        Some(Cause::Deletion(_)) => "deletion",
+        Some(Cause::ProviderConfigMissing(_)) => "provider_config_missing",
+        Some(Cause::Unhealthy(_)) => "unhealthy",
+        Some(Cause::Unscheduled(_)) => "unscheduled",
+        None => "unknown",
+    }
+}
+
+/// The ExplainResource answer: one line per cause, most decisive first,
+/// then when the control plane next acts by itself.
+fn waiting_for(out: &mut String, explained: Option<&pb::ExplainResourceResponse>) {
+    let _ = writeln!(out, "Waiting for:");
+    let Some(explained) = explained else {
+        let _ = writeln!(out, "  (the server does not answer ExplainResource)");
+        return;
+    };
+    if explained.waiting_for.is_empty() {
+        let _ = writeln!(out, "  nothing");
+    }
+    for wait in &explained.waiting_for {
+        let _ = writeln!(out, "  {}: {}", cause_name(wait.cause.as_ref()), wait.message);
+    }
+    if let Some(due) = &explained.next_due_time {
+        let _ = writeln!(out, "  next due at {}", timestamp(due));
+    }
 }

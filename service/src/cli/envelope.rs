@@ -151,6 +151,14 @@ pub fn parse(document: Value) -> Result<Vec<Object>, String> {
     let Value::Object(mut map) = document else {
         return Err("a document must be a mapping with apiVersion and type".to_owned());
     };
+    // A manifest file of examples/ (the body of ApplyKindManifest, as
+    // `buf curl -d @file` sends it) is a kind manifest too.
+    if !map.contains_key("apiVersion") && map.get("manifest").is_some_and(Value::is_object) {
+        let Some(manifest) = map.remove("manifest") else {
+            return Err("manifest is missing".to_owned());
+        };
+        return Ok(vec![Object::KindManifest(kind_manifest(manifest)?)]);
+    }
     match map.remove("apiVersion") {
         Some(Value::String(v)) if v == API_VERSION => {}
         Some(_) => return Err(format!("apiVersion must be {API_VERSION:?}")),
@@ -188,15 +196,19 @@ pub fn parse(document: Value) -> Result<Vec<Object>, String> {
     }
     let body = Value::Object(map);
     let object = match object_type {
-        ObjectType::KindManifest => Object::KindManifest(
-            converge_examples::manifest::parse_manifest("document", body)
-                .map_err(|e| e.to_string().trim_start_matches("manifest file document: ").to_owned())?,
-        ),
+        ObjectType::KindManifest => Object::KindManifest(kind_manifest(body)?),
         ObjectType::Resource => Object::Resource(resource(body)?),
         ObjectType::ProviderConfig => Object::ProviderConfig(provider_config(body)?),
         ObjectType::ReactorBinding => Object::ReactorBinding(reactor_binding(body)?),
     };
     Ok(vec![object])
+}
+
+/// The manifest parser of the example files, whose messages name a file:
+/// here the caller names the document.
+fn kind_manifest(body: Value) -> Result<pb::KindManifest, String> {
+    converge_examples::manifest::parse_manifest("document", body)
+        .map_err(|e| e.to_string().trim_start_matches("manifest file document: ").to_owned())
 }
 
 #[derive(Debug, Deserialize)]
@@ -692,6 +704,14 @@ mod tests {
                 ..binding
             })]
         );
+    }
+
+    #[test]
+    fn the_example_manifest_files_are_kind_manifests() {
+        let file: Value = serde_json::from_str(include_str!("../../../examples/noop/manifest.json")).unwrap();
+        let objects = parse(file).unwrap();
+        assert_eq!(objects.len(), 1);
+        assert_eq!(objects[0].display_name(), "KindManifest/noop.v1");
     }
 
     #[test]

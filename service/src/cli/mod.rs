@@ -140,15 +140,19 @@ pub fn is_client_command(args: &[OsString]) -> bool {
 }
 
 /// Every command of `converge`, server and client, for the top-level help
-/// and for completion scripts. The client commands are taken with their own
-/// (propagated) options; the server's global options are not theirs, which
+/// and for completion scripts. The client commands are taken with their
+/// connection options; the server's global options are not theirs, which
 /// the dispatch in `main` guarantees.
 pub fn full_command() -> clap::Command {
-    let mut client = ClientCli::command();
-    client.build();
+    let client = ClientCli::command();
+    let connection: Vec<clap::Arg> = client.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
     let mut command = Cli::command();
-    for sub in client.get_subcommands().filter(|s| s.get_name() != "help") {
-        command = command.subcommand(sub.clone());
+    for sub in client.get_subcommands() {
+        let mut sub = sub.clone();
+        for arg in &connection {
+            sub = sub.arg(arg.clone().global(false));
+        }
+        command = command.subcommand(sub);
     }
     command
 }
