@@ -571,3 +571,171 @@ async fn graph_prints_the_tree_and_delete_wait_returns_once_it_is_gone() -> anyh
     tokio::time::timeout(Duration::from_secs(30), dev.wait()).await??;
     Ok(())
 }
+
+/// `converge dev ARGS` on the site's database and address: the BOM kinds
+/// served in-process and bom/demo applied.
+async fn start_dev(site: &Site, args: &[&str]) -> anyhow::Result<Child> {
+    let dev = Command::new(binary("converge")?)
+        .arg("dev")
+        .args(args)
+        .env("DATABASE_URL", &site.url)
+        .env("LISTEN_ADDR", &site.addr)
+        .env("LOG_LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(site.scratch.path().join("dev.log"))?))
+        .kill_on_drop(true)
+        .spawn()?;
+    connect_when_up(&site.address()).await?;
+    Ok(dev)
+}
+
+/// Describes `kind name` until its "Waiting for:" section has a line
+/// starting with `cause:` that contains every one of `parts`; returns that
+/// line.
+async fn waits_on(address: &str, kind: &str, name: &str, cause: &str, parts: &[&str]) -> anyhow::Result<String> {
+    let prefix = format!("  {cause}: ");
+    let last = std::sync::Mutex::new(String::new());
+    let found = eventually(Duration::from_secs(90), || async {
+        let out = converge(address, &["describe", kind, name], None).await?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let waits = text.split("Waiting for:\n").nth(1).unwrap_or_default().to_owned();
+        let line = waits
+            .lines()
+            .take_while(|l| l.starts_with("  "))
+            .find(|l| l.starts_with(&prefix) && parts.iter().all(|p| l.contains(p)))
+            .map(str::to_owned);
+        if let Ok(mut last) = last.lock() {
+            *last = text;
+        }
+        Ok(line)
+    })
+    .await;
+    found.map_err(|e| {
+        let text = last.lock().map(|t| t.clone()).unwrap_or_default();
+        anyhow::anyhow!("{kind}/{name} never waited on {cause} {parts:?} ({e}); last describe:\n{text}")
+    })
+}
+
+#[tokio::test]
+async fn describe_names_a_missing_worker_and_an_upstream_not_synced() -> anyhow::Result<()> {
+    let site = Site::new().await?;
+    // Nobody serves the demo's accounts: each account waits for a worker,
+    // and each VPC for its account.
+    let mut dev = start_dev(&site, &["--teams", "payments", "--external-kinds", "account"]).await?;
+    let address = site.address();
+    waits_on(
+        &address,
+        "account",
+        "demo-payments",
+        "no_worker",
+        &["kind \"account\" version 1"],
+    )
+    .await?;
+    waits_on(
+        &address,
+        "vpc",
+        "demo-payments",
+        "dependencies",
+        &["account/demo-payments"],
+    )
+    .await?;
+    waits_on(&address, "bom", "demo", "children", &["account/demo-payments"]).await?;
+    signal(&dev, Signal::SIGTERM)?;
+    tokio::time::timeout(Duration::from_secs(30), dev.wait()).await??;
+    Ok(())
+}
+
+#[tokio::test]
+async fn describe_names_a_failed_child_a_cap_and_a_backoff() -> anyhow::Result<()> {
+    let site = Site::new().await?;
+    // The payments route fails terminally in the simulated cloud: the BOM is
+    // Degraded by a failed child.
+    let mut dev = start_dev(&site, &["--teams", "payments", "--fail-teams", "payments"]).await?;
+    let address = site.address();
+    waits_on(&address, "bom", "demo", "children", &["route/demo-payments (Failed)"]).await?;
+
+    // A kind capped at one task in flight, served slowly: the second
+    // resource waits for the cap.
+    let kinds = site.scratch.path().join("kinds.yaml");
+    std::fs::write(
+        &kinds,
+        "\
+apiVersion: converge.dev/v1
+type: KindManifest
+kind: noop
+kindVersion: 1
+policy: {maxInflight: 1}
+reactions: [{name: work, trigger: TRIGGER_SPEC_CHANGE, emits: [EMIT_STATUS]}]
+---
+apiVersion: converge.dev/v1
+type: KindManifest
+kind: flaky
+kindVersion: 1
+policy: {maxTransientAttempts: 50}
+reactions: [{name: work, trigger: TRIGGER_SPEC_CHANGE, emits: [EMIT_STATUS]}]
+---
+apiVersion: converge.dev/v1
+type: Resource
+kind: noop
+kindVersion: 1
+name: first
+---
+apiVersion: converge.dev/v1
+type: Resource
+kind: noop
+kindVersion: 1
+name: second
+---
+apiVersion: converge.dev/v1
+type: Resource
+kind: flaky
+kindVersion: 1
+name: f
+",
+    )?;
+    ok(&address, &["apply", "-f", &kinds.to_string_lossy()]).await?;
+    let record = site.scratch.path().join("worked.log");
+    let mut slow = noop_worker(&address, 4, 120_000, &record)?;
+    let capped = eventually(Duration::from_secs(90), || async {
+        for name in ["first", "second"] {
+            let out = converge(&address, &["describe", "noop", name], None).await?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if let Some(line) = text.lines().find(|l| l.starts_with("  concurrency_cap: ")) {
+                return Ok(Some(line.to_owned()));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    assert!(capped.contains("1 in flight of 1"), "{capped}");
+
+    // A worker whose program always fails transiently: the resource waits
+    // out a retry delay.
+    let dir = site.scratch.path().join("flaky");
+    std::fs::create_dir(&dir)?;
+    let mut flaky = converge_integration::processes::stdworker(
+        &address,
+        &dir,
+        "#!/bin/sh\necho 'the simulated provider is down' >&2\nexit 3\n",
+        &["flaky:1"],
+        &[],
+        &[],
+    )?;
+    waits_on(
+        &address,
+        "flaky",
+        "f",
+        "retry_backoff",
+        &["attempt", "the simulated provider is down"],
+    )
+    .await?;
+
+    for child in [&mut flaky, &mut slow] {
+        signal(child, Signal::SIGKILL)?;
+        child.wait().await?;
+    }
+    signal(&dev, Signal::SIGTERM)?;
+    tokio::time::timeout(Duration::from_secs(30), dev.wait()).await??;
+    Ok(())
+}
