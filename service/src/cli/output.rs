@@ -90,6 +90,46 @@ pub fn print(text: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The keys a document starts with, in this order (the rest follow by
+/// name): what identifies an object first, then what the user wrote.
+const LEADING_KEYS: &[&str] = &[
+    "apiVersion",
+    "type",
+    "kind",
+    "kindVersion",
+    "name",
+    "labels",
+    "spec",
+    "providerConfig",
+    "items",
+];
+
+/// An envelope printed with [`LEADING_KEYS`] first, at every level that is
+/// a document (the top, and each item of a `List`).
+struct Document<'a>(&'a Value);
+
+impl serde::Serialize for Document<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let Value::Object(map) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        let mut out = serializer.serialize_map(Some(map.len()))?;
+        let leading = LEADING_KEYS.iter().filter_map(|k| map.get_key_value(*k));
+        let rest = map.iter().filter(|(k, _)| !LEADING_KEYS.contains(&k.as_str()));
+        for (key, value) in leading.chain(rest) {
+            match value {
+                Value::Array(items) if key == "items" => {
+                    let items: Vec<Document<'_>> = items.iter().map(Document).collect();
+                    out.serialize_entry(key, &items)?;
+                }
+                _ => out.serialize_entry(key, value)?,
+            }
+        }
+        out.end()
+    }
+}
+
 /// Prints envelopes as JSON or YAML: one object as itself when `single`,
 /// else a `List` of them.
 pub fn print_documents(format: Format, items: Vec<Value>, single: bool) -> Result<(), CliError> {
@@ -99,11 +139,13 @@ pub fn print_documents(format: Format, items: Vec<Value>, single: bool) -> Resul
     };
     let text = match format {
         Format::Json => {
-            let mut text = serde_json::to_string_pretty(&value).map_err(|e| CliError::Failed(e.to_string()))?;
+            let mut text =
+                serde_json::to_string_pretty(&Document(&value)).map_err(|e| CliError::Failed(e.to_string()))?;
             text.push('\n');
             text
         }
-        _ => yaml(&value)?,
+        _ => serde_norway::to_string(&Document(&value))
+            .map_err(|e| CliError::Failed(format!("cannot print YAML: {e}")))?,
     };
     print(&text)
 }
@@ -151,6 +193,18 @@ mod tests {
         t.row(vec!["longer".into(), String::new()]);
         assert_eq!(t.render(), "NAME     PHASE\na        Ready\nlonger\n");
         assert_eq!(Table::new(&["X"]).render(), "");
+    }
+
+    #[test]
+    fn documents_lead_with_what_identifies_them() {
+        let value = json!({"apiVersion": API_VERSION, "type": "List", "items": [
+            {"uid": "u", "spec": {"b": 1, "a": 2}, "name": "n", "type": "Resource", "apiVersion": API_VERSION, "kind": "k"}
+        ]});
+        let text = serde_json::to_string(&Document(&value)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"apiVersion":"converge.dev/v1","type":"List","items":[{"apiVersion":"converge.dev/v1","type":"Resource","kind":"k","name":"n","spec":{"a":2,"b":1},"uid":"u"}]}"#
+        );
     }
 
     #[test]
