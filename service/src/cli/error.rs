@@ -51,6 +51,7 @@ impl CliError {
     /// The process exit code for this failure.
     pub fn exit_code(&self) -> u8 {
         match self {
+            CliError::Status(status) if broken_connection(status) => EXIT_UNAVAILABLE,
             CliError::Status(status) => match status.code() {
                 Code::NotFound => EXIT_NOT_FOUND,
                 Code::InvalidArgument | Code::OutOfRange => EXIT_INVALID,
@@ -80,9 +81,25 @@ impl CliError {
     }
 }
 
+/// Whether the status was made on this side from a failed connection (a
+/// refused TLS handshake, a reset stream, a peer that does not speak
+/// HTTP/2 or TLS as asked) rather than sent by a server:
+/// tonic keeps the transport error as its source.
+fn broken_connection(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    status.source().is_some()
+        && matches!(
+            status.code(),
+            Code::Cancelled | Code::Unknown | Code::Unavailable | Code::Internal
+        )
+}
+
 /// `converge: CODE: message`, then `  reason: R` and one
 /// `  field F: description` line per violation from the status details.
 fn render_status(status: &tonic::Status) -> String {
+    if broken_connection(status) {
+        return format!("converge: unavailable: the connection failed: {}\n", status.message());
+    }
     let mut out = format!("converge: {}: {}\n", code_name(status.code()), status.message());
     let details = status.get_error_details();
     if let Some(info) = details.error_info() {
