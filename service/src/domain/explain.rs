@@ -362,14 +362,14 @@ fn names(list: &[Named]) -> String {
         .join(", ")
 }
 
-/// "n thing(s)", with the names listed and an ellipsis when cut.
-fn counted(total: i64, singular: &str, plural: &str, first: &[Named]) -> String {
+/// "n thing(s){after}", with the names listed and an ellipsis when cut.
+fn counted(total: i64, singular: &str, plural: &str, after: &str, first: &[Named]) -> String {
     let noun = if total == 1 { singular } else { plural };
     let more = if total > first.len() as i64 { ", ..." } else { "" };
     if first.is_empty() {
-        format!("{total} {noun}")
+        format!("{total} {noun}{after}")
     } else {
-        format!("{total} {noun}: {}{more}", names(first))
+        format!("{total} {noun}{after}: {}{more}", names(first))
     }
 }
 
@@ -427,11 +427,12 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
                 facts.dependents_total,
                 "dependent",
                 "dependents",
+                "",
                 &facts.dependents_first,
             ));
         }
         if children_total > 0 {
-            blockers.push(counted(children_total, "child", "children", &facts.children_first));
+            blockers.push(counted(children_total, "child", "children", "", &facts.children_first));
         }
         if !resource.finalizers.is_empty() {
             blockers.push(format!("finalizers [{}]", resource.finalizers.join(", ")));
@@ -549,6 +550,7 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
                     children_not_ready,
                     "child is not Ready",
                     "children are not Ready",
+                    "",
                     &not_ready(facts)
                 )
             ),
@@ -565,11 +567,12 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
         if facts.upstream_total > 0 {
             answer.push(
                 format!(
-                    "waiting for {} to sync",
+                    "waiting for {}",
                     counted(
                         facts.upstream_total,
                         "upstream dependency",
                         "upstream dependencies",
+                        " to sync",
                         &facts.upstream_first
                     )
                 ),
