@@ -33,15 +33,18 @@ tasks AS (
     FROM work_queue w, r
     WHERE w.resource_id = r.id AND w.task_type IN ('reconcile', 'delete') AND w.shard_id = r.shard_id
 ),
--- Its dependents being deleted, found from its edges and probed one by one:
--- the LIMIT keeps the planner from driving the join from the (possibly
--- large) set of deleting resources instead. Evaluated only when read.
+-- Its dependents being deleted, found from its edges and probed one by one
+-- by id. The LIMIT keeps the planner from driving the join from the set of
+-- deleting resources, and the deletion test stays outside the probe: inside,
+-- the planner took the (small when planned) partial index of deleting rows
+-- and filtered it by id, a walk of every resource being deleted. Evaluated
+-- only when read.
 dependents AS (
     SELECT x.kind, x.name, x.phase
     FROM resource_deps d, r
-    CROSS JOIN LATERAL (SELECT one.kind, one.name, one.phase FROM resources one
-                        WHERE one.id = d.dependent_id AND one.deletion_requested_at IS NOT NULL LIMIT 1) x
-    WHERE d.dependency_id = r.id
+    CROSS JOIN LATERAL (SELECT one.kind, one.name, one.phase, one.deletion_requested_at FROM resources one
+                        WHERE one.id = d.dependent_id LIMIT 1) x
+    WHERE d.dependency_id = r.id AND x.deletion_requested_at IS NOT NULL
 )
 SELECT statement_timestamp() AS read_at, r.composed_gen, r.updated_at,
        c.kind IS NOT NULL AS kind_known, COALESCE(c.rolls_up, false) AS rolls_up,
