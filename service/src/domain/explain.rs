@@ -362,14 +362,14 @@ fn names(list: &[Named]) -> String {
         .join(", ")
 }
 
-/// "n thing(s)", with the names listed and an ellipsis when cut.
-fn counted(total: i64, singular: &str, plural: &str, first: &[Named]) -> String {
+/// "n thing(s){after}", with the names listed and an ellipsis when cut.
+fn counted(total: i64, singular: &str, plural: &str, after: &str, first: &[Named]) -> String {
     let noun = if total == 1 { singular } else { plural };
     let more = if total > first.len() as i64 { ", ..." } else { "" };
     if first.is_empty() {
-        format!("{total} {noun}")
+        format!("{total} {noun}{after}")
     } else {
-        format!("{total} {noun}: {}{more}", names(first))
+        format!("{total} {noun}{after}: {}{more}", names(first))
     }
 }
 
@@ -427,11 +427,12 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
                 facts.dependents_total,
                 "dependent",
                 "dependents",
+                "",
                 &facts.dependents_first,
             ));
         }
         if children_total > 0 {
-            blockers.push(counted(children_total, "child", "children", &facts.children_first));
+            blockers.push(counted(children_total, "child", "children", "", &facts.children_first));
         }
         if !resource.finalizers.is_empty() {
             blockers.push(format!("finalizers [{}]", resource.finalizers.join(", ")));
@@ -549,6 +550,7 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
                     children_not_ready,
                     "child is not Ready",
                     "children are not Ready",
+                    "",
                     &not_ready(facts)
                 )
             ),
@@ -565,11 +567,12 @@ pub fn explain(resource: &Resource, facts: &Facts) -> Explanation {
         if facts.upstream_total > 0 {
             answer.push(
                 format!(
-                    "waiting for {} to sync",
+                    "waiting for {}",
                     counted(
                         facts.upstream_total,
                         "upstream dependency",
                         "upstream dependencies",
+                        " to sync",
                         &facts.upstream_first
                     )
                 ),
@@ -822,4 +825,191 @@ fn task_waits(answer: &mut Answer, resource: &Resource, facts: &Facts, task: &Ta
             claims: task.claims,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::TimeZone;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::domain::position::Position;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + secs, 0).single().unwrap_or_default()
+    }
+
+    fn resource() -> Resource {
+        Resource {
+            id: Uuid::nil(),
+            kind: "probe".into(),
+            kind_version: 1,
+            name: "p".into(),
+            labels: BTreeMap::new(),
+            spec: json!({}),
+            status: None,
+            owner: None,
+            root: None,
+            provider_config: None,
+            generation: 2,
+            synced_gen: 2,
+            health_ok: true,
+            failure_gen: 0,
+            failure_attempts: 0,
+            finalizers: Vec::new(),
+            deletion_requested_at: None,
+            orphan_until: None,
+            quarantined: false,
+            phase: Phase::Ready,
+            created_at: at(-100),
+            updated_at: at(-10),
+            position: Position { txid: 1, seq: 1 },
+            conditions: Vec::new(),
+        }
+    }
+
+    fn facts() -> Facts {
+        Facts {
+            read_at: at(0),
+            composed_gen: 0,
+            updated_at: at(-10),
+            kind_known: true,
+            ..Facts::default()
+        }
+    }
+
+    fn queued(not_before: DateTime<Utc>) -> TaskFacts {
+        TaskFacts {
+            task: TaskType::Reconcile,
+            kind_version: 1,
+            member: None,
+            heartbeat_at: None,
+            deadline_at: None,
+            not_before: Some(not_before),
+            claims: 0,
+            outcome_pending: false,
+            cause: TaskCause::Change,
+        }
+    }
+
+    #[test]
+    fn a_ready_resource_waits_for_nothing_and_is_next_due_at_its_resync() {
+        let answer = explain(
+            &resource(),
+            &Facts {
+                resync_due: Some(at(50)),
+                ..facts()
+            },
+        );
+        assert!(answer.waits.is_empty());
+        assert_eq!(answer.next_due, Some(at(50)));
+    }
+
+    #[test]
+    fn a_capped_task_without_a_worker_names_both_before_the_queue() {
+        let mut r = resource();
+        r.synced_gen = 1;
+        let f = Facts {
+            tasks: vec![queued(at(-5))],
+            workers: Some(WorkerFacts {
+                ready: 0,
+                unready: 2,
+                incomplete: false,
+            }),
+            in_flight: Some(3),
+            max_inflight: 3,
+            ..facts()
+        };
+        let answer = explain(&r, &f);
+        assert_eq!(answer.waits.len(), 3);
+        assert!(matches!(
+            answer.waits[0].cause,
+            WaitCause::NoWorker { unready_workers: 2, .. }
+        ));
+        assert_eq!(
+            answer.waits[0].message,
+            "no ready worker is connected for kind \"probe\" version 1 (2 connected workers report it not ready)"
+        );
+        assert!(matches!(
+            answer.waits[1].cause,
+            WaitCause::ConcurrencyCap { in_flight: 3, limit: 3 }
+        ));
+        assert!(matches!(answer.waits[2].cause, WaitCause::Queued { claims: 0, .. }));
+        assert_eq!(answer.next_due, Some(at(-5)));
+    }
+
+    #[test]
+    fn an_incomplete_registry_never_claims_that_no_worker_is_connected() {
+        let mut r = resource();
+        r.synced_gen = 1;
+        let f = Facts {
+            tasks: vec![queued(at(-5))],
+            workers: Some(WorkerFacts {
+                ready: 0,
+                unready: 0,
+                incomplete: true,
+            }),
+            ..facts()
+        };
+        let answer = explain(&r, &f);
+        assert_eq!(answer.waits.len(), 1);
+        assert!(matches!(answer.waits[0].cause, WaitCause::Queued { .. }));
+    }
+
+    #[test]
+    fn a_parked_teardown_is_a_failure_and_schedules_nothing() {
+        let mut r = resource();
+        r.deletion_requested_at = Some(at(-30));
+        r.finalizers = vec!["f".into()];
+        let f = Facts {
+            tasks: vec![TaskFacts {
+                task: TaskType::Teardown,
+                not_before: None,
+                claims: 1,
+                ..queued(at(0))
+            }],
+            ..facts()
+        };
+        let answer = explain(&r, &f);
+        assert!(matches!(answer.waits[0].cause, WaitCause::Deletion { .. }));
+        assert!(matches!(
+            answer.waits[1].cause,
+            WaitCause::Failed {
+                task: TaskType::Teardown,
+                ..
+            }
+        ));
+        assert_eq!(answer.next_due, None);
+    }
+
+    #[test]
+    fn long_lists_are_cut_with_an_ellipsis_and_keep_their_total() {
+        let mut r = resource();
+        r.synced_gen = 1;
+        let first: Vec<Named> = (0..MAX_NAMED)
+            .map(|i| Named {
+                reference: ResourceRef {
+                    kind: "cell".into(),
+                    name: format!("u{i}"),
+                },
+                phase: Phase::Reconciling,
+            })
+            .collect();
+        let f = Facts {
+            upstream_total: 25,
+            upstream_first: first,
+            ..facts()
+        };
+        let answer = explain(&r, &f);
+        assert_eq!(answer.waits.len(), 1);
+        assert!(
+            answer.waits[0]
+                .message
+                .starts_with("waiting for 25 upstream dependencies to sync: cell/u0")
+        );
+        assert!(answer.waits[0].message.ends_with("cell/u9 (Reconciling), ..."));
+    }
 }

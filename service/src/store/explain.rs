@@ -11,18 +11,20 @@ use crate::domain::explain::{Facts, MAX_NAMED, Named, TaskCause, TaskFacts, Task
 use crate::domain::resource::{Phase, Resource, ResourceRef};
 
 /// The facts around the resource `$1`: `$2` is the cluster liveness window
-/// in seconds, `$3` the most names a list carries.
+/// in seconds, `$3` the most names a list carries. Public so the load tool
+/// can show its plan at scale (`converge-load --explain-plans`).
 ///
 /// Every subquery is an index probe keyed by the resource (its task rows by
-/// `work_queue_resource_id_task_type_shard_id_key`, its edges by
-/// `resource_deps_pkey` / `resource_deps_dependency_idx`, its children by
-/// `resources_owner_idx`) or by its kind version (the cap's
-/// `work_queue_leased_idx` and `operations_running_idx`, which hold at most
-/// the cap's worth of rows), and the registry reads `cluster_members`, one
-/// row per pod. The costly ones sit behind a CASE, which runs a subplan only
-/// in the branch taken: dependents only while the resource is deleted, the
-/// workers and the cap only while an unclaimed task waits.
-const FACTS: &str = "
+/// `work_queue_resource_id_task_type_shard_id_key`, its upstream edges by
+/// `resource_deps_pkey`, its dependents by `resource_deps_dependency_idx`,
+/// its children by `resources_owner_idx`, each row met by `resources_pkey`)
+/// or by its kind version (the cap's `work_queue_leased_idx` and
+/// `operations_running_idx`, which hold about the cap's worth of rows); the
+/// registry reads `cluster_members`, one row per pod. The costlier ones sit
+/// behind a CASE, which runs a subplan only in the branch taken: dependents
+/// only while the resource is deleted, the workers and the cap only while an
+/// unclaimed task waits.
+pub const FACTS: &str = "
 WITH r AS (SELECT * FROM resources WHERE id = $1),
 tasks AS (
     SELECT w.task_type, w.kind_version::int4 AS kind_version, w.broker_id, w.heartbeat_at, w.deadline_at,
@@ -30,6 +32,19 @@ tasks AS (
            w.attempts, w.outcome_pending, w.cause
     FROM work_queue w, r
     WHERE w.resource_id = r.id AND w.task_type IN ('reconcile', 'delete') AND w.shard_id = r.shard_id
+),
+-- Its dependents being deleted, found from its edges and probed one by one
+-- by id. The LIMIT keeps the planner from driving the join from the set of
+-- deleting resources, and the deletion test stays outside the probe: inside,
+-- the planner took the (small when planned) partial index of deleting rows
+-- and filtered it by id, a walk of every resource being deleted. Evaluated
+-- only when read.
+dependents AS (
+    SELECT x.kind, x.name, x.phase
+    FROM resource_deps d, r
+    CROSS JOIN LATERAL (SELECT one.kind, one.name, one.phase, one.deletion_requested_at FROM resources one
+                        WHERE one.id = d.dependent_id LIMIT 1) x
+    WHERE d.dependency_id = r.id AND x.deletion_requested_at IS NOT NULL
 )
 SELECT statement_timestamp() AS read_at, r.composed_gen, r.updated_at,
        c.kind IS NOT NULL AS kind_known, COALESCE(c.rolls_up, false) AS rolls_up,
@@ -55,14 +70,11 @@ SELECT statement_timestamp() AS read_at, r.composed_gen, r.updated_at,
               FROM resources ch WHERE ch.owner_id = r.id
               ORDER BY ch.phase = 'Ready', is_progressing(ch) DESC, ch.kind, ch.name LIMIT $3) x) AS children_first,
        CASE WHEN r.deletion_requested_at IS NOT NULL THEN
-           (SELECT count(*) FROM resource_deps d JOIN resources x ON x.id = d.dependent_id
-            WHERE d.dependency_id = r.id AND x.deletion_requested_at IS NOT NULL)
+           (SELECT count(*) FROM dependents)
        ELSE 0 END AS dependents_total,
        CASE WHEN r.deletion_requested_at IS NOT NULL THEN
            (SELECT jsonb_agg(jsonb_build_array(y.kind, y.name, y.phase) ORDER BY y.kind, y.name) FROM (
-                SELECT x.kind, x.name, x.phase FROM resource_deps d JOIN resources x ON x.id = d.dependent_id
-                WHERE d.dependency_id = r.id AND x.deletion_requested_at IS NOT NULL
-                ORDER BY x.kind, x.name LIMIT $3) y)
+                SELECT x.kind, x.name, x.phase FROM dependents x ORDER BY x.kind, x.name LIMIT $3) y)
        END AS dependents_first,
        CASE WHEN EXISTS (SELECT 1 FROM tasks t WHERE t.broker_id IS NULL) THEN
            (SELECT jsonb_build_array(
