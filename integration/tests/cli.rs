@@ -337,6 +337,42 @@ async fn apply_twice_then_get_in_every_format_and_apply_the_output_back() -> any
         assert!(described.contains(part), "{part} missing from:\n{described}");
     }
 
+    // The one-call verbs, followed by `watch events`.
+    let mut events = Command::new(binary("converge")?)
+        .args(["watch", "events", "noop", "alpha"])
+        .env("CONVERGE_SERVER", &address)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = events.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    read_until(&mut lines, &mut seen, |l| l.contains("Created")).await?;
+    assert_eq!(
+        ok(&address, &["quarantine", "noop", "alpha", "-m", "hands off"]).await?,
+        "Resource/noop/alpha quarantined\n"
+    );
+    read_until(&mut lines, &mut seen, |l| l.contains("Quarantine")).await?;
+    let described = ok(&address, &["describe", "noop", "alpha"]).await?;
+    assert!(described.contains("\n  quarantined: "), "{described}");
+    ok(&address, &["unquarantine", "noop", "alpha"]).await?;
+    ok(&address, &["reconcile", "noop", "alpha", "--reset-backoff"]).await?;
+    let history = ok(&address, &["history", "noop", "alpha"]).await?;
+    assert!(
+        history.starts_with("GENERATION") && history.lines().count() == 3,
+        "{history}"
+    );
+    let rolled = ok(&address, &["rollback", "noop", "alpha", "--to-generation", "1"]).await?;
+    assert!(rolled.contains("now generation 3"), "{rolled}");
+    let spec: Value = serde_json::from_str(&ok(&address, &["get", "noop", "alpha", "-o", "json"]).await?)?;
+    assert_eq!(spec["spec"], json!({"size": 1}), "{spec}");
+    let listed = ok(&address, &["events", "noop", "alpha"]).await?;
+    assert!(listed.starts_with("LAST") && listed.contains("Created"), "{listed}");
+    signal(&events, Signal::SIGTERM)?;
+    events.wait().await?;
+
     stop_cleanly(&mut worker).await?;
     stop_cleanly(&mut server).await?;
     Ok(())
