@@ -119,7 +119,25 @@ pub fn parse_apply_request(file: &str, json: &str) -> Result<pb::ApplyKindManife
         file: file.to_owned(),
         source,
     })?;
-    let m = request.manifest;
+    Ok(pb::ApplyKindManifestRequest {
+        manifest: Some(manifest(file, request.manifest)?),
+        validate_only: request.validate_only,
+        request_id: request.request_id,
+    })
+}
+
+/// The `manifest` object of a manifest file (or of a `KindManifest` document
+/// of the command line), already parsed as JSON, as a `KindManifest`.
+/// `file` names its source in messages.
+pub fn parse_manifest(file: &str, value: Value) -> Result<pb::KindManifest, ManifestError> {
+    let m: ManifestJson = serde_json::from_value(value).map_err(|source| ManifestError::Json {
+        file: file.to_owned(),
+        source,
+    })?;
+    manifest(file, m)
+}
+
+fn manifest(file: &str, m: ManifestJson) -> Result<pb::KindManifest, ManifestError> {
     let schema = |value: Option<Value>, field: &'static str| {
         value
             .map(|v| {
@@ -136,28 +154,24 @@ pub fn parse_apply_request(file: &str, json: &str) -> Result<pb::ApplyKindManife
         .map(|r| reaction(file, r))
         .collect::<Result<Vec<_>, _>>()?;
     let policy = m.policy.unwrap_or_default();
-    Ok(pb::ApplyKindManifestRequest {
-        manifest: Some(pb::KindManifest {
-            kind: m.kind,
-            kind_version: m.kind_version,
-            description: m.description,
-            spec_schema: schema(m.spec_schema, "specSchema")?,
-            status_schema: schema(m.status_schema, "statusSchema")?,
-            config_schema: schema(m.config_schema, "configSchema")?,
-            reactions,
-            finalizer_name: m.finalizer_name,
-            policy: Some(pb::KindPolicy {
-                max_inflight: policy.max_inflight,
-                task_deadline_secs: policy.task_deadline_secs,
-                resync_interval_secs: policy.resync_interval_secs,
-                resync_recomposes: policy.resync_recomposes,
-                orphan_grace_secs: policy.orphan_grace_secs,
-                max_transient_attempts: policy.max_transient_attempts,
-            }),
-            ..Default::default()
+    Ok(pb::KindManifest {
+        kind: m.kind,
+        kind_version: m.kind_version,
+        description: m.description,
+        spec_schema: schema(m.spec_schema, "specSchema")?,
+        status_schema: schema(m.status_schema, "statusSchema")?,
+        config_schema: schema(m.config_schema, "configSchema")?,
+        reactions,
+        finalizer_name: m.finalizer_name,
+        policy: Some(pb::KindPolicy {
+            max_inflight: policy.max_inflight,
+            task_deadline_secs: policy.task_deadline_secs,
+            resync_interval_secs: policy.resync_interval_secs,
+            resync_recomposes: policy.resync_recomposes,
+            orphan_grace_secs: policy.orphan_grace_secs,
+            max_transient_attempts: policy.max_transient_attempts,
         }),
-        validate_only: request.validate_only,
-        request_id: request.request_id,
+        ..Default::default()
     })
 }
 

@@ -11,12 +11,12 @@ use converge_integration::TestServer;
 use converge_proto::v1::{
     ApplyKindManifestRequest, ApplyProviderConfigRequest, ApplyReactorBindingRequest, ApplyResourceRequest,
     BatchApplyResourcesRequest, CreateResourceRequest, DeleteKindManifestRequest, DeleteResourceRequest,
-    GetKindConfigRequest, GetKindManifestRequest, GetOperationRequest, GetResourceGraphRequest, GetResourceRequest,
-    GetVersionRequest, InvokeOperationRequest, KindConfig, ListClusterMembersRequest, ListKindManifestsRequest,
-    ListOperationsRequest, ListProviderConfigsRequest, ListReactorBindingsRequest, ListResourceEventsRequest,
-    ListResourcesRequest, ListSpecRevisionsRequest, ProviderConfig, QuarantineResourceRequest, ReactorBinding,
-    ReconcileResourceRequest, ResourceRef, RollbackResourceRequest, UnquarantineResourceRequest,
-    UpdateKindConfigRequest, WatchResourceEventsRequest, WatchResourcesRequest,
+    ExplainResourceRequest, GetKindConfigRequest, GetKindManifestRequest, GetOperationRequest, GetResourceGraphRequest,
+    GetResourceRequest, GetVersionRequest, InvokeOperationRequest, KindConfig, ListClusterMembersRequest,
+    ListKindManifestsRequest, ListOperationsRequest, ListProviderConfigsRequest, ListReactorBindingsRequest,
+    ListResourceEventsRequest, ListResourcesRequest, ListSpecRevisionsRequest, ProviderConfig,
+    QuarantineResourceRequest, ReactorBinding, ReconcileResourceRequest, ResourceRef, RollbackResourceRequest,
+    UnquarantineResourceRequest, UpdateKindConfigRequest, WatchResourceEventsRequest, WatchResourcesRequest,
 };
 use converge_proto::worker_v1::{self as wpb, WorkStreamRequest};
 use converge_sdk::Client;
@@ -424,7 +424,7 @@ fn resident_kib() -> u64 {
 async fn one_request(client: &Client, rng: &mut Rng) -> (&'static str, Result<(), Status>) {
     let r = client.resources();
     let k = client.kinds();
-    let method = rng.below(30);
+    let method = rng.below(31);
     macro_rules! call {
         ($name:literal, $future:expr) => {
             ($name, $future.await.map(|_| ()))
@@ -759,6 +759,13 @@ async fn one_request(client: &Client, rng: &mut Rng) -> (&'static str, Result<()
                 ),
             }
         }
+        29 => call!(
+            "ExplainResource",
+            r.clone().explain_resource(ExplainResourceRequest {
+                kind: if rng.below(2) == 0 { "box".into() } else { rng.text() },
+                name: if rng.below(2) == 0 { "keep".into() } else { rng.text() },
+            })
+        ),
         _ => {
             // A worker stream that opens with something other than Subscribe,
             // or subscribes to nonsense.

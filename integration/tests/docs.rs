@@ -355,3 +355,85 @@ fn field_annotations_match_the_contract_comments() {
         wrong.join("\n")
     );
 }
+
+/// The `converge` command lines of the shell blocks of the user docs:
+/// every line of a ```sh block that runs `converge` (after an `echo ... |`
+/// or a `PATH=` prefix too), as its words after `converge`.
+fn documented_command_lines() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for name in ["README.md", "docs/quickstart.md", "docs/cli.md", "docs/deployment.md"] {
+        let text = read(&repo().join(name));
+        let mut in_sh = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_sh = line == "```sh";
+                continue;
+            }
+            if !in_sh {
+                continue;
+            }
+            let command = line.rsplit_once("| ").map_or(line, |(_, c)| c).trim_start();
+            if let Some(rest) = command.strip_prefix("converge ") {
+                found.push((name.to_owned(), rest.to_owned()));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_documented_command_lines_and_documents_are_accepted() -> anyhow::Result<()> {
+    use converge_integration::processes::binary;
+    let converge = binary("converge")?;
+    let lines = documented_command_lines();
+    assert!(lines.len() >= 20, "{lines:?}");
+    let mut wrong = Vec::new();
+    // Every documented command word and its flags parse (`--help` would
+    // skip the check of required arguments, so the words are checked alone).
+    for (file, line) in &lines {
+        let word = line.split_whitespace().next().unwrap_or_default();
+        let out = std::process::Command::new(&converge).args([word, "--help"]).output()?;
+        if !out.status.success() {
+            wrong.push(format!("{file}: `converge {line}`: `{word}` is no command"));
+        }
+        for flag in line.split_whitespace().filter(|w| w.starts_with("--")) {
+            let flag = flag.split('=').next().unwrap_or(flag);
+            if !String::from_utf8_lossy(&out.stdout).contains(flag) {
+                wrong.push(format!("{file}: `converge {line}`: {word} has no {flag}"));
+            }
+        }
+    }
+    // The quickstart's documents, applied in order to a real server, are
+    // envelopes the command line reads (the server may still refuse one,
+    // as the walkthrough shows).
+    let server = TestServer::start().await?;
+    let text = read(&repo().join("docs/quickstart.md"));
+    let mut documents = 0;
+    for block in text.split("<<'EOF'\n").skip(1) {
+        let Some((body, _)) = block.split_once("\nEOF\n") else {
+            continue;
+        };
+        documents += 1;
+        // Not a blocking wait: the server runs on this test's runtime.
+        let mut child = tokio::process::Command::new(&converge)
+            .args(["apply", "-f", "-", "--server", &server.address()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            stdin.write_all(body.as_bytes()).await?;
+        }
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output()).await??;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let refused_by_server = stderr.starts_with("converge: INVALID_ARGUMENT: ");
+        if !out.status.success() && !refused_by_server {
+            wrong.push(format!("docs/quickstart.md document {documents}: {stderr}"));
+        }
+    }
+    assert!(documents >= 4, "the quickstart's heredocs were not found");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    server.shutdown().await
+}

@@ -1,13 +1,15 @@
 //! The `converge` binary: parses configuration, then serves (alone or with
-//! the demo, `dev`), migrates or prints its version.
+//! the demo, `dev`), migrates or prints its version; or runs a client
+//! command (`apply`, `get`, ...) against a running server.
 
+mod cli;
 mod dev;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::FromArgMatches;
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
 use converge_service::config::{Cli, Command};
 use converge_service::db::{Database, DatabaseTarget, migrate};
 use converge_service::server::{self, RunningServer, ServerConfig};
@@ -18,7 +20,13 @@ use converge_service::{telemetry, version};
 const DEV_DEFAULT_LOG_LEVEL: &str = "warn";
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Client commands have a command line of their own, without the
+    // server's global options.
+    if cli::is_client_command(&args) {
+        return cli::main(args);
+    }
+    let matches = cli::full_command().get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

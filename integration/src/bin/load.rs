@@ -18,7 +18,8 @@
 //! `--verb` declares a verb on the flat kind (unused: its cost when idle);
 //! `--operations N` also invokes it on N resources after the run;
 //! `--resync-secs N` gives the flat kind a resync interval and counts the
-//! resyncs after the run.
+//! resyncs after the run; `--explain N` times N ExplainResource calls on
+//! each of three resource shapes after the run.
 //!
 //! `--tls` serves over mTLS with certificates made for the run (the
 //! workers and the tool present a client certificate) and reports the cost
@@ -41,9 +42,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use converge_integration::kinds::{apply_kind, work_manifest};
+use converge_proto::v1::wait::Cause as WaitCause;
 use converge_proto::v1::{
-    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, Emit, InvokeOperationRequest,
-    KindPolicy, ProviderConfig, Reaction, Trigger,
+    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, DeleteResourceRequest, Emit,
+    ExplainResourceRequest, InvokeOperationRequest, KindPolicy, ProviderConfig, Reaction, Trigger,
 };
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
@@ -142,6 +144,17 @@ struct Args {
     /// How long to count resyncs after the run (with --resync-secs).
     #[arg(long, default_value_t = 30)]
     resync_observe_secs: u64,
+    /// Flat mode: after the run, time this many ExplainResource calls on
+    /// each of three shapes (a Ready resource, one queued for a kind no
+    /// worker serves, under a concurrency cap, and one of that kind being
+    /// deleted, its teardown queued), sampled among the loaded resources and
+    /// 1,000 of the unserved kind; reports p50/p99 per shape (`explain`).
+    #[arg(long, default_value_t = 0)]
+    explain: usize,
+    /// With --explain: write EXPLAIN (ANALYZE, BUFFERS) of the read's facts
+    /// statement, for one resource of each shape, to this file.
+    #[arg(long)]
+    explain_plans: Option<PathBuf>,
     /// Profile the run: pg_stat_statements top statements and sampled wait
     /// events (embedded database only), and, when `perf` is installed, a CPU
     /// profile of the server written to this file (`perf report -i FILE`).
@@ -463,6 +476,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let explain = if args.mode == Mode::Flat && args.explain > 0 {
+        Some(measure_explain(&client, &pool, total, args.explain, args.explain_plans.as_deref()).await?)
+    } else {
+        None
+    };
     let worker_usage = worker_usage(&fleet.workers);
     let throughput = total as f64 / ready_secs;
     let resources = match args.mode {
@@ -498,6 +516,7 @@ async fn main() -> anyhow::Result<()> {
         "deliveries": deliveries,
         "operations": operations,
         "resync": resync,
+        "explain": explain,
         "worker_command": args.worker_command,
         "tls": args.tls,
         "connect_ms_p50": connect_ms,
@@ -858,6 +877,133 @@ async fn measure_config_push(
         "reconciled_per_sec": users as f64 / reconciled_secs,
         "others_reconciled": others,
     }))
+}
+
+/// Resources of the unserved kind `--explain` adds (half of them deleted).
+const IDLE_RESOURCES: usize = 1000;
+
+/// Times ExplainResource on three shapes of resource (see `--explain`):
+/// `samples` sequential calls each, names drawn by a fixed LCG so runs
+/// compare. Every answer is checked to name the shape's first cause.
+async fn measure_explain(
+    client: &Client,
+    pool: &PgPool,
+    total: usize,
+    samples: usize,
+    plans: Option<&Path>,
+) -> anyhow::Result<serde_json::Value> {
+    // A kind no worker serves (the workers subscribe to noop only), capped,
+    // with a finalizer so a deleted one waits for its teardown.
+    let mut idle = work_manifest("idle");
+    idle.finalizer_name = "load.converge.dev/idle".into();
+    idle.reactions.push(Reaction {
+        name: "teardown".into(),
+        trigger: Trigger::DeleteRequested.into(),
+        emits: vec![Emit::Finalizer.into()],
+        ..Default::default()
+    });
+    idle.policy = Some(KindPolicy {
+        max_inflight: 4,
+        ..Default::default()
+    });
+    apply_kind(client, idle).await?;
+    let requests = (0..IDLE_RESOURCES)
+        .map(|i| ApplyResourceRequest {
+            kind: "idle".into(),
+            kind_version: 1,
+            name: format!("idle-{i}"),
+            ..Default::default()
+        })
+        .collect();
+    client
+        .resources()
+        .batch_apply_resources(BatchApplyResourcesRequest {
+            requests,
+            ..Default::default()
+        })
+        .await?;
+    for i in 0..IDLE_RESOURCES / 2 {
+        client
+            .resources()
+            .delete_resource(DeleteResourceRequest {
+                kind: "idle".into(),
+                name: format!("idle-{i}"),
+                ..Default::default()
+            })
+            .await?;
+    }
+
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |bound: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 33) as usize) % bound.max(1)
+    };
+    let half = IDLE_RESOURCES / 2;
+    let mut shapes = serde_json::Map::new();
+    let mut plan_text = String::new();
+    for shape in ["ready", "queued_no_worker", "deleting"] {
+        let mut millis = Vec::with_capacity(samples);
+        let mut mismatched = 0usize;
+        let mut first_name = None;
+        for _ in 0..samples {
+            let (kind, name) = match shape {
+                "ready" => ("noop", format!("load-{}", next(total))),
+                "queued_no_worker" => ("idle", format!("idle-{}", half + next(half))),
+                _ => ("idle", format!("idle-{}", next(half))),
+            };
+            first_name.get_or_insert_with(|| (kind, name.clone()));
+            let started = Instant::now();
+            let answer = client
+                .resources()
+                .explain_resource(ExplainResourceRequest {
+                    kind: kind.into(),
+                    name,
+                })
+                .await?
+                .into_inner();
+            millis.push(started.elapsed().as_secs_f64() * 1000.0);
+            let first = answer.waiting_for.first().and_then(|w| w.cause.as_ref());
+            let expected = match shape {
+                "ready" => first.is_none(),
+                "queued_no_worker" => matches!(first, Some(WaitCause::NoWorker(_))),
+                _ => matches!(first, Some(WaitCause::Deletion(_))),
+            };
+            mismatched += usize::from(!expected);
+        }
+        millis.sort_by(f64::total_cmp);
+        let at = |q: f64| millis[((millis.len() - 1) as f64 * q).round() as usize];
+        let (p50, p99, max) = (at(0.5), at(0.99), at(1.0));
+        println!(
+            "ExplainResource, {shape}: {samples} calls, p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms; \
+             {mismatched} answers without the expected cause"
+        );
+        shapes.insert(
+            shape.into(),
+            json!({"calls": samples, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "mismatched": mismatched}),
+        );
+        if let (Some(_), Some((kind, name))) = (plans, first_name) {
+            let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM resources WHERE kind = $1 AND name = $2")
+                .bind(kind)
+                .bind(&name)
+                .fetch_one(pool)
+                .await?;
+            let sql = format!("EXPLAIN (ANALYZE, BUFFERS) {}", converge_service::store::explain::FACTS);
+            let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .bind(10_i32)
+                .bind(10_i64)
+                .fetch_all(pool)
+                .await?;
+            plan_text.push_str(&format!("-- {shape}: {kind}/{name}\n{}\n\n", lines.join("\n")));
+        }
+    }
+    if let Some(path) = plans {
+        std::fs::write(path, plan_text)?;
+        println!("plans of the facts statement written to {}", path.display());
+    }
+    Ok(serde_json::Value::Object(shapes))
 }
 
 fn request(mode: Mode, i: usize, teams: usize, config_users: usize) -> ApplyResourceRequest {

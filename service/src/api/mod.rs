@@ -93,7 +93,7 @@ impl ApiState {
         }
     }
 
-    fn liveness_secs(&self) -> i32 {
+    pub(crate) fn liveness_secs(&self) -> i32 {
         i32::try_from(self.liveness.as_secs().max(1)).unwrap_or(i32::MAX)
     }
 

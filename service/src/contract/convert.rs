@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use super::status::{ApiError, Reason};
 use crate::domain::event::{EventRun, EventType};
+use crate::domain::explain::{Explanation, Named, TaskCause, TaskType, Wait, WaitCause};
 use crate::domain::graph::{DependencyEdge, GraphNode, ValueFlow};
 use crate::domain::provider_config::ProviderConfig;
 use crate::domain::resource::{Condition, ConditionStatus, Phase, Resource, ResourceRef};
@@ -247,6 +248,188 @@ pub fn provider_config_to_proto(config: ProviderConfig) -> pb::ProviderConfig {
         create_time: Some(timestamp(config.created_at)),
         update_time: Some(timestamp(config.updated_at)),
         etag,
+    }
+}
+
+fn task_type_to_proto(task: TaskType) -> i32 {
+    match task {
+        TaskType::Reconcile => pb::TaskType::Reconcile,
+        TaskType::Teardown => pb::TaskType::Teardown,
+    }
+    .into()
+}
+
+fn task_cause_to_proto(cause: Option<TaskCause>) -> i32 {
+    match cause {
+        None => pb::TaskCause::Unspecified,
+        Some(TaskCause::Change) => pb::TaskCause::Change,
+        Some(TaskCause::Resync) => pb::TaskCause::Resync,
+        Some(TaskCause::ResyncRecompose) => pb::TaskCause::ResyncRecompose,
+        Some(TaskCause::ConfigChange) => pb::TaskCause::ConfigChange,
+    }
+    .into()
+}
+
+fn named_to_proto(list: Vec<Named>) -> Vec<pb::WaitingResource> {
+    list.into_iter()
+        .map(|n| pb::WaitingResource {
+            r#ref: Some(ref_to_proto(n.reference)),
+            phase: phase_to_proto(n.phase).into(),
+        })
+        .collect()
+}
+
+fn count_to_proto(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// One wait as a proto message.
+pub fn wait_to_proto(wait: Wait) -> pb::Wait {
+    use pb::wait::Cause;
+    let cause = match wait.cause {
+        WaitCause::Dependencies { total, first } => Cause::Dependencies(pb::DependenciesWait {
+            total: count_to_proto(total),
+            first: named_to_proto(first),
+        }),
+        WaitCause::Children {
+            total,
+            progressing,
+            by_phase,
+            first,
+        } => Cause::Children(pb::ChildrenWait {
+            total: count_to_proto(total),
+            progressing: count_to_proto(progressing),
+            by_phase: by_phase
+                .into_iter()
+                .map(|(phase, count)| pb::PhaseCount {
+                    phase: phase_to_proto(phase).into(),
+                    count: count_to_proto(count),
+                })
+                .collect(),
+            first: named_to_proto(first),
+        }),
+        WaitCause::NoWorker {
+            kind,
+            kind_version,
+            unready_workers,
+        } => Cause::NoWorker(pb::NoWorkerWait {
+            kind,
+            kind_version,
+            unready_workers: count_to_proto(unready_workers),
+        }),
+        WaitCause::ConcurrencyCap { in_flight, limit } => Cause::ConcurrencyCap(pb::ConcurrencyCapWait {
+            in_flight: count_to_proto(in_flight),
+            limit,
+        }),
+        WaitCause::Queued {
+            task,
+            cause,
+            eligible_at,
+            claims,
+        } => Cause::Queued(pb::QueuedWait {
+            task: task_type_to_proto(task),
+            cause: task_cause_to_proto(cause),
+            eligible_time: Some(timestamp(eligible_at)),
+            claims,
+        }),
+        WaitCause::Running {
+            task,
+            member,
+            heartbeat_at,
+            deadline_at,
+            claims,
+        } => Cause::Running(pb::RunningWait {
+            task: task_type_to_proto(task),
+            member,
+            heartbeat_time: heartbeat_at.map(timestamp),
+            deadline_time: deadline_at.map(timestamp),
+            claims,
+        }),
+        WaitCause::Applying { task } => Cause::Applying(pb::ApplyingWait {
+            task: task_type_to_proto(task),
+        }),
+        WaitCause::RetryBackoff {
+            task,
+            attempt,
+            max_attempts,
+            retry_at,
+            last_error_reason,
+            last_error,
+        } => Cause::RetryBackoff(pb::RetryBackoffWait {
+            task: task_type_to_proto(task),
+            attempt,
+            max_attempts,
+            retry_time: Some(timestamp(retry_at)),
+            last_error_reason,
+            last_error,
+        }),
+        WaitCause::Requeued { task, retry_at } => Cause::Requeued(pb::RequeuedWait {
+            task: task_type_to_proto(task),
+            retry_time: Some(timestamp(retry_at)),
+        }),
+        WaitCause::Failed {
+            task,
+            generation,
+            budget_exhausted,
+            attempts,
+            last_error_reason,
+            last_error,
+        } => Cause::Failed(pb::FailedWait {
+            task: task_type_to_proto(task),
+            generation,
+            budget_exhausted,
+            attempts,
+            last_error_reason,
+            last_error,
+        }),
+        WaitCause::Quarantined { since, message } => Cause::Quarantined(pb::QuarantinedWait {
+            since_time: since.map(timestamp),
+            message,
+        }),
+        WaitCause::Orphaned { owner, teardown_at } => Cause::Orphaned(pb::OrphanedWait {
+            owner: owner.map(ref_to_proto),
+            teardown_time: Some(timestamp(teardown_at)),
+        }),
+        WaitCause::Deletion {
+            requested_at,
+            dependents_total,
+            dependents,
+            children_total,
+            children,
+            finalizers,
+        } => Cause::Deletion(pb::DeletionWait {
+            delete_time: Some(timestamp(requested_at)),
+            dependents_total: count_to_proto(dependents_total),
+            dependents: named_to_proto(dependents),
+            children_total: count_to_proto(children_total),
+            children: named_to_proto(children),
+            finalizers,
+        }),
+        WaitCause::ProviderConfigMissing { name } => {
+            Cause::ProviderConfigMissing(pb::ProviderConfigMissingWait { name })
+        }
+        WaitCause::Unhealthy { false_conditions } => Cause::Unhealthy(pb::UnhealthyWait { false_conditions }),
+        WaitCause::Unscheduled { since } => Cause::Unscheduled(pb::UnscheduledWait {
+            since_time: Some(timestamp(since)),
+        }),
+    };
+    pb::Wait {
+        message: wait.message,
+        cause: Some(cause),
+    }
+}
+
+/// The answer of `ExplainResource`.
+pub fn explanation_to_proto(
+    resource: Resource,
+    manifest_version: i64,
+    explanation: Explanation,
+) -> pb::ExplainResourceResponse {
+    pb::ExplainResourceResponse {
+        resource: Some(resource_to_proto(resource, manifest_version)),
+        waiting_for: explanation.waits.into_iter().map(wait_to_proto).collect(),
+        next_due_time: explanation.next_due.map(timestamp),
+        read_time: Some(timestamp(explanation.read_at)),
     }
 }
 

@@ -9,7 +9,7 @@
 //! summary. It keeps serving (and following the BOM) until SIGINT/SIGTERM,
 //! or exits after the summary with `--exit-when-ready`.
 
-mod view;
+pub(crate) mod view;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -240,8 +240,8 @@ impl DemoWorker {
     }
 }
 
-/// Reads the BOM and its tree; `None` when the BOM does not exist.
-async fn snapshot(client: &Client, bom: &pb::ResourceRef) -> Result<Option<Snapshot>, tonic::Status> {
+/// Reads the BOM (or any root) and its tree; `None` when it does not exist.
+pub(crate) async fn snapshot(client: &Client, bom: &pb::ResourceRef) -> Result<Option<Snapshot>, tonic::Status> {
     let root = match client
         .resources()
         .get_resource(pb::GetResourceRequest {
@@ -365,11 +365,14 @@ async fn follow(
     }
 }
 
-/// How to talk to the running demo.
+/// How to talk to the running demo: the client commands of this binary.
 fn hints(args: &DevArgs, addr: SocketAddr) -> String {
-    let url = format!("http://{addr}/converge.v1.ResourceService");
-    let get = json!({"kind": bom::BOM, "name": args.bom_name});
-    let list = json!({"root": {"kind": bom::BOM, "name": args.bom_name}});
+    let server = if addr.to_string() == "127.0.0.1:50051" {
+        String::new()
+    } else {
+        format!(" --server http://{addr}")
+    };
+    let bom_name = &args.bom_name;
     let mut teams = args.teams.clone();
     let extra = (1..)
         .map(|i| if i == 1 { "risk".to_owned() } else { format!("risk{i}") })
@@ -378,31 +381,33 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
     teams.push(extra);
     let mut spec = bom_spec(args);
     spec["teams"] = json!(teams);
-    let apply = json!({"kind": bom::BOM, "kind_version": bom::KIND_VERSION, "name": args.bom_name, "spec": spec});
-    let retag = json!({"provider_config": {
-        "name": account_config(args), "kind": bom::ACCOUNT, "kind_version": bom::KIND_VERSION,
+    // One-line JSON documents are YAML documents: `apply -f -` reads them.
+    let apply = json!({
+        "apiVersion": "converge.dev/v1", "type": "Resource",
+        "kind": bom::BOM, "kindVersion": bom::KIND_VERSION, "name": bom_name, "spec": spec
+    });
+    let retag = json!({
+        "apiVersion": "converge.dev/v1", "type": "ProviderConfig",
+        "name": account_config(args), "kind": bom::ACCOUNT, "kindVersion": bom::KIND_VERSION,
         "spec": {"tags": {"cost-center": "cc-200"}}
-    }});
-    let configs = format!("http://{addr}/converge.v1.ProviderConfigService");
+    });
     let first_team = args
         .teams
         .first()
         .cloned()
         .unwrap_or_else(|| bom::NETWORK_TEAM.to_owned());
-    let rotate = json!({
-        "kind": bom::ACCOUNT, "name": format!("{}-{first_team}", args.bom_name),
-        "verb": bom::ROTATE_CREDENTIALS, "input": {"reason": "demo"}
-    });
-    let operations = format!("http://{addr}/converge.v1.OperationService");
+    let account = format!("{bom_name}-{first_team}");
+    let (kind, verb) = (bom::BOM, bom::ROTATE_CREDENTIALS);
     format!(
         "\nconverge keeps serving on {addr} (Ctrl-C stops it). Talk to it:\n\
-         \x20 BUF=\"node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge\"\n\
-         \x20 $BUF -d '{get}' {url}/GetResource\n\
-         \x20 $BUF -d '{list}' {url}/ListResources\n\
-         \x20 $BUF -d '{get}' {url}/GetResourceGraph\n\
-         \x20 $BUF -d '{apply}' {url}/ApplyResource   # add a team\n\
-         \x20 $BUF -d '{retag}' {configs}/ApplyProviderConfig   # retag the accounts live\n\
-         \x20 $BUF -d '{rotate}' {operations}/InvokeOperation   # rotate a key (then GetOperation by uid)\n\n"
+         \x20 converge get resources{server} -o wide\n\
+         \x20 converge describe{server} {kind} {bom_name}\n\
+         \x20 converge graph{server} {kind} {bom_name}\n\
+         \x20 converge watch{server} {kind}\n\
+         \x20 echo '{apply}' | converge apply{server} -f -   # add a team\n\
+         \x20 echo '{retag}' | converge apply{server} -f -   # retag the accounts live\n\
+         \x20 converge invoke{server} {account_kind} {account} {verb} --input '{{\"reason\": \"demo\"}}' --wait   # rotate a key\n\n",
+        account_kind = bom::ACCOUNT,
     )
 }
 
@@ -585,20 +590,20 @@ mod tests {
             &args(&["--teams", "risk", "--bom-name", "x"]),
             "127.0.0.1:50051".parse().unwrap(),
         );
-        assert!(
-            text.contains(
-                r#"-d '{"kind":"bom","name":"x"}' http://127.0.0.1:50051/converge.v1.ResourceService/GetResource"#
-            ),
-            "{text}"
-        );
+        assert!(text.contains("  converge describe bom x\n"), "{text}");
         assert!(text.contains(r#""teams":["risk","risk2"]"#), "{text}");
         assert!(
-            text.contains(r#""name":"x-accounts""#) && text.contains("ProviderConfigService/ApplyProviderConfig"),
+            text.contains(r#""name":"x-accounts""#) && text.contains(r#""type":"ProviderConfig""#),
             "{text}"
         );
         assert!(
-            text.contains(r#""name":"x-risk""#) && text.contains("OperationService/InvokeOperation"),
+            text.contains("converge invoke account x-risk rotate_credentials"),
             "{text}"
+        );
+        let elsewhere = hints(&args(&[]), "127.0.0.1:6000".parse().unwrap());
+        assert!(
+            elsewhere.contains("converge graph --server http://127.0.0.1:6000 bom"),
+            "{elsewhere}"
         );
     }
 }

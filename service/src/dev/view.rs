@@ -121,6 +121,15 @@ impl Snapshot {
             None => "(unchanged since an earlier run)".to_owned(),
         };
         let _ = writeln!(out, "{} is {} {took}", self.root_name(), phase_name(self.root.phase));
+        out.push_str(&self.tree());
+        out
+    }
+
+    /// The root's `Ready` message, then its children grouped by kind, one
+    /// line each with its phase and id (or why it is not Ready): the body
+    /// of [`Snapshot::summary`], also what `converge graph` prints.
+    pub fn tree(&self) -> String {
+        let mut out = String::new();
         let message = self.root_message();
         if !message.is_empty() {
             let _ = writeln!(out, "  {message}");

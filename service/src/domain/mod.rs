@@ -2,6 +2,7 @@
 
 pub mod composition;
 pub mod event;
+pub mod explain;
 pub mod graph;
 pub mod identity;
 pub mod labels;

@@ -51,6 +51,7 @@ pub mod cluster;
 pub mod deletion;
 pub mod error;
 pub mod events;
+pub mod explain;
 pub mod graph;
 pub mod kinds;
 pub mod leases;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::StoreResult;
@@ -396,14 +396,15 @@ pub async fn get_by_id(conn: &mut PgConnection, id: Uuid) -> StoreResult<Option<
     .await
 }
 
-/// Reads one resource (with conditions) by kind and name.
-pub async fn get(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
+/// Reads one resource (with conditions) by kind and name, on a pool or
+/// inside the caller's transaction.
+pub async fn get<'e>(executor: impl PgExecutor<'e>, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
     measured("resources.get", async move {
         let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2");
         let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(kind)
             .bind(name)
-            .fetch_optional(pool)
+            .fetch_optional(executor)
             .await?;
         Ok(row.map(ResourceRow::into_resource))
     })

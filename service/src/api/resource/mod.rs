@@ -6,12 +6,13 @@ use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
     ApplyResourceRequest, ApplyResourceResponse, BatchApplyResourcesRequest, BatchApplyResourcesResponse,
     CreateResourceRequest, CreateResourceResponse, DeleteResourceRequest, DeleteResourceResponse,
-    GetResourceGraphRequest, GetResourceGraphResponse, GetResourceRequest, GetResourceResponse,
-    ListResourceEventsRequest, ListResourceEventsResponse, ListResourcesRequest, ListResourcesResponse,
-    ListSpecRevisionsRequest, ListSpecRevisionsResponse, QuarantineResourceRequest, QuarantineResourceResponse,
-    ReconcileResourceRequest, ReconcileResourceResponse, ResourceRef as PbResourceRef, RollbackResourceRequest,
-    RollbackResourceResponse, UnquarantineResourceRequest, UnquarantineResourceResponse, WatchResourceEventsRequest,
-    WatchResourceEventsResponse, WatchResourcesRequest, WatchResourcesResponse,
+    ExplainResourceRequest, ExplainResourceResponse, GetResourceGraphRequest, GetResourceGraphResponse,
+    GetResourceRequest, GetResourceResponse, ListResourceEventsRequest, ListResourceEventsResponse,
+    ListResourcesRequest, ListResourcesResponse, ListSpecRevisionsRequest, ListSpecRevisionsResponse,
+    QuarantineResourceRequest, QuarantineResourceResponse, ReconcileResourceRequest, ReconcileResourceResponse,
+    ResourceRef as PbResourceRef, RollbackResourceRequest, RollbackResourceResponse, UnquarantineResourceRequest,
+    UnquarantineResourceResponse, WatchResourceEventsRequest, WatchResourceEventsResponse, WatchResourcesRequest,
+    WatchResourcesResponse,
 };
 use sqlx::{PgConnection, PgPool};
 use tonic::{Request, Response, Status};
@@ -23,8 +24,8 @@ use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_a
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
 use crate::contract::convert::{
-    edge_to_proto, event_to_proto, from_timestamp, graph_node_to_proto, json_to_struct, phases_from_proto,
-    resource_to_proto, timestamp,
+    edge_to_proto, event_to_proto, explanation_to_proto, from_timestamp, graph_node_to_proto, json_to_struct,
+    phases_from_proto, resource_to_proto, timestamp,
 };
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::event::EventType;
@@ -38,7 +39,7 @@ use crate::store::events::{EventCursor, EventFilter};
 use crate::store::graph::GraphCursor;
 use crate::store::resources::{ListCursor, ResourceFilter};
 use crate::store::revisions::{self, Revision};
-use crate::store::{events, graph, kinds, resources, work};
+use crate::store::{events, explain, graph, kinds, resources, work};
 use apply::{Items, MAX_BATCH_ITEMS, ResourceWrite, Written, write_resources};
 
 /// Serves `converge.v1.ResourceService`.
@@ -383,6 +384,27 @@ impl ResourceService for ResourceApi {
         Ok(Response::new(GetResourceResponse {
             resource: Some(resource_to_proto(resource, version)),
         }))
+    }
+
+    async fn explain_resource(
+        &self,
+        request: Request<ExplainResourceRequest>,
+    ) -> Result<Response<ExplainResourceResponse>, Status> {
+        let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        // On the primary, not the replica: the answer is judged against the
+        // clock (retry times, heartbeats), which replication lag would skew.
+        let (resource, facts) =
+            explain::resource_and_facts(&self.state.pool, &req.kind, &req.name, self.state.liveness_secs())
+                .await
+                .map_err(ApiError::from)?
+                .ok_or_else(|| resource_not_found(&req.kind, &req.name))?;
+        let explanation = crate::domain::explain::explain(&resource, &facts);
+        let version = self
+            .state
+            .manifest_version(&resource.kind, resource.kind_version)
+            .await?;
+        Ok(Response::new(explanation_to_proto(resource, version, explanation)))
     }
 
     async fn list_resources(

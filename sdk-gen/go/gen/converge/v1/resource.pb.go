@@ -405,6 +405,122 @@ func (SpecRevisionSource) EnumDescriptor() ([]byte, []int) {
 	return file_converge_v1_resource_proto_rawDescGZIP(), []int{5}
 }
 
+// Which of a resource's two task kinds a wait is about.
+type TaskType int32
+
+const (
+	// Not set. Never returned.
+	TaskType_TASK_TYPE_UNSPECIFIED TaskType = 0
+	// A reconcile of the current generation.
+	TaskType_TASK_TYPE_RECONCILE TaskType = 1
+	// A teardown (one finalizer's delete reaction) of a resource being
+	// deleted.
+	TaskType_TASK_TYPE_TEARDOWN TaskType = 2
+)
+
+// Enum value maps for TaskType.
+var (
+	TaskType_name = map[int32]string{
+		0: "TASK_TYPE_UNSPECIFIED",
+		1: "TASK_TYPE_RECONCILE",
+		2: "TASK_TYPE_TEARDOWN",
+	}
+	TaskType_value = map[string]int32{
+		"TASK_TYPE_UNSPECIFIED": 0,
+		"TASK_TYPE_RECONCILE":   1,
+		"TASK_TYPE_TEARDOWN":    2,
+	}
+)
+
+func (x TaskType) Enum() *TaskType {
+	p := new(TaskType)
+	*p = x
+	return p
+}
+
+func (x TaskType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskType) Descriptor() protoreflect.EnumDescriptor {
+	return file_converge_v1_resource_proto_enumTypes[6].Descriptor()
+}
+
+func (TaskType) Type() protoreflect.EnumType {
+	return &file_converge_v1_resource_proto_enumTypes[6]
+}
+
+func (x TaskType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskType.Descriptor instead.
+func (TaskType) EnumDescriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{6}
+}
+
+// What queued a reconcile task.
+type TaskCause int32
+
+const (
+	// Not set. Never returned.
+	TaskCause_TASK_CAUSE_UNSPECIFIED TaskCause = 0
+	// A new generation, an upstream or child that settled, or an explicit
+	// ReconcileResource (every cause below excepted).
+	TaskCause_TASK_CAUSE_CHANGE TaskCause = 1
+	// The kind's periodic resync (drift re-observation).
+	TaskCause_TASK_CAUSE_RESYNC TaskCause = 2
+	// The kind's periodic resync, recomposing the children as well.
+	TaskCause_TASK_CAUSE_RESYNC_RECOMPOSE TaskCause = 3
+	// Its provider config (override or kind default) changed.
+	TaskCause_TASK_CAUSE_CONFIG_CHANGE TaskCause = 4
+)
+
+// Enum value maps for TaskCause.
+var (
+	TaskCause_name = map[int32]string{
+		0: "TASK_CAUSE_UNSPECIFIED",
+		1: "TASK_CAUSE_CHANGE",
+		2: "TASK_CAUSE_RESYNC",
+		3: "TASK_CAUSE_RESYNC_RECOMPOSE",
+		4: "TASK_CAUSE_CONFIG_CHANGE",
+	}
+	TaskCause_value = map[string]int32{
+		"TASK_CAUSE_UNSPECIFIED":      0,
+		"TASK_CAUSE_CHANGE":           1,
+		"TASK_CAUSE_RESYNC":           2,
+		"TASK_CAUSE_RESYNC_RECOMPOSE": 3,
+		"TASK_CAUSE_CONFIG_CHANGE":    4,
+	}
+)
+
+func (x TaskCause) Enum() *TaskCause {
+	p := new(TaskCause)
+	*p = x
+	return p
+}
+
+func (x TaskCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_converge_v1_resource_proto_enumTypes[7].Descriptor()
+}
+
+func (TaskCause) Type() protoreflect.EnumType {
+	return &file_converge_v1_resource_proto_enumTypes[7]
+}
+
+func (x TaskCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskCause.Descriptor instead.
+func (TaskCause) EnumDescriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{7}
+}
+
 // Identifies a resource by its public identity: the kind and the name.
 // Names are unique per kind across the whole cluster, so the pair names at
 // most one live resource at a time.
@@ -1396,6 +1512,1512 @@ func (x *DependencyEdge) GetValueFlows() []*ValueFlow {
 	return nil
 }
 
+// A resource named in a wait, with its phase at read time.
+type WaitingResource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Kind and name of the resource.
+	Ref *ResourceRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Output only. Its phase at read time.
+	Phase         Phase `protobuf:"varint,2,opt,name=phase,proto3,enum=converge.v1.Phase" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingResource) Reset() {
+	*x = WaitingResource{}
+	mi := &file_converge_v1_resource_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingResource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingResource) ProtoMessage() {}
+
+func (x *WaitingResource) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingResource.ProtoReflect.Descriptor instead.
+func (*WaitingResource) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WaitingResource) GetRef() *ResourceRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *WaitingResource) GetPhase() Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Phase_PHASE_UNSPECIFIED
+}
+
+// How many resources of a set are in one phase.
+type PhaseCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. The phase.
+	Phase Phase `protobuf:"varint,1,opt,name=phase,proto3,enum=converge.v1.Phase" json:"phase,omitempty"`
+	// Output only. How many are in it (> 0; phases with none are left out).
+	Count         int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PhaseCount) Reset() {
+	*x = PhaseCount{}
+	mi := &file_converge_v1_resource_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PhaseCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PhaseCount) ProtoMessage() {}
+
+func (x *PhaseCount) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PhaseCount.ProtoReflect.Descriptor instead.
+func (*PhaseCount) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PhaseCount) GetPhase() Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Phase_PHASE_UNSPECIFIED
+}
+
+func (x *PhaseCount) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// Upstream dependencies that are not synced for their current generation:
+// the resource is not scheduled before they are.
+type DependenciesWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. How many upstream dependencies are not synced.
+	Total int32 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// Output only. The first of them (at most 10, by kind and name).
+	First         []*WaitingResource `protobuf:"bytes,2,rep,name=first,proto3" json:"first,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependenciesWait) Reset() {
+	*x = DependenciesWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependenciesWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependenciesWait) ProtoMessage() {}
+
+func (x *DependenciesWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependenciesWait.ProtoReflect.Descriptor instead.
+func (*DependenciesWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DependenciesWait) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *DependenciesWait) GetFirst() []*WaitingResource {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+// Children (resources this one composed) that are not Ready. For a kind
+// that rolls up, progressing children (not synced, and neither failed,
+// deleting nor set aside) hold its rollup back; failed or unhealthy
+// children make it Degraded.
+type ChildrenWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. How many children are not Ready.
+	Total int32 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// Output only. Of those, how many are still progressing (the rollup waits
+	// for them).
+	Progressing int32 `protobuf:"varint,2,opt,name=progressing,proto3" json:"progressing,omitempty"`
+	// Output only. Every child counted by phase (Ready ones included), in
+	// Phase order.
+	ByPhase []*PhaseCount `protobuf:"bytes,3,rep,name=by_phase,json=byPhase,proto3" json:"by_phase,omitempty"`
+	// Output only. The first children that are not Ready (at most 10,
+	// progressing ones first, then by kind and name).
+	First         []*WaitingResource `protobuf:"bytes,4,rep,name=first,proto3" json:"first,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildrenWait) Reset() {
+	*x = ChildrenWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildrenWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildrenWait) ProtoMessage() {}
+
+func (x *ChildrenWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildrenWait.ProtoReflect.Descriptor instead.
+func (*ChildrenWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ChildrenWait) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ChildrenWait) GetProgressing() int32 {
+	if x != nil {
+		return x.Progressing
+	}
+	return 0
+}
+
+func (x *ChildrenWait) GetByPhase() []*PhaseCount {
+	if x != nil {
+		return x.ByPhase
+	}
+	return nil
+}
+
+func (x *ChildrenWait) GetFirst() []*WaitingResource {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+// No ready worker for the task's (kind, kind_version) is connected to any
+// live broker, as of the brokers' last membership heartbeats (a few seconds
+// old at most): the task waits in the queue until one subscribes.
+type NoWorkerWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Kind the task needs a worker for.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Output only. Kind version the task needs a worker for.
+	KindVersion int32 `protobuf:"varint,2,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	// Output only. Connected workers that subscribed to the pair but report
+	// it not ready (Interest ready = false).
+	UnreadyWorkers int32 `protobuf:"varint,3,opt,name=unready_workers,json=unreadyWorkers,proto3" json:"unready_workers,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NoWorkerWait) Reset() {
+	*x = NoWorkerWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoWorkerWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoWorkerWait) ProtoMessage() {}
+
+func (x *NoWorkerWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoWorkerWait.ProtoReflect.Descriptor instead.
+func (*NoWorkerWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NoWorkerWait) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NoWorkerWait) GetKindVersion() int32 {
+	if x != nil {
+		return x.KindVersion
+	}
+	return 0
+}
+
+func (x *NoWorkerWait) GetUnreadyWorkers() int32 {
+	if x != nil {
+		return x.UnreadyWorkers
+	}
+	return 0
+}
+
+// The kind version's cluster-wide max_inflight is reached: the task waits
+// for a slot.
+type ConcurrencyCapWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Tasks of the kind version held by workers now, plus its
+	// running operations (they share the cap).
+	InFlight int32 `protobuf:"varint,1,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Output only. The kind version's max_inflight.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencyCapWait) Reset() {
+	*x = ConcurrencyCapWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencyCapWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencyCapWait) ProtoMessage() {}
+
+func (x *ConcurrencyCapWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencyCapWait.ProtoReflect.Descriptor instead.
+func (*ConcurrencyCapWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ConcurrencyCapWait) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ConcurrencyCapWait) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// A task is queued and claimable: a broker hands it to a worker at its
+// next claim (unless a wait listed before this one holds it).
+type QueuedWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task.
+	Task TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	// Output only. What queued it (reconcile tasks; UNSPECIFIED for
+	// teardowns).
+	Cause TaskCause `protobuf:"varint,2,opt,name=cause,proto3,enum=converge.v1.TaskCause" json:"cause,omitempty"`
+	// Output only. Since when it is claimable.
+	EligibleTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=eligible_time,json=eligibleTime,proto3" json:"eligible_time,omitempty"`
+	// Output only. How often it was claimed before (0 = never).
+	Claims        int32 `protobuf:"varint,4,opt,name=claims,proto3" json:"claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedWait) Reset() {
+	*x = QueuedWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedWait) ProtoMessage() {}
+
+func (x *QueuedWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedWait.ProtoReflect.Descriptor instead.
+func (*QueuedWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueuedWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+func (x *QueuedWait) GetCause() TaskCause {
+	if x != nil {
+		return x.Cause
+	}
+	return TaskCause_TASK_CAUSE_UNSPECIFIED
+}
+
+func (x *QueuedWait) GetEligibleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EligibleTime
+	}
+	return nil
+}
+
+func (x *QueuedWait) GetClaims() int32 {
+	if x != nil {
+		return x.Claims
+	}
+	return 0
+}
+
+// A task is held by a worker through a broker: the resource is in
+// progress.
+type RunningWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task.
+	Task TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	// Output only. The cluster member (broker) holding the lease.
+	Member string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// Output only. When the lease was claimed or last renewed by a worker
+	// heartbeat.
+	HeartbeatTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=heartbeat_time,json=heartbeatTime,proto3" json:"heartbeat_time,omitempty"`
+	// Output only. When the task times out and counts as a transient failure;
+	// absent when the kind sets no task deadline.
+	DeadlineTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline_time,json=deadlineTime,proto3" json:"deadline_time,omitempty"`
+	// Output only. Which claim of the task this is (1 = the first).
+	Claims        int32 `protobuf:"varint,5,opt,name=claims,proto3" json:"claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningWait) Reset() {
+	*x = RunningWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningWait) ProtoMessage() {}
+
+func (x *RunningWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningWait.ProtoReflect.Descriptor instead.
+func (*RunningWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RunningWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+func (x *RunningWait) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *RunningWait) GetHeartbeatTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeartbeatTime
+	}
+	return nil
+}
+
+func (x *RunningWait) GetDeadlineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadlineTime
+	}
+	return nil
+}
+
+func (x *RunningWait) GetClaims() int32 {
+	if x != nil {
+		return x.Claims
+	}
+	return 0
+}
+
+// The worker's result is in and waits for the drainer to apply it
+// (normally milliseconds).
+type ApplyingWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task.
+	Task          TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyingWait) Reset() {
+	*x = ApplyingWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyingWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyingWait) ProtoMessage() {}
+
+func (x *ApplyingWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyingWait.ProtoReflect.Descriptor instead.
+func (*ApplyingWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ApplyingWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+// The task failed transiently and waits out its retry delay.
+type RetryBackoffWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task.
+	Task TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	// Output only. Consecutive failures so far (the attempt that failed last).
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Output only. The kind's max_transient_attempts: the failure that
+	// reaches it is terminal. 0 = unlimited (and always 0 for teardowns).
+	MaxAttempts int32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Output only. When the task is claimable again.
+	RetryTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=retry_time,json=retryTime,proto3" json:"retry_time,omitempty"`
+	// Output only. UpperCamelCase reason of the last failure (of the Synced
+	// or Teardown condition). May be empty.
+	LastErrorReason string `protobuf:"bytes,5,opt,name=last_error_reason,json=lastErrorReason,proto3" json:"last_error_reason,omitempty"`
+	// Output only. Message of the last failure (at most 1024 bytes). May be
+	// empty.
+	LastError     string `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBackoffWait) Reset() {
+	*x = RetryBackoffWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBackoffWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBackoffWait) ProtoMessage() {}
+
+func (x *RetryBackoffWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBackoffWait.ProtoReflect.Descriptor instead.
+func (*RetryBackoffWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RetryBackoffWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+func (x *RetryBackoffWait) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RetryBackoffWait) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryBackoffWait) GetRetryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryTime
+	}
+	return nil
+}
+
+func (x *RetryBackoffWait) GetLastErrorReason() string {
+	if x != nil {
+		return x.LastErrorReason
+	}
+	return ""
+}
+
+func (x *RetryBackoffWait) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// The worker answered "not settled yet, come back later" (requeue_after):
+// the task runs again at retry_time. Not a failure.
+type RequeuedWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task.
+	Task TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	// Output only. When the task is claimable again.
+	RetryTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=retry_time,json=retryTime,proto3" json:"retry_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequeuedWait) Reset() {
+	*x = RequeuedWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequeuedWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequeuedWait) ProtoMessage() {}
+
+func (x *RequeuedWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequeuedWait.ProtoReflect.Descriptor instead.
+func (*RequeuedWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RequeuedWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+func (x *RequeuedWait) GetRetryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryTime
+	}
+	return nil
+}
+
+// The task failed and is not retried by itself: a new spec generation or
+// ReconcileResource retries it.
+type FailedWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Which task (a failed teardown keeps the resource
+	// DELETING).
+	Task TaskType `protobuf:"varint,1,opt,name=task,proto3,enum=converge.v1.TaskType" json:"task,omitempty"`
+	// Output only. The generation that failed.
+	Generation int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Output only. True when the kind's max_transient_attempts was used up;
+	// false when a worker reported a terminal error.
+	BudgetExhausted bool `protobuf:"varint,3,opt,name=budget_exhausted,json=budgetExhausted,proto3" json:"budget_exhausted,omitempty"`
+	// Output only. Consecutive failures of the generation.
+	Attempts int32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Output only. UpperCamelCase reason of the last failure. May be empty.
+	LastErrorReason string `protobuf:"bytes,5,opt,name=last_error_reason,json=lastErrorReason,proto3" json:"last_error_reason,omitempty"`
+	// Output only. Message of the last failure (at most 1024 bytes). May be
+	// empty.
+	LastError     string `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedWait) Reset() {
+	*x = FailedWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedWait) ProtoMessage() {}
+
+func (x *FailedWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedWait.ProtoReflect.Descriptor instead.
+func (*FailedWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *FailedWait) GetTask() TaskType {
+	if x != nil {
+		return x.Task
+	}
+	return TaskType_TASK_TYPE_UNSPECIFIED
+}
+
+func (x *FailedWait) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *FailedWait) GetBudgetExhausted() bool {
+	if x != nil {
+		return x.BudgetExhausted
+	}
+	return false
+}
+
+func (x *FailedWait) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *FailedWait) GetLastErrorReason() string {
+	if x != nil {
+		return x.LastErrorReason
+	}
+	return ""
+}
+
+func (x *FailedWait) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+// The resource is quarantined: nothing reconciles it until
+// UnquarantineResource.
+type QuarantinedWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. When it was quarantined.
+	SinceTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since_time,json=sinceTime,proto3" json:"since_time,omitempty"`
+	// Output only. The quarantine's note, as recorded on its condition.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuarantinedWait) Reset() {
+	*x = QuarantinedWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuarantinedWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuarantinedWait) ProtoMessage() {}
+
+func (x *QuarantinedWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuarantinedWait.ProtoReflect.Descriptor instead.
+func (*QuarantinedWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QuarantinedWait) GetSinceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SinceTime
+	}
+	return nil
+}
+
+func (x *QuarantinedWait) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// The composer stopped emitting this child: it is left untouched and torn
+// down at teardown_time unless re-emitted.
+type OrphanedWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. The composer that dropped it.
+	Owner *ResourceRef `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Output only. When its grace period ends.
+	TeardownTime  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=teardown_time,json=teardownTime,proto3" json:"teardown_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrphanedWait) Reset() {
+	*x = OrphanedWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrphanedWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrphanedWait) ProtoMessage() {}
+
+func (x *OrphanedWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrphanedWait.ProtoReflect.Descriptor instead.
+func (*OrphanedWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *OrphanedWait) GetOwner() *ResourceRef {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *OrphanedWait) GetTeardownTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TeardownTime
+	}
+	return nil
+}
+
+// The resource is being deleted and cannot be removed yet: dependents are
+// torn down before their dependencies and children before their owners,
+// then each finalizer's teardown runs.
+type DeletionWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. When deletion was requested.
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// Output only. How many resources depending on it are still there
+	// (being deleted first).
+	DependentsTotal int32 `protobuf:"varint,2,opt,name=dependents_total,json=dependentsTotal,proto3" json:"dependents_total,omitempty"`
+	// Output only. The first of them (at most 10, by kind and name).
+	Dependents []*WaitingResource `protobuf:"bytes,3,rep,name=dependents,proto3" json:"dependents,omitempty"`
+	// Output only. How many of its children are still there.
+	ChildrenTotal int32 `protobuf:"varint,4,opt,name=children_total,json=childrenTotal,proto3" json:"children_total,omitempty"`
+	// Output only. The first of them (at most 10, by kind and name).
+	Children []*WaitingResource `protobuf:"bytes,5,rep,name=children,proto3" json:"children,omitempty"`
+	// Output only. Finalizers not cleared yet, in the order their teardowns
+	// run.
+	Finalizers    []string `protobuf:"bytes,6,rep,name=finalizers,proto3" json:"finalizers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletionWait) Reset() {
+	*x = DeletionWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletionWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletionWait) ProtoMessage() {}
+
+func (x *DeletionWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletionWait.ProtoReflect.Descriptor instead.
+func (*DeletionWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeletionWait) GetDeleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeleteTime
+	}
+	return nil
+}
+
+func (x *DeletionWait) GetDependentsTotal() int32 {
+	if x != nil {
+		return x.DependentsTotal
+	}
+	return 0
+}
+
+func (x *DeletionWait) GetDependents() []*WaitingResource {
+	if x != nil {
+		return x.Dependents
+	}
+	return nil
+}
+
+func (x *DeletionWait) GetChildrenTotal() int32 {
+	if x != nil {
+		return x.ChildrenTotal
+	}
+	return 0
+}
+
+func (x *DeletionWait) GetChildren() []*WaitingResource {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+func (x *DeletionWait) GetFinalizers() []string {
+	if x != nil {
+		return x.Finalizers
+	}
+	return nil
+}
+
+// The resource names a ProviderConfig override that does not exist: each
+// task fails (ProviderConfigMissing) until it is applied or detached.
+type ProviderConfigMissingWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Name of the missing ProviderConfig.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderConfigMissingWait) Reset() {
+	*x = ProviderConfigMissingWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderConfigMissingWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderConfigMissingWait) ProtoMessage() {}
+
+func (x *ProviderConfigMissingWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderConfigMissingWait.ProtoReflect.Descriptor instead.
+func (*ProviderConfigMissingWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ProviderConfigMissingWait) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// The latest reconcile reported the resource unhealthy (phase DEGRADED).
+type UnhealthyWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Types of its conditions whose status is FALSE (at most
+	// 10, by type).
+	FalseConditions []string `protobuf:"bytes,1,rep,name=false_conditions,json=falseConditions,proto3" json:"false_conditions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UnhealthyWait) Reset() {
+	*x = UnhealthyWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnhealthyWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnhealthyWait) ProtoMessage() {}
+
+func (x *UnhealthyWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnhealthyWait.ProtoReflect.Descriptor instead.
+func (*UnhealthyWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UnhealthyWait) GetFalseConditions() []string {
+	if x != nil {
+		return x.FalseConditions
+	}
+	return nil
+}
+
+// The resource lags its generation with nothing queued and nothing
+// blocking it (a task lost with the queue, e.g. after a crash): the
+// control plane's lagging sweep queues it again.
+type UnscheduledWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. Since when the resource is unchanged.
+	SinceTime     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since_time,json=sinceTime,proto3" json:"since_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnscheduledWait) Reset() {
+	*x = UnscheduledWait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnscheduledWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnscheduledWait) ProtoMessage() {}
+
+func (x *UnscheduledWait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnscheduledWait.ProtoReflect.Descriptor instead.
+func (*UnscheduledWait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UnscheduledWait) GetSinceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SinceTime
+	}
+	return nil
+}
+
+// One thing that currently holds a resource back from READY (or from being
+// removed, while it is deleted), derived from stored state at read time.
+type Wait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. One human-readable line naming the cause, with the details
+	// below folded in.
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// Output only. The cause, typed.
+	//
+	// Types that are valid to be assigned to Cause:
+	//
+	//	*Wait_Dependencies
+	//	*Wait_Children
+	//	*Wait_NoWorker
+	//	*Wait_ConcurrencyCap
+	//	*Wait_Queued
+	//	*Wait_Running
+	//	*Wait_Applying
+	//	*Wait_RetryBackoff
+	//	*Wait_Requeued
+	//	*Wait_Failed
+	//	*Wait_Quarantined
+	//	*Wait_Orphaned
+	//	*Wait_Deletion
+	//	*Wait_ProviderConfigMissing
+	//	*Wait_Unhealthy
+	//	*Wait_Unscheduled
+	Cause         isWait_Cause `protobuf_oneof:"cause"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Wait) Reset() {
+	*x = Wait{}
+	mi := &file_converge_v1_resource_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Wait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Wait) ProtoMessage() {}
+
+func (x *Wait) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Wait.ProtoReflect.Descriptor instead.
+func (*Wait) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Wait) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Wait) GetCause() isWait_Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return nil
+}
+
+func (x *Wait) GetDependencies() *DependenciesWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Dependencies); ok {
+			return x.Dependencies
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetChildren() *ChildrenWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Children); ok {
+			return x.Children
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetNoWorker() *NoWorkerWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_NoWorker); ok {
+			return x.NoWorker
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetConcurrencyCap() *ConcurrencyCapWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_ConcurrencyCap); ok {
+			return x.ConcurrencyCap
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetQueued() *QueuedWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Queued); ok {
+			return x.Queued
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetRunning() *RunningWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Running); ok {
+			return x.Running
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetApplying() *ApplyingWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Applying); ok {
+			return x.Applying
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetRetryBackoff() *RetryBackoffWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_RetryBackoff); ok {
+			return x.RetryBackoff
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetRequeued() *RequeuedWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Requeued); ok {
+			return x.Requeued
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetFailed() *FailedWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Failed); ok {
+			return x.Failed
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetQuarantined() *QuarantinedWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Quarantined); ok {
+			return x.Quarantined
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetOrphaned() *OrphanedWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Orphaned); ok {
+			return x.Orphaned
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetDeletion() *DeletionWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Deletion); ok {
+			return x.Deletion
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetProviderConfigMissing() *ProviderConfigMissingWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_ProviderConfigMissing); ok {
+			return x.ProviderConfigMissing
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetUnhealthy() *UnhealthyWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Unhealthy); ok {
+			return x.Unhealthy
+		}
+	}
+	return nil
+}
+
+func (x *Wait) GetUnscheduled() *UnscheduledWait {
+	if x != nil {
+		if x, ok := x.Cause.(*Wait_Unscheduled); ok {
+			return x.Unscheduled
+		}
+	}
+	return nil
+}
+
+type isWait_Cause interface {
+	isWait_Cause()
+}
+
+type Wait_Dependencies struct {
+	// Upstream dependencies not synced.
+	Dependencies *DependenciesWait `protobuf:"bytes,2,opt,name=dependencies,proto3,oneof"`
+}
+
+type Wait_Children struct {
+	// Children not Ready.
+	Children *ChildrenWait `protobuf:"bytes,3,opt,name=children,proto3,oneof"`
+}
+
+type Wait_NoWorker struct {
+	// No ready worker connected for the kind version.
+	NoWorker *NoWorkerWait `protobuf:"bytes,4,opt,name=no_worker,json=noWorker,proto3,oneof"`
+}
+
+type Wait_ConcurrencyCap struct {
+	// The kind version's concurrency cap is reached.
+	ConcurrencyCap *ConcurrencyCapWait `protobuf:"bytes,5,opt,name=concurrency_cap,json=concurrencyCap,proto3,oneof"`
+}
+
+type Wait_Queued struct {
+	// A task is queued.
+	Queued *QueuedWait `protobuf:"bytes,6,opt,name=queued,proto3,oneof"`
+}
+
+type Wait_Running struct {
+	// A task is held by a worker.
+	Running *RunningWait `protobuf:"bytes,7,opt,name=running,proto3,oneof"`
+}
+
+type Wait_Applying struct {
+	// A task's result waits to be applied.
+	Applying *ApplyingWait `protobuf:"bytes,8,opt,name=applying,proto3,oneof"`
+}
+
+type Wait_RetryBackoff struct {
+	// A task waits out a retry delay after a transient failure.
+	RetryBackoff *RetryBackoffWait `protobuf:"bytes,9,opt,name=retry_backoff,json=retryBackoff,proto3,oneof"`
+}
+
+type Wait_Requeued struct {
+	// The worker asked to be called again later.
+	Requeued *RequeuedWait `protobuf:"bytes,10,opt,name=requeued,proto3,oneof"`
+}
+
+type Wait_Failed struct {
+	// A task failed and is not retried by itself.
+	Failed *FailedWait `protobuf:"bytes,11,opt,name=failed,proto3,oneof"`
+}
+
+type Wait_Quarantined struct {
+	// The resource is quarantined.
+	Quarantined *QuarantinedWait `protobuf:"bytes,12,opt,name=quarantined,proto3,oneof"`
+}
+
+type Wait_Orphaned struct {
+	// The resource is orphaned.
+	Orphaned *OrphanedWait `protobuf:"bytes,13,opt,name=orphaned,proto3,oneof"`
+}
+
+type Wait_Deletion struct {
+	// The resource is being deleted and removal is blocked.
+	Deletion *DeletionWait `protobuf:"bytes,14,opt,name=deletion,proto3,oneof"`
+}
+
+type Wait_ProviderConfigMissing struct {
+	// The provider config override does not exist.
+	ProviderConfigMissing *ProviderConfigMissingWait `protobuf:"bytes,15,opt,name=provider_config_missing,json=providerConfigMissing,proto3,oneof"`
+}
+
+type Wait_Unhealthy struct {
+	// The resource is reported unhealthy.
+	Unhealthy *UnhealthyWait `protobuf:"bytes,16,opt,name=unhealthy,proto3,oneof"`
+}
+
+type Wait_Unscheduled struct {
+	// The resource lags with nothing queued.
+	Unscheduled *UnscheduledWait `protobuf:"bytes,17,opt,name=unscheduled,proto3,oneof"`
+}
+
+func (*Wait_Dependencies) isWait_Cause() {}
+
+func (*Wait_Children) isWait_Cause() {}
+
+func (*Wait_NoWorker) isWait_Cause() {}
+
+func (*Wait_ConcurrencyCap) isWait_Cause() {}
+
+func (*Wait_Queued) isWait_Cause() {}
+
+func (*Wait_Running) isWait_Cause() {}
+
+func (*Wait_Applying) isWait_Cause() {}
+
+func (*Wait_RetryBackoff) isWait_Cause() {}
+
+func (*Wait_Requeued) isWait_Cause() {}
+
+func (*Wait_Failed) isWait_Cause() {}
+
+func (*Wait_Quarantined) isWait_Cause() {}
+
+func (*Wait_Orphaned) isWait_Cause() {}
+
+func (*Wait_Deletion) isWait_Cause() {}
+
+func (*Wait_ProviderConfigMissing) isWait_Cause() {}
+
+func (*Wait_Unhealthy) isWait_Cause() {}
+
+func (*Wait_Unscheduled) isWait_Cause() {}
+
 var File_converge_v1_resource_proto protoreflect.FileDescriptor
 
 const file_converge_v1_resource_proto_rawDesc = "" +
@@ -1505,7 +3127,113 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"dependency\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\n" +
 	"dependency\x12=\n" +
 	"\vvalue_flows\x18\x03 \x03(\v2\x16.converge.v1.ValueFlowB\x04\xe2A\x01\x03R\n" +
-	"valueFlows*\xab\x01\n" +
+	"valueFlows\"s\n" +
+	"\x0fWaitingResource\x120\n" +
+	"\x03ref\x18\x01 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x03ref\x12.\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\x12.converge.v1.PhaseB\x04\xe2A\x01\x03R\x05phase\"X\n" +
+	"\n" +
+	"PhaseCount\x12.\n" +
+	"\x05phase\x18\x01 \x01(\x0e2\x12.converge.v1.PhaseB\x04\xe2A\x01\x03R\x05phase\x12\x1a\n" +
+	"\x05count\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\x05count\"h\n" +
+	"\x10DependenciesWait\x12\x1a\n" +
+	"\x05total\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\x05total\x128\n" +
+	"\x05first\x18\x02 \x03(\v2\x1c.converge.v1.WaitingResourceB\x04\xe2A\x01\x03R\x05first\"\xc6\x01\n" +
+	"\fChildrenWait\x12\x1a\n" +
+	"\x05total\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\x05total\x12&\n" +
+	"\vprogressing\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\vprogressing\x128\n" +
+	"\bby_phase\x18\x03 \x03(\v2\x17.converge.v1.PhaseCountB\x04\xe2A\x01\x03R\abyPhase\x128\n" +
+	"\x05first\x18\x04 \x03(\v2\x1c.converge.v1.WaitingResourceB\x04\xe2A\x01\x03R\x05first\"\x80\x01\n" +
+	"\fNoWorkerWait\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04kind\x12'\n" +
+	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\vkindVersion\x12-\n" +
+	"\x0funready_workers\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\x0eunreadyWorkers\"S\n" +
+	"\x12ConcurrencyCapWait\x12!\n" +
+	"\tin_flight\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\binFlight\x12\x1a\n" +
+	"\x05limit\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\x05limit\"\xd6\x01\n" +
+	"\n" +
+	"QueuedWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\x122\n" +
+	"\x05cause\x18\x02 \x01(\x0e2\x16.converge.v1.TaskCauseB\x04\xe2A\x01\x03R\x05cause\x12E\n" +
+	"\religible_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\feligibleTime\x12\x1c\n" +
+	"\x06claims\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\x06claims\"\x8a\x02\n" +
+	"\vRunningWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\x12\x1c\n" +
+	"\x06member\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x06member\x12G\n" +
+	"\x0eheartbeat_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\rheartbeatTime\x12E\n" +
+	"\rdeadline_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fdeadlineTime\x12\x1c\n" +
+	"\x06claims\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\x06claims\"?\n" +
+	"\fApplyingWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\"\xa4\x02\n" +
+	"\x10RetryBackoffWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\x12\x1e\n" +
+	"\aattempt\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\aattempt\x12'\n" +
+	"\fmax_attempts\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\vmaxAttempts\x12?\n" +
+	"\n" +
+	"retry_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tretryTime\x120\n" +
+	"\x11last_error_reason\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x0flastErrorReason\x12#\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\tlastError\"\x80\x01\n" +
+	"\fRequeuedWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\x12?\n" +
+	"\n" +
+	"retry_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tretryTime\"\x8d\x02\n" +
+	"\n" +
+	"FailedWait\x12/\n" +
+	"\x04task\x18\x01 \x01(\x0e2\x15.converge.v1.TaskTypeB\x04\xe2A\x01\x03R\x04task\x12$\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x12/\n" +
+	"\x10budget_exhausted\x18\x03 \x01(\bB\x04\xe2A\x01\x03R\x0fbudgetExhausted\x12 \n" +
+	"\battempts\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\battempts\x120\n" +
+	"\x11last_error_reason\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x0flastErrorReason\x12#\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\tlastError\"r\n" +
+	"\x0fQuarantinedWait\x12?\n" +
+	"\n" +
+	"since_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tsinceTime\x12\x1e\n" +
+	"\amessage\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\amessage\"\x8b\x01\n" +
+	"\fOrphanedWait\x124\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\x05owner\x12E\n" +
+	"\rteardown_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fteardownTime\"\xd9\x02\n" +
+	"\fDeletionWait\x12A\n" +
+	"\vdelete_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"deleteTime\x12/\n" +
+	"\x10dependents_total\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\x0fdependentsTotal\x12B\n" +
+	"\n" +
+	"dependents\x18\x03 \x03(\v2\x1c.converge.v1.WaitingResourceB\x04\xe2A\x01\x03R\n" +
+	"dependents\x12+\n" +
+	"\x0echildren_total\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\rchildrenTotal\x12>\n" +
+	"\bchildren\x18\x05 \x03(\v2\x1c.converge.v1.WaitingResourceB\x04\xe2A\x01\x03R\bchildren\x12$\n" +
+	"\n" +
+	"finalizers\x18\x06 \x03(\tB\x04\xe2A\x01\x03R\n" +
+	"finalizers\"5\n" +
+	"\x19ProviderConfigMissingWait\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\"@\n" +
+	"\rUnhealthyWait\x12/\n" +
+	"\x10false_conditions\x18\x01 \x03(\tB\x04\xe2A\x01\x03R\x0ffalseConditions\"R\n" +
+	"\x0fUnscheduledWait\x12?\n" +
+	"\n" +
+	"since_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tsinceTime\"\x9b\b\n" +
+	"\x04Wait\x12\x1e\n" +
+	"\amessage\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\amessage\x12C\n" +
+	"\fdependencies\x18\x02 \x01(\v2\x1d.converge.v1.DependenciesWaitH\x00R\fdependencies\x127\n" +
+	"\bchildren\x18\x03 \x01(\v2\x19.converge.v1.ChildrenWaitH\x00R\bchildren\x128\n" +
+	"\tno_worker\x18\x04 \x01(\v2\x19.converge.v1.NoWorkerWaitH\x00R\bnoWorker\x12J\n" +
+	"\x0fconcurrency_cap\x18\x05 \x01(\v2\x1f.converge.v1.ConcurrencyCapWaitH\x00R\x0econcurrencyCap\x121\n" +
+	"\x06queued\x18\x06 \x01(\v2\x17.converge.v1.QueuedWaitH\x00R\x06queued\x124\n" +
+	"\arunning\x18\a \x01(\v2\x18.converge.v1.RunningWaitH\x00R\arunning\x127\n" +
+	"\bapplying\x18\b \x01(\v2\x19.converge.v1.ApplyingWaitH\x00R\bapplying\x12D\n" +
+	"\rretry_backoff\x18\t \x01(\v2\x1d.converge.v1.RetryBackoffWaitH\x00R\fretryBackoff\x127\n" +
+	"\brequeued\x18\n" +
+	" \x01(\v2\x19.converge.v1.RequeuedWaitH\x00R\brequeued\x121\n" +
+	"\x06failed\x18\v \x01(\v2\x17.converge.v1.FailedWaitH\x00R\x06failed\x12@\n" +
+	"\vquarantined\x18\f \x01(\v2\x1c.converge.v1.QuarantinedWaitH\x00R\vquarantined\x127\n" +
+	"\borphaned\x18\r \x01(\v2\x19.converge.v1.OrphanedWaitH\x00R\borphaned\x127\n" +
+	"\bdeletion\x18\x0e \x01(\v2\x19.converge.v1.DeletionWaitH\x00R\bdeletion\x12`\n" +
+	"\x17provider_config_missing\x18\x0f \x01(\v2&.converge.v1.ProviderConfigMissingWaitH\x00R\x15providerConfigMissing\x12:\n" +
+	"\tunhealthy\x18\x10 \x01(\v2\x1a.converge.v1.UnhealthyWaitH\x00R\tunhealthy\x12@\n" +
+	"\vunscheduled\x18\x11 \x01(\v2\x1c.converge.v1.UnscheduledWaitH\x00R\vunscheduledB\a\n" +
+	"\x05cause*\xab\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vPHASE_READY\x10\x01\x12\x15\n" +
@@ -1539,7 +3267,17 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\x12SpecRevisionSource\x12$\n" +
 	" SPEC_REVISION_SOURCE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSPEC_REVISION_SOURCE_APPLY\x10\x01\x12!\n" +
-	"\x1dSPEC_REVISION_SOURCE_ROLLBACK\x10\x02B\x9d\x01\n" +
+	"\x1dSPEC_REVISION_SOURCE_ROLLBACK\x10\x02*V\n" +
+	"\bTaskType\x12\x19\n" +
+	"\x15TASK_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TASK_TYPE_RECONCILE\x10\x01\x12\x16\n" +
+	"\x12TASK_TYPE_TEARDOWN\x10\x02*\x94\x01\n" +
+	"\tTaskCause\x12\x1a\n" +
+	"\x16TASK_CAUSE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11TASK_CAUSE_CHANGE\x10\x01\x12\x15\n" +
+	"\x11TASK_CAUSE_RESYNC\x10\x02\x12\x1f\n" +
+	"\x1bTASK_CAUSE_RESYNC_RECOMPOSE\x10\x03\x12\x1c\n" +
+	"\x18TASK_CAUSE_CONFIG_CHANGE\x10\x04B\x9d\x01\n" +
 	"\x0fcom.converge.v1B\rResourceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (
@@ -1554,61 +3292,123 @@ func file_converge_v1_resource_proto_rawDescGZIP() []byte {
 	return file_converge_v1_resource_proto_rawDescData
 }
 
-var file_converge_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_converge_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_converge_v1_resource_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_converge_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_converge_v1_resource_proto_goTypes = []any{
-	(Phase)(0),                    // 0: converge.v1.Phase
-	(ConditionStatus)(0),          // 1: converge.v1.ConditionStatus
-	(WatchEventType)(0),           // 2: converge.v1.WatchEventType
-	(EventType)(0),                // 3: converge.v1.EventType
-	(EventWatchType)(0),           // 4: converge.v1.EventWatchType
-	(SpecRevisionSource)(0),       // 5: converge.v1.SpecRevisionSource
-	(*ResourceRef)(nil),           // 6: converge.v1.ResourceRef
-	(*Condition)(nil),             // 7: converge.v1.Condition
-	(*Resource)(nil),              // 8: converge.v1.Resource
-	(*ResourceEvent)(nil),         // 9: converge.v1.ResourceEvent
-	(*SpecRevision)(nil),          // 10: converge.v1.SpecRevision
-	(*GraphNode)(nil),             // 11: converge.v1.GraphNode
-	(*ValueFlow)(nil),             // 12: converge.v1.ValueFlow
-	(*DependencyEdge)(nil),        // 13: converge.v1.DependencyEdge
-	nil,                           // 14: converge.v1.Resource.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
+	(Phase)(0),                        // 0: converge.v1.Phase
+	(ConditionStatus)(0),              // 1: converge.v1.ConditionStatus
+	(WatchEventType)(0),               // 2: converge.v1.WatchEventType
+	(EventType)(0),                    // 3: converge.v1.EventType
+	(EventWatchType)(0),               // 4: converge.v1.EventWatchType
+	(SpecRevisionSource)(0),           // 5: converge.v1.SpecRevisionSource
+	(TaskType)(0),                     // 6: converge.v1.TaskType
+	(TaskCause)(0),                    // 7: converge.v1.TaskCause
+	(*ResourceRef)(nil),               // 8: converge.v1.ResourceRef
+	(*Condition)(nil),                 // 9: converge.v1.Condition
+	(*Resource)(nil),                  // 10: converge.v1.Resource
+	(*ResourceEvent)(nil),             // 11: converge.v1.ResourceEvent
+	(*SpecRevision)(nil),              // 12: converge.v1.SpecRevision
+	(*GraphNode)(nil),                 // 13: converge.v1.GraphNode
+	(*ValueFlow)(nil),                 // 14: converge.v1.ValueFlow
+	(*DependencyEdge)(nil),            // 15: converge.v1.DependencyEdge
+	(*WaitingResource)(nil),           // 16: converge.v1.WaitingResource
+	(*PhaseCount)(nil),                // 17: converge.v1.PhaseCount
+	(*DependenciesWait)(nil),          // 18: converge.v1.DependenciesWait
+	(*ChildrenWait)(nil),              // 19: converge.v1.ChildrenWait
+	(*NoWorkerWait)(nil),              // 20: converge.v1.NoWorkerWait
+	(*ConcurrencyCapWait)(nil),        // 21: converge.v1.ConcurrencyCapWait
+	(*QueuedWait)(nil),                // 22: converge.v1.QueuedWait
+	(*RunningWait)(nil),               // 23: converge.v1.RunningWait
+	(*ApplyingWait)(nil),              // 24: converge.v1.ApplyingWait
+	(*RetryBackoffWait)(nil),          // 25: converge.v1.RetryBackoffWait
+	(*RequeuedWait)(nil),              // 26: converge.v1.RequeuedWait
+	(*FailedWait)(nil),                // 27: converge.v1.FailedWait
+	(*QuarantinedWait)(nil),           // 28: converge.v1.QuarantinedWait
+	(*OrphanedWait)(nil),              // 29: converge.v1.OrphanedWait
+	(*DeletionWait)(nil),              // 30: converge.v1.DeletionWait
+	(*ProviderConfigMissingWait)(nil), // 31: converge.v1.ProviderConfigMissingWait
+	(*UnhealthyWait)(nil),             // 32: converge.v1.UnhealthyWait
+	(*UnscheduledWait)(nil),           // 33: converge.v1.UnscheduledWait
+	(*Wait)(nil),                      // 34: converge.v1.Wait
+	nil,                               // 35: converge.v1.Resource.LabelsEntry
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 37: google.protobuf.Struct
 }
 var file_converge_v1_resource_proto_depIdxs = []int32{
 	1,  // 0: converge.v1.Condition.status:type_name -> converge.v1.ConditionStatus
-	15, // 1: converge.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	15, // 2: converge.v1.Condition.update_time:type_name -> google.protobuf.Timestamp
-	15, // 3: converge.v1.Condition.expire_time:type_name -> google.protobuf.Timestamp
-	14, // 4: converge.v1.Resource.labels:type_name -> converge.v1.Resource.LabelsEntry
-	16, // 5: converge.v1.Resource.spec:type_name -> google.protobuf.Struct
-	16, // 6: converge.v1.Resource.status:type_name -> google.protobuf.Struct
+	36, // 1: converge.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	36, // 2: converge.v1.Condition.update_time:type_name -> google.protobuf.Timestamp
+	36, // 3: converge.v1.Condition.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 4: converge.v1.Resource.labels:type_name -> converge.v1.Resource.LabelsEntry
+	37, // 5: converge.v1.Resource.spec:type_name -> google.protobuf.Struct
+	37, // 6: converge.v1.Resource.status:type_name -> google.protobuf.Struct
 	0,  // 7: converge.v1.Resource.phase:type_name -> converge.v1.Phase
-	7,  // 8: converge.v1.Resource.conditions:type_name -> converge.v1.Condition
-	6,  // 9: converge.v1.Resource.owner:type_name -> converge.v1.ResourceRef
-	6,  // 10: converge.v1.Resource.root:type_name -> converge.v1.ResourceRef
-	15, // 11: converge.v1.Resource.create_time:type_name -> google.protobuf.Timestamp
-	15, // 12: converge.v1.Resource.update_time:type_name -> google.protobuf.Timestamp
-	15, // 13: converge.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
-	15, // 14: converge.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
-	6,  // 15: converge.v1.ResourceEvent.resource:type_name -> converge.v1.ResourceRef
+	9,  // 8: converge.v1.Resource.conditions:type_name -> converge.v1.Condition
+	8,  // 9: converge.v1.Resource.owner:type_name -> converge.v1.ResourceRef
+	8,  // 10: converge.v1.Resource.root:type_name -> converge.v1.ResourceRef
+	36, // 11: converge.v1.Resource.create_time:type_name -> google.protobuf.Timestamp
+	36, // 12: converge.v1.Resource.update_time:type_name -> google.protobuf.Timestamp
+	36, // 13: converge.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
+	36, // 14: converge.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 15: converge.v1.ResourceEvent.resource:type_name -> converge.v1.ResourceRef
 	3,  // 16: converge.v1.ResourceEvent.type:type_name -> converge.v1.EventType
-	16, // 17: converge.v1.ResourceEvent.detail:type_name -> google.protobuf.Struct
-	15, // 18: converge.v1.ResourceEvent.first_time:type_name -> google.protobuf.Timestamp
-	15, // 19: converge.v1.ResourceEvent.last_time:type_name -> google.protobuf.Timestamp
-	16, // 20: converge.v1.SpecRevision.spec:type_name -> google.protobuf.Struct
+	37, // 17: converge.v1.ResourceEvent.detail:type_name -> google.protobuf.Struct
+	36, // 18: converge.v1.ResourceEvent.first_time:type_name -> google.protobuf.Timestamp
+	36, // 19: converge.v1.ResourceEvent.last_time:type_name -> google.protobuf.Timestamp
+	37, // 20: converge.v1.SpecRevision.spec:type_name -> google.protobuf.Struct
 	5,  // 21: converge.v1.SpecRevision.source:type_name -> converge.v1.SpecRevisionSource
-	15, // 22: converge.v1.SpecRevision.create_time:type_name -> google.protobuf.Timestamp
+	36, // 22: converge.v1.SpecRevision.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 23: converge.v1.GraphNode.phase:type_name -> converge.v1.Phase
-	6,  // 24: converge.v1.GraphNode.owner:type_name -> converge.v1.ResourceRef
-	6,  // 25: converge.v1.DependencyEdge.dependent:type_name -> converge.v1.ResourceRef
-	6,  // 26: converge.v1.DependencyEdge.dependency:type_name -> converge.v1.ResourceRef
-	12, // 27: converge.v1.DependencyEdge.value_flows:type_name -> converge.v1.ValueFlow
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	8,  // 24: converge.v1.GraphNode.owner:type_name -> converge.v1.ResourceRef
+	8,  // 25: converge.v1.DependencyEdge.dependent:type_name -> converge.v1.ResourceRef
+	8,  // 26: converge.v1.DependencyEdge.dependency:type_name -> converge.v1.ResourceRef
+	14, // 27: converge.v1.DependencyEdge.value_flows:type_name -> converge.v1.ValueFlow
+	8,  // 28: converge.v1.WaitingResource.ref:type_name -> converge.v1.ResourceRef
+	0,  // 29: converge.v1.WaitingResource.phase:type_name -> converge.v1.Phase
+	0,  // 30: converge.v1.PhaseCount.phase:type_name -> converge.v1.Phase
+	16, // 31: converge.v1.DependenciesWait.first:type_name -> converge.v1.WaitingResource
+	17, // 32: converge.v1.ChildrenWait.by_phase:type_name -> converge.v1.PhaseCount
+	16, // 33: converge.v1.ChildrenWait.first:type_name -> converge.v1.WaitingResource
+	6,  // 34: converge.v1.QueuedWait.task:type_name -> converge.v1.TaskType
+	7,  // 35: converge.v1.QueuedWait.cause:type_name -> converge.v1.TaskCause
+	36, // 36: converge.v1.QueuedWait.eligible_time:type_name -> google.protobuf.Timestamp
+	6,  // 37: converge.v1.RunningWait.task:type_name -> converge.v1.TaskType
+	36, // 38: converge.v1.RunningWait.heartbeat_time:type_name -> google.protobuf.Timestamp
+	36, // 39: converge.v1.RunningWait.deadline_time:type_name -> google.protobuf.Timestamp
+	6,  // 40: converge.v1.ApplyingWait.task:type_name -> converge.v1.TaskType
+	6,  // 41: converge.v1.RetryBackoffWait.task:type_name -> converge.v1.TaskType
+	36, // 42: converge.v1.RetryBackoffWait.retry_time:type_name -> google.protobuf.Timestamp
+	6,  // 43: converge.v1.RequeuedWait.task:type_name -> converge.v1.TaskType
+	36, // 44: converge.v1.RequeuedWait.retry_time:type_name -> google.protobuf.Timestamp
+	6,  // 45: converge.v1.FailedWait.task:type_name -> converge.v1.TaskType
+	36, // 46: converge.v1.QuarantinedWait.since_time:type_name -> google.protobuf.Timestamp
+	8,  // 47: converge.v1.OrphanedWait.owner:type_name -> converge.v1.ResourceRef
+	36, // 48: converge.v1.OrphanedWait.teardown_time:type_name -> google.protobuf.Timestamp
+	36, // 49: converge.v1.DeletionWait.delete_time:type_name -> google.protobuf.Timestamp
+	16, // 50: converge.v1.DeletionWait.dependents:type_name -> converge.v1.WaitingResource
+	16, // 51: converge.v1.DeletionWait.children:type_name -> converge.v1.WaitingResource
+	36, // 52: converge.v1.UnscheduledWait.since_time:type_name -> google.protobuf.Timestamp
+	18, // 53: converge.v1.Wait.dependencies:type_name -> converge.v1.DependenciesWait
+	19, // 54: converge.v1.Wait.children:type_name -> converge.v1.ChildrenWait
+	20, // 55: converge.v1.Wait.no_worker:type_name -> converge.v1.NoWorkerWait
+	21, // 56: converge.v1.Wait.concurrency_cap:type_name -> converge.v1.ConcurrencyCapWait
+	22, // 57: converge.v1.Wait.queued:type_name -> converge.v1.QueuedWait
+	23, // 58: converge.v1.Wait.running:type_name -> converge.v1.RunningWait
+	24, // 59: converge.v1.Wait.applying:type_name -> converge.v1.ApplyingWait
+	25, // 60: converge.v1.Wait.retry_backoff:type_name -> converge.v1.RetryBackoffWait
+	26, // 61: converge.v1.Wait.requeued:type_name -> converge.v1.RequeuedWait
+	27, // 62: converge.v1.Wait.failed:type_name -> converge.v1.FailedWait
+	28, // 63: converge.v1.Wait.quarantined:type_name -> converge.v1.QuarantinedWait
+	29, // 64: converge.v1.Wait.orphaned:type_name -> converge.v1.OrphanedWait
+	30, // 65: converge.v1.Wait.deletion:type_name -> converge.v1.DeletionWait
+	31, // 66: converge.v1.Wait.provider_config_missing:type_name -> converge.v1.ProviderConfigMissingWait
+	32, // 67: converge.v1.Wait.unhealthy:type_name -> converge.v1.UnhealthyWait
+	33, // 68: converge.v1.Wait.unscheduled:type_name -> converge.v1.UnscheduledWait
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_proto_init() }
@@ -1617,13 +3417,31 @@ func file_converge_v1_resource_proto_init() {
 		return
 	}
 	file_converge_v1_resource_proto_msgTypes[4].OneofWrappers = []any{}
+	file_converge_v1_resource_proto_msgTypes[26].OneofWrappers = []any{
+		(*Wait_Dependencies)(nil),
+		(*Wait_Children)(nil),
+		(*Wait_NoWorker)(nil),
+		(*Wait_ConcurrencyCap)(nil),
+		(*Wait_Queued)(nil),
+		(*Wait_Running)(nil),
+		(*Wait_Applying)(nil),
+		(*Wait_RetryBackoff)(nil),
+		(*Wait_Requeued)(nil),
+		(*Wait_Failed)(nil),
+		(*Wait_Quarantined)(nil),
+		(*Wait_Orphaned)(nil),
+		(*Wait_Deletion)(nil),
+		(*Wait_ProviderConfigMissing)(nil),
+		(*Wait_Unhealthy)(nil),
+		(*Wait_Unscheduled)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_resource_proto_rawDesc), len(file_converge_v1_resource_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   9,
+			NumEnums:      8,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -584,6 +584,141 @@ func (x *GetResourceResponse) GetResource() *Resource {
 	return nil
 }
 
+// Request message for ResourceService.ExplainResource.
+type ExplainResourceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Kind of the resource.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Required. Name of the resource.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResourceRequest) Reset() {
+	*x = ExplainResourceRequest{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResourceRequest) ProtoMessage() {}
+
+func (x *ExplainResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResourceRequest.ProtoReflect.Descriptor instead.
+func (*ExplainResourceRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExplainResourceRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ExplainResourceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Response message for ResourceService.ExplainResource.
+type ExplainResourceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource, read in the same snapshot as the waits.
+	Resource *Resource `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// What holds it back now, most decisive first: what blocks it (deletion,
+	// quarantine, failure, missing config, dependencies, children, no worker,
+	// the concurrency cap) before the state of its task (backoff, requeued,
+	// queued, running, applying). Empty when nothing does: it is READY and
+	// nothing is queued for it.
+	WaitingFor []*Wait `protobuf:"bytes,2,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// When the control plane will next act on the resource by itself: the
+	// queued task's retry or eligible time, the running task's deadline, the
+	// orphan teardown time or the next periodic resync. Absent when nothing is
+	// scheduled (it waits for a change, an operator or a worker).
+	NextDueTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_due_time,json=nextDueTime,proto3" json:"next_due_time,omitempty"`
+	// The database time the answer was derived at.
+	ReadTime      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=read_time,json=readTime,proto3" json:"read_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResourceResponse) Reset() {
+	*x = ExplainResourceResponse{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResourceResponse) ProtoMessage() {}
+
+func (x *ExplainResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResourceResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResourceResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExplainResourceResponse) GetResource() *Resource {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *ExplainResourceResponse) GetWaitingFor() []*Wait {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return nil
+}
+
+func (x *ExplainResourceResponse) GetNextDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextDueTime
+	}
+	return nil
+}
+
+func (x *ExplainResourceResponse) GetReadTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadTime
+	}
+	return nil
+}
+
 // Request message for ResourceService.ListResources. All filters combine
 // with AND; an absent filter does not restrict.
 type ListResourcesRequest struct {
@@ -624,7 +759,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +771,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +784,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListResourcesRequest) GetKind() string {
@@ -735,7 +870,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +882,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +895,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -801,7 +936,7 @@ type DeleteResourceRequest struct {
 
 func (x *DeleteResourceRequest) Reset() {
 	*x = DeleteResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +948,7 @@ func (x *DeleteResourceRequest) String() string {
 func (*DeleteResourceRequest) ProtoMessage() {}
 
 func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +961,7 @@ func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteResourceRequest) GetKind() string {
@@ -883,7 +1018,7 @@ type DeleteResourceResponse struct {
 
 func (x *DeleteResourceResponse) Reset() {
 	*x = DeleteResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1030,7 @@ func (x *DeleteResourceResponse) String() string {
 func (*DeleteResourceResponse) ProtoMessage() {}
 
 func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1043,7 @@ func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteResourceResponse) GetResource() *Resource {
@@ -981,7 +1116,7 @@ type WatchResourcesRequest struct {
 
 func (x *WatchResourcesRequest) Reset() {
 	*x = WatchResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1128,7 @@ func (x *WatchResourcesRequest) String() string {
 func (*WatchResourcesRequest) ProtoMessage() {}
 
 func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1141,7 @@ func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchResourcesRequest) GetKind() string {
@@ -1085,7 +1220,7 @@ type WatchResourcesResponse struct {
 
 func (x *WatchResourcesResponse) Reset() {
 	*x = WatchResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1232,7 @@ func (x *WatchResourcesResponse) String() string {
 func (*WatchResourcesResponse) ProtoMessage() {}
 
 func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1245,7 @@ func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchResourcesResponse) GetType() WatchEventType {
@@ -1160,7 +1295,7 @@ type ReconcileResourceRequest struct {
 
 func (x *ReconcileResourceRequest) Reset() {
 	*x = ReconcileResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1307,7 @@ func (x *ReconcileResourceRequest) String() string {
 func (*ReconcileResourceRequest) ProtoMessage() {}
 
 func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1320,7 @@ func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReconcileResourceRequest) GetKind() string {
@@ -1227,7 +1362,7 @@ type ReconcileResourceResponse struct {
 
 func (x *ReconcileResourceResponse) Reset() {
 	*x = ReconcileResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1374,7 @@ func (x *ReconcileResourceResponse) String() string {
 func (*ReconcileResourceResponse) ProtoMessage() {}
 
 func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1387,7 @@ func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReconcileResourceResponse) GetResource() *Resource {
@@ -1280,7 +1415,7 @@ type QuarantineResourceRequest struct {
 
 func (x *QuarantineResourceRequest) Reset() {
 	*x = QuarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1427,7 @@ func (x *QuarantineResourceRequest) String() string {
 func (*QuarantineResourceRequest) ProtoMessage() {}
 
 func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1440,7 @@ func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QuarantineResourceRequest) GetKind() string {
@@ -1347,7 +1482,7 @@ type QuarantineResourceResponse struct {
 
 func (x *QuarantineResourceResponse) Reset() {
 	*x = QuarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1494,7 @@ func (x *QuarantineResourceResponse) String() string {
 func (*QuarantineResourceResponse) ProtoMessage() {}
 
 func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1507,7 @@ func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QuarantineResourceResponse) GetResource() *Resource {
@@ -1400,7 +1535,7 @@ type UnquarantineResourceRequest struct {
 
 func (x *UnquarantineResourceRequest) Reset() {
 	*x = UnquarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1547,7 @@ func (x *UnquarantineResourceRequest) String() string {
 func (*UnquarantineResourceRequest) ProtoMessage() {}
 
 func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1560,7 @@ func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UnquarantineResourceRequest) GetKind() string {
@@ -1467,7 +1602,7 @@ type UnquarantineResourceResponse struct {
 
 func (x *UnquarantineResourceResponse) Reset() {
 	*x = UnquarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1614,7 @@ func (x *UnquarantineResourceResponse) String() string {
 func (*UnquarantineResourceResponse) ProtoMessage() {}
 
 func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1627,7 @@ func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnquarantineResourceResponse) GetResource() *Resource {
@@ -1527,7 +1662,7 @@ type ListResourceEventsRequest struct {
 
 func (x *ListResourceEventsRequest) Reset() {
 	*x = ListResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1674,7 @@ func (x *ListResourceEventsRequest) String() string {
 func (*ListResourceEventsRequest) ProtoMessage() {}
 
 func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1687,7 @@ func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResourceEventsRequest) GetKind() string {
@@ -1624,7 +1759,7 @@ type ListResourceEventsResponse struct {
 
 func (x *ListResourceEventsResponse) Reset() {
 	*x = ListResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1771,7 @@ func (x *ListResourceEventsResponse) String() string {
 func (*ListResourceEventsResponse) ProtoMessage() {}
 
 func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1784,7 @@ func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResourceEventsResponse) GetEvents() []*ResourceEvent {
@@ -1704,7 +1839,7 @@ type WatchResourceEventsRequest struct {
 
 func (x *WatchResourceEventsRequest) Reset() {
 	*x = WatchResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1851,7 @@ func (x *WatchResourceEventsRequest) String() string {
 func (*WatchResourceEventsRequest) ProtoMessage() {}
 
 func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1864,7 @@ func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchResourceEventsRequest) GetKind() string {
@@ -1792,7 +1927,7 @@ type WatchResourceEventsResponse struct {
 
 func (x *WatchResourceEventsResponse) Reset() {
 	*x = WatchResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1939,7 @@ func (x *WatchResourceEventsResponse) String() string {
 func (*WatchResourceEventsResponse) ProtoMessage() {}
 
 func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1952,7 @@ func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchResourceEventsResponse) GetType() EventWatchType {
@@ -1867,7 +2002,7 @@ type GetResourceGraphRequest struct {
 
 func (x *GetResourceGraphRequest) Reset() {
 	*x = GetResourceGraphRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2014,7 @@ func (x *GetResourceGraphRequest) String() string {
 func (*GetResourceGraphRequest) ProtoMessage() {}
 
 func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2027,7 @@ func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetResourceGraphRequest) GetKind() string {
@@ -1943,7 +2078,7 @@ type GetResourceGraphResponse struct {
 
 func (x *GetResourceGraphResponse) Reset() {
 	*x = GetResourceGraphResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2090,7 @@ func (x *GetResourceGraphResponse) String() string {
 func (*GetResourceGraphResponse) ProtoMessage() {}
 
 func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2103,7 @@ func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetResourceGraphResponse) GetRoot() *GraphNode {
@@ -2017,7 +2152,7 @@ type ListSpecRevisionsRequest struct {
 
 func (x *ListSpecRevisionsRequest) Reset() {
 	*x = ListSpecRevisionsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2164,7 @@ func (x *ListSpecRevisionsRequest) String() string {
 func (*ListSpecRevisionsRequest) ProtoMessage() {}
 
 func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2177,7 @@ func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSpecRevisionsRequest) GetKind() string {
@@ -2086,7 +2221,7 @@ type ListSpecRevisionsResponse struct {
 
 func (x *ListSpecRevisionsResponse) Reset() {
 	*x = ListSpecRevisionsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2233,7 @@ func (x *ListSpecRevisionsResponse) String() string {
 func (*ListSpecRevisionsResponse) ProtoMessage() {}
 
 func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2246,7 @@ func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSpecRevisionsResponse) GetRevisions() []*SpecRevision {
@@ -2153,7 +2288,7 @@ type RollbackResourceRequest struct {
 
 func (x *RollbackResourceRequest) Reset() {
 	*x = RollbackResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2300,7 @@ func (x *RollbackResourceRequest) String() string {
 func (*RollbackResourceRequest) ProtoMessage() {}
 
 func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2313,7 @@ func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{28}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RollbackResourceRequest) GetKind() string {
@@ -2234,7 +2369,7 @@ type RollbackResourceResponse struct {
 
 func (x *RollbackResourceResponse) Reset() {
 	*x = RollbackResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2381,7 @@ func (x *RollbackResourceResponse) String() string {
 func (*RollbackResourceResponse) ProtoMessage() {}
 
 func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2394,7 @@ func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{29}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RollbackResourceResponse) GetResource() *Resource {
@@ -2319,7 +2454,16 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
 	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\"H\n" +
 	"\x13GetResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xfb\x03\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"L\n" +
+	"\x16ExplainResourceRequest\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12\x18\n" +
+	"\x04name\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04name\"\xf9\x01\n" +
+	"\x17ExplainResourceResponse\x121\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\x122\n" +
+	"\vwaiting_for\x18\x02 \x03(\v2\x11.converge.v1.WaitR\n" +
+	"waitingFor\x12>\n" +
+	"\rnext_due_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime\x127\n" +
+	"\tread_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\breadTime\"\xfb\x03\n" +
 	"\x14ListResourcesRequest\x12\x1d\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x01H\x01R\vkindVersion\x88\x01\x01\x120\n" +
@@ -2450,12 +2594,13 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04etag\x18\x06 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"M\n" +
 	"\x18RollbackResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\xc1\v\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\x9f\f\n" +
 	"\x0fResourceService\x12V\n" +
 	"\rApplyResource\x12!.converge.v1.ApplyResourceRequest\x1a\".converge.v1.ApplyResourceResponse\x12h\n" +
 	"\x13BatchApplyResources\x12'.converge.v1.BatchApplyResourcesRequest\x1a(.converge.v1.BatchApplyResourcesResponse\x12Y\n" +
 	"\x0eCreateResource\x12\".converge.v1.CreateResourceRequest\x1a#.converge.v1.CreateResourceResponse\x12P\n" +
-	"\vGetResource\x12\x1f.converge.v1.GetResourceRequest\x1a .converge.v1.GetResourceResponse\x12V\n" +
+	"\vGetResource\x12\x1f.converge.v1.GetResourceRequest\x1a .converge.v1.GetResourceResponse\x12\\\n" +
+	"\x0fExplainResource\x12#.converge.v1.ExplainResourceRequest\x1a$.converge.v1.ExplainResourceResponse\x12V\n" +
 	"\rListResources\x12!.converge.v1.ListResourcesRequest\x1a\".converge.v1.ListResourcesResponse\x12Y\n" +
 	"\x0eDeleteResource\x12\".converge.v1.DeleteResourceRequest\x1a#.converge.v1.DeleteResourceResponse\x12[\n" +
 	"\x0eWatchResources\x12\".converge.v1.WatchResourcesRequest\x1a#.converge.v1.WatchResourcesResponse0\x01\x12b\n" +
@@ -2481,7 +2626,7 @@ func file_converge_v1_resource_service_proto_rawDescGZIP() []byte {
 	return file_converge_v1_resource_service_proto_rawDescData
 }
 
-var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_converge_v1_resource_service_proto_goTypes = []any{
 	(*ApplyResourceRequest)(nil),         // 0: converge.v1.ApplyResourceRequest
 	(*ApplyResourceResponse)(nil),        // 1: converge.v1.ApplyResourceResponse
@@ -2491,110 +2636,119 @@ var file_converge_v1_resource_service_proto_goTypes = []any{
 	(*CreateResourceResponse)(nil),       // 5: converge.v1.CreateResourceResponse
 	(*GetResourceRequest)(nil),           // 6: converge.v1.GetResourceRequest
 	(*GetResourceResponse)(nil),          // 7: converge.v1.GetResourceResponse
-	(*ListResourcesRequest)(nil),         // 8: converge.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),        // 9: converge.v1.ListResourcesResponse
-	(*DeleteResourceRequest)(nil),        // 10: converge.v1.DeleteResourceRequest
-	(*DeleteResourceResponse)(nil),       // 11: converge.v1.DeleteResourceResponse
-	(*WatchResourcesRequest)(nil),        // 12: converge.v1.WatchResourcesRequest
-	(*WatchResourcesResponse)(nil),       // 13: converge.v1.WatchResourcesResponse
-	(*ReconcileResourceRequest)(nil),     // 14: converge.v1.ReconcileResourceRequest
-	(*ReconcileResourceResponse)(nil),    // 15: converge.v1.ReconcileResourceResponse
-	(*QuarantineResourceRequest)(nil),    // 16: converge.v1.QuarantineResourceRequest
-	(*QuarantineResourceResponse)(nil),   // 17: converge.v1.QuarantineResourceResponse
-	(*UnquarantineResourceRequest)(nil),  // 18: converge.v1.UnquarantineResourceRequest
-	(*UnquarantineResourceResponse)(nil), // 19: converge.v1.UnquarantineResourceResponse
-	(*ListResourceEventsRequest)(nil),    // 20: converge.v1.ListResourceEventsRequest
-	(*ListResourceEventsResponse)(nil),   // 21: converge.v1.ListResourceEventsResponse
-	(*WatchResourceEventsRequest)(nil),   // 22: converge.v1.WatchResourceEventsRequest
-	(*WatchResourceEventsResponse)(nil),  // 23: converge.v1.WatchResourceEventsResponse
-	(*GetResourceGraphRequest)(nil),      // 24: converge.v1.GetResourceGraphRequest
-	(*GetResourceGraphResponse)(nil),     // 25: converge.v1.GetResourceGraphResponse
-	(*ListSpecRevisionsRequest)(nil),     // 26: converge.v1.ListSpecRevisionsRequest
-	(*ListSpecRevisionsResponse)(nil),    // 27: converge.v1.ListSpecRevisionsResponse
-	(*RollbackResourceRequest)(nil),      // 28: converge.v1.RollbackResourceRequest
-	(*RollbackResourceResponse)(nil),     // 29: converge.v1.RollbackResourceResponse
-	nil,                                  // 30: converge.v1.ApplyResourceRequest.LabelsEntry
-	nil,                                  // 31: converge.v1.CreateResourceRequest.LabelsEntry
-	(*structpb.Struct)(nil),              // 32: google.protobuf.Struct
-	(*Resource)(nil),                     // 33: converge.v1.Resource
-	(Phase)(0),                           // 34: converge.v1.Phase
-	(*ResourceRef)(nil),                  // 35: converge.v1.ResourceRef
-	(WatchEventType)(0),                  // 36: converge.v1.WatchEventType
-	(EventType)(0),                       // 37: converge.v1.EventType
-	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
-	(*ResourceEvent)(nil),                // 39: converge.v1.ResourceEvent
-	(EventWatchType)(0),                  // 40: converge.v1.EventWatchType
-	(*GraphNode)(nil),                    // 41: converge.v1.GraphNode
-	(*DependencyEdge)(nil),               // 42: converge.v1.DependencyEdge
-	(*SpecRevision)(nil),                 // 43: converge.v1.SpecRevision
+	(*ExplainResourceRequest)(nil),       // 8: converge.v1.ExplainResourceRequest
+	(*ExplainResourceResponse)(nil),      // 9: converge.v1.ExplainResourceResponse
+	(*ListResourcesRequest)(nil),         // 10: converge.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),        // 11: converge.v1.ListResourcesResponse
+	(*DeleteResourceRequest)(nil),        // 12: converge.v1.DeleteResourceRequest
+	(*DeleteResourceResponse)(nil),       // 13: converge.v1.DeleteResourceResponse
+	(*WatchResourcesRequest)(nil),        // 14: converge.v1.WatchResourcesRequest
+	(*WatchResourcesResponse)(nil),       // 15: converge.v1.WatchResourcesResponse
+	(*ReconcileResourceRequest)(nil),     // 16: converge.v1.ReconcileResourceRequest
+	(*ReconcileResourceResponse)(nil),    // 17: converge.v1.ReconcileResourceResponse
+	(*QuarantineResourceRequest)(nil),    // 18: converge.v1.QuarantineResourceRequest
+	(*QuarantineResourceResponse)(nil),   // 19: converge.v1.QuarantineResourceResponse
+	(*UnquarantineResourceRequest)(nil),  // 20: converge.v1.UnquarantineResourceRequest
+	(*UnquarantineResourceResponse)(nil), // 21: converge.v1.UnquarantineResourceResponse
+	(*ListResourceEventsRequest)(nil),    // 22: converge.v1.ListResourceEventsRequest
+	(*ListResourceEventsResponse)(nil),   // 23: converge.v1.ListResourceEventsResponse
+	(*WatchResourceEventsRequest)(nil),   // 24: converge.v1.WatchResourceEventsRequest
+	(*WatchResourceEventsResponse)(nil),  // 25: converge.v1.WatchResourceEventsResponse
+	(*GetResourceGraphRequest)(nil),      // 26: converge.v1.GetResourceGraphRequest
+	(*GetResourceGraphResponse)(nil),     // 27: converge.v1.GetResourceGraphResponse
+	(*ListSpecRevisionsRequest)(nil),     // 28: converge.v1.ListSpecRevisionsRequest
+	(*ListSpecRevisionsResponse)(nil),    // 29: converge.v1.ListSpecRevisionsResponse
+	(*RollbackResourceRequest)(nil),      // 30: converge.v1.RollbackResourceRequest
+	(*RollbackResourceResponse)(nil),     // 31: converge.v1.RollbackResourceResponse
+	nil,                                  // 32: converge.v1.ApplyResourceRequest.LabelsEntry
+	nil,                                  // 33: converge.v1.CreateResourceRequest.LabelsEntry
+	(*structpb.Struct)(nil),              // 34: google.protobuf.Struct
+	(*Resource)(nil),                     // 35: converge.v1.Resource
+	(*Wait)(nil),                         // 36: converge.v1.Wait
+	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
+	(Phase)(0),                           // 38: converge.v1.Phase
+	(*ResourceRef)(nil),                  // 39: converge.v1.ResourceRef
+	(WatchEventType)(0),                  // 40: converge.v1.WatchEventType
+	(EventType)(0),                       // 41: converge.v1.EventType
+	(*ResourceEvent)(nil),                // 42: converge.v1.ResourceEvent
+	(EventWatchType)(0),                  // 43: converge.v1.EventWatchType
+	(*GraphNode)(nil),                    // 44: converge.v1.GraphNode
+	(*DependencyEdge)(nil),               // 45: converge.v1.DependencyEdge
+	(*SpecRevision)(nil),                 // 46: converge.v1.SpecRevision
 }
 var file_converge_v1_resource_service_proto_depIdxs = []int32{
-	30, // 0: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
-	32, // 1: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
-	33, // 2: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
+	32, // 0: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
+	34, // 1: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
+	35, // 2: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
 	0,  // 3: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
 	1,  // 4: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
-	31, // 5: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
-	32, // 6: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
-	33, // 7: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
-	33, // 8: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
-	34, // 9: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
-	35, // 10: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	35, // 11: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	33, // 12: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
-	33, // 13: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 14: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	35, // 15: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	36, // 16: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
-	33, // 17: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
-	33, // 18: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
-	33, // 19: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	33, // 20: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	37, // 21: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
-	38, // 22: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
-	39, // 23: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
-	40, // 24: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
-	39, // 25: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
-	41, // 26: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
-	41, // 27: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
-	42, // 28: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
-	43, // 29: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
-	33, // 30: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
-	0,  // 31: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
-	2,  // 32: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
-	4,  // 33: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
-	6,  // 34: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
-	8,  // 35: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
-	10, // 36: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
-	12, // 37: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
-	14, // 38: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
-	16, // 39: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
-	18, // 40: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
-	20, // 41: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
-	22, // 42: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
-	24, // 43: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
-	26, // 44: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
-	28, // 45: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
-	1,  // 46: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
-	3,  // 47: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
-	5,  // 48: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
-	7,  // 49: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
-	9,  // 50: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
-	11, // 51: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
-	13, // 52: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
-	15, // 53: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
-	17, // 54: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
-	19, // 55: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
-	21, // 56: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
-	23, // 57: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
-	25, // 58: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
-	27, // 59: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
-	29, // 60: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	33, // 5: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
+	34, // 6: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
+	35, // 7: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
+	35, // 8: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
+	35, // 9: converge.v1.ExplainResourceResponse.resource:type_name -> converge.v1.Resource
+	36, // 10: converge.v1.ExplainResourceResponse.waiting_for:type_name -> converge.v1.Wait
+	37, // 11: converge.v1.ExplainResourceResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	37, // 12: converge.v1.ExplainResourceResponse.read_time:type_name -> google.protobuf.Timestamp
+	38, // 13: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
+	39, // 14: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	39, // 15: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	35, // 16: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
+	35, // 17: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
+	39, // 18: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	39, // 19: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	40, // 20: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
+	35, // 21: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
+	35, // 22: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
+	35, // 23: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	35, // 24: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	41, // 25: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
+	37, // 26: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
+	42, // 27: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
+	43, // 28: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
+	42, // 29: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
+	44, // 30: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
+	44, // 31: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
+	45, // 32: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
+	46, // 33: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
+	35, // 34: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
+	0,  // 35: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
+	2,  // 36: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
+	4,  // 37: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
+	6,  // 38: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
+	8,  // 39: converge.v1.ResourceService.ExplainResource:input_type -> converge.v1.ExplainResourceRequest
+	10, // 40: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
+	12, // 41: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
+	14, // 42: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
+	16, // 43: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
+	18, // 44: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
+	20, // 45: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
+	22, // 46: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
+	24, // 47: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
+	26, // 48: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
+	28, // 49: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
+	30, // 50: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
+	1,  // 51: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
+	3,  // 52: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
+	5,  // 53: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
+	7,  // 54: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
+	9,  // 55: converge.v1.ResourceService.ExplainResource:output_type -> converge.v1.ExplainResourceResponse
+	11, // 56: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
+	13, // 57: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
+	15, // 58: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
+	17, // 59: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
+	19, // 60: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
+	21, // 61: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
+	23, // 62: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
+	25, // 63: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
+	27, // 64: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
+	29, // 65: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
+	31, // 66: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_service_proto_init() }
@@ -2604,19 +2758,19 @@ func file_converge_v1_resource_service_proto_init() {
 	}
 	file_converge_v1_resource_proto_init()
 	file_converge_v1_resource_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[8].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[10].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[12].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[20].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[14].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[22].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[28].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[24].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_resource_service_proto_rawDesc), len(file_converge_v1_resource_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	ResourceService_BatchApplyResources_FullMethodName  = "/converge.v1.ResourceService/BatchApplyResources"
 	ResourceService_CreateResource_FullMethodName       = "/converge.v1.ResourceService/CreateResource"
 	ResourceService_GetResource_FullMethodName          = "/converge.v1.ResourceService/GetResource"
+	ResourceService_ExplainResource_FullMethodName      = "/converge.v1.ResourceService/ExplainResource"
 	ResourceService_ListResources_FullMethodName        = "/converge.v1.ResourceService/ListResources"
 	ResourceService_DeleteResource_FullMethodName       = "/converge.v1.ResourceService/DeleteResource"
 	ResourceService_WatchResources_FullMethodName       = "/converge.v1.ResourceService/WatchResources"
@@ -86,6 +87,15 @@ type ResourceServiceClient interface {
 	CreateResource(ctx context.Context, in *CreateResourceRequest, opts ...grpc.CallOption) (*CreateResourceResponse, error)
 	// Reads one resource, including status and conditions.
 	GetResource(ctx context.Context, in *GetResourceRequest, opts ...grpc.CallOption) (*GetResourceResponse, error)
+	// Says what currently holds a resource back from READY (or, while it is
+	// deleted, from being removed), derived from stored state at read time:
+	// the resource, the causes that keep it waiting (most decisive first) and
+	// when the control plane will next act on it by itself. A handful of index
+	// probes, whatever the number of resources; every list it returns is
+	// bounded. Always answered by the primary, even when a read replica is
+	// configured: the answer is judged against the clock (retry times, worker
+	// heartbeats), which replication lag would skew.
+	ExplainResource(ctx context.Context, in *ExplainResourceRequest, opts ...grpc.CallOption) (*ExplainResourceResponse, error)
 	// Lists resources matching all given filters, newest created first.
 	ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error)
 	// Requests deletion. The resource, everything it owns (transitively) and
@@ -177,6 +187,16 @@ func (c *resourceServiceClient) GetResource(ctx context.Context, in *GetResource
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetResourceResponse)
 	err := c.cc.Invoke(ctx, ResourceService_GetResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) ExplainResource(ctx context.Context, in *ExplainResourceRequest, opts ...grpc.CallOption) (*ExplainResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResourceResponse)
+	err := c.cc.Invoke(ctx, ResourceService_ExplainResource_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -361,6 +381,15 @@ type ResourceServiceServer interface {
 	CreateResource(context.Context, *CreateResourceRequest) (*CreateResourceResponse, error)
 	// Reads one resource, including status and conditions.
 	GetResource(context.Context, *GetResourceRequest) (*GetResourceResponse, error)
+	// Says what currently holds a resource back from READY (or, while it is
+	// deleted, from being removed), derived from stored state at read time:
+	// the resource, the causes that keep it waiting (most decisive first) and
+	// when the control plane will next act on it by itself. A handful of index
+	// probes, whatever the number of resources; every list it returns is
+	// bounded. Always answered by the primary, even when a read replica is
+	// configured: the answer is judged against the clock (retry times, worker
+	// heartbeats), which replication lag would skew.
+	ExplainResource(context.Context, *ExplainResourceRequest) (*ExplainResourceResponse, error)
 	// Lists resources matching all given filters, newest created first.
 	ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error)
 	// Requests deletion. The resource, everything it owns (transitively) and
@@ -429,6 +458,9 @@ func (UnimplementedResourceServiceServer) CreateResource(context.Context, *Creat
 }
 func (UnimplementedResourceServiceServer) GetResource(context.Context, *GetResourceRequest) (*GetResourceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetResource not implemented")
+}
+func (UnimplementedResourceServiceServer) ExplainResource(context.Context, *ExplainResourceRequest) (*ExplainResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainResource not implemented")
 }
 func (UnimplementedResourceServiceServer) ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
@@ -552,6 +584,24 @@ func _ResourceService_GetResource_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ResourceServiceServer).GetResource(ctx, req.(*GetResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResourceService_ExplainResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).ExplainResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_ExplainResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).ExplainResource(ctx, req.(*ExplainResourceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -762,6 +812,10 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetResource",
 			Handler:    _ResourceService_GetResource_Handler,
+		},
+		{
+			MethodName: "ExplainResource",
+			Handler:    _ResourceService_ExplainResource_Handler,
 		},
 		{
 			MethodName: "ListResources",

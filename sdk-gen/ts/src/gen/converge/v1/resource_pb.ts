@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/resource.proto.
  */
 export const file_converge_v1_resource: GenFile = /*@__PURE__*/
-  fileDesc("Chpjb252ZXJnZS92MS9yZXNvdXJjZS5wcm90bxILY29udmVyZ2UudjEiNQoLUmVzb3VyY2VSZWYSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIrkCCglDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIsCgZzdGF0dXMYAiABKA4yHC5jb252ZXJnZS52MS5Db25kaXRpb25TdGF0dXMSDgoGcmVhc29uGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSIQoTb2JzZXJ2ZWRfZ2VuZXJhdGlvbhgFIAEoA0IE4kEBAxI+ChRsYXN0X3RyYW5zaXRpb25fdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNQoLdXBkYXRlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjUKC2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAyLlBwoIUmVzb3VyY2USEQoDdWlkGAEgASgJQgTiQQEDEhIKBGtpbmQYAiABKAlCBOJBAQUSFAoMa2luZF92ZXJzaW9uGAMgASgFEhIKBG5hbWUYBCABKAlCBOJBAQUSMQoGbGFiZWxzGAUgAygLMiEuY29udmVyZ2UudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBAxIYCgpnZW5lcmF0aW9uGAggASgDQgTiQQEDEiEKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKANCBOJBAQMSHgoQcmVzb3VyY2VfdmVyc2lvbhgKIAEoCUIE4kEBAxInCgVwaGFzZRgLIAEoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEDEjAKCmNvbmRpdGlvbnMYDCADKAsyFi5jb252ZXJnZS52MS5Db25kaXRpb25CBOJBAQMSLQoFb3duZXIYDSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBAxIsCgRyb290GA4gASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGAoKZmluYWxpemVycxgPIAMoCUIE4kEBAxI1CgtjcmVhdGVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNQoLdXBkYXRlX3RpbWUYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjUKC2RlbGV0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxISCgRldGFnGBMgASgJQgTiQQEDEhUKB2hlYWx0aHkYFCABKAhCBOJBAQMSHgoQZmFpbHVyZV9hdHRlbXB0cxgVIAEoBUIE4kEBAxIfChFmYWlsZWRfZ2VuZXJhdGlvbhgWIAEoA0IE4kEBAxIZCgtxdWFyYW50aW5lZBgXIAEoCEIE4kEBAxI8ChJvcnBoYW5fZXhwaXJlX3RpbWUYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEhcKD3Byb3ZpZGVyX2NvbmZpZxgZIAEoCRIeChBtYW5pZmVzdF92ZXJzaW9uGBogASgDQgTiQQEDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi3AMKDVJlc291cmNlRXZlbnQSEQoDdWlkGAEgASgJQgTiQQEDEjAKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGgoMcmVzb3VyY2VfdWlkGAMgASgJQgTiQQEDEhYKCGNhdGVnb3J5GAQgASgJQgTiQQEDEioKBHR5cGUYBSABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGVCBOJBAQMSFAoGcmVhc29uGAYgASgJQgTiQQEDEhUKB21lc3NhZ2UYByABKAlCBOJBAQMSLQoGZGV0YWlsGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBAxITCgVjb3VudBgJIAEoA0IE4kEBAxI0CgpmaXJzdF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIzCglsYXN0X3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEhMKBWFjdG9yGAwgASgJQgTiQQEDEhgKCmdlbmVyYXRpb24YDSABKANCBOJBAQMSGwoNZXZlbnRfdmVyc2lvbhgOIAEoCUIE4kEBAyKDAgoMU3BlY1JldmlzaW9uEhgKCmdlbmVyYXRpb24YASABKANCBOJBAQMSKwoEc3BlYxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQMSNQoGc291cmNlGAMgASgOMh8uY29udmVyZ2UudjEuU3BlY1JldmlzaW9uU291cmNlQgTiQQEDEiYKE3Jlc3RvcmVkX2dlbmVyYXRpb24YBCABKANCBOJBAQNIAIgBARI1CgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQNCFgoUX3Jlc3RvcmVkX2dlbmVyYXRpb24i9wEKCUdyYXBoTm9kZRIRCgN1aWQYASABKAlCBOJBAQMSEgoEa2luZBgCIAEoCUIE4kEBAxISCgRuYW1lGAMgASgJQgTiQQEDEhoKDGtpbmRfdmVyc2lvbhgEIAEoBUIE4kEBAxInCgVwaGFzZRgFIAEoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEDEi0KBW93bmVyGAYgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGAoKZ2VuZXJhdGlvbhgHIAEoA0IE4kEBAxIhChNvYnNlcnZlZF9nZW5lcmF0aW9uGAggASgDQgTiQQEDIkYKCVZhbHVlRmxvdxIdCg9kZXBlbmRlbnRfZmllbGQYASABKAlCBOJBAQISGgoMc291cmNlX2ZpZWxkGAIgASgJQgTiQQECIqoBCg5EZXBlbmRlbmN5RWRnZRIxCglkZXBlbmRlbnQYASABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBAxIyCgpkZXBlbmRlbmN5GAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSMQoLdmFsdWVfZmxvd3MYAyADKAsyFi5jb252ZXJnZS52MS5WYWx1ZUZsb3dCBOJBAQMqqwEKBVBoYXNlEhUKEVBIQVNFX1VOU1BFQ0lGSUVEEAASDwoLUEhBU0VfUkVBRFkQARIVChFQSEFTRV9SRUNPTkNJTElORxACEhIKDlBIQVNFX0RFR1JBREVEEAMSEAoMUEhBU0VfRkFJTEVEEAQSEgoOUEhBU0VfREVMRVRJTkcQBRISCg5QSEFTRV9PUlBIQU5FRBAGEhUKEVBIQVNFX1FVQVJBTlRJTkVEEAcqiAEKD0NvbmRpdGlvblN0YXR1cxIgChxDT05ESVRJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVQ09ORElUSU9OX1NUQVRVU19UUlVFEAESGgoWQ09ORElUSU9OX1NUQVRVU19GQUxTRRACEhwKGENPTkRJVElPTl9TVEFUVVNfVU5LTk9XThADKqoBCg5XYXRjaEV2ZW50VHlwZRIgChxXQVRDSF9FVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASGgoWV0FUQ0hfRVZFTlRfVFlQRV9BRERFRBABEh0KGVdBVENIX0VWRU5UX1RZUEVfTU9ESUZJRUQQAhIcChhXQVRDSF9FVkVOVF9UWVBFX0RFTEVURUQQAxIdChlXQVRDSF9FVkVOVF9UWVBFX0JPT0tNQVJLEAQqVgoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIVChFFVkVOVF9UWVBFX05PUk1BTBABEhYKEkVWRU5UX1RZUEVfV0FSTklORxACKq4BCg5FdmVudFdhdGNoVHlwZRIgChxFVkVOVF9XQVRDSF9UWVBFX1VOU1BFQ0lGSUVEEAASHQoZRVZFTlRfV0FUQ0hfVFlQRV9TTkFQU0hPVBABEh0KGUVWRU5UX1dBVENIX1RZUEVfQVBQRU5ERUQQAhIdChlFVkVOVF9XQVRDSF9UWVBFX0VYVEVOREVEEAMSHQoZRVZFTlRfV0FUQ0hfVFlQRV9CT09LTUFSSxAEKn0KElNwZWNSZXZpc2lvblNvdXJjZRIkCiBTUEVDX1JFVklTSU9OX1NPVVJDRV9VTlNQRUNJRklFRBAAEh4KGlNQRUNfUkVWSVNJT05fU09VUkNFX0FQUExZEAESIQodU1BFQ19SRVZJU0lPTl9TT1VSQ0VfUk9MTEJBQ0sQAkKdAQoPY29tLmNvbnZlcmdlLnYxQg1SZXNvdXJjZVByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chpjb252ZXJnZS92MS9yZXNvdXJjZS5wcm90bxILY29udmVyZ2UudjEiNQoLUmVzb3VyY2VSZWYSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIrkCCglDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIsCgZzdGF0dXMYAiABKA4yHC5jb252ZXJnZS52MS5Db25kaXRpb25TdGF0dXMSDgoGcmVhc29uGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSIQoTb2JzZXJ2ZWRfZ2VuZXJhdGlvbhgFIAEoA0IE4kEBAxI+ChRsYXN0X3RyYW5zaXRpb25fdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNQoLdXBkYXRlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjUKC2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAyLlBwoIUmVzb3VyY2USEQoDdWlkGAEgASgJQgTiQQEDEhIKBGtpbmQYAiABKAlCBOJBAQUSFAoMa2luZF92ZXJzaW9uGAMgASgFEhIKBG5hbWUYBCABKAlCBOJBAQUSMQoGbGFiZWxzGAUgAygLMiEuY29udmVyZ2UudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBAxIYCgpnZW5lcmF0aW9uGAggASgDQgTiQQEDEiEKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKANCBOJBAQMSHgoQcmVzb3VyY2VfdmVyc2lvbhgKIAEoCUIE4kEBAxInCgVwaGFzZRgLIAEoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEDEjAKCmNvbmRpdGlvbnMYDCADKAsyFi5jb252ZXJnZS52MS5Db25kaXRpb25CBOJBAQMSLQoFb3duZXIYDSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBAxIsCgRyb290GA4gASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGAoKZmluYWxpemVycxgPIAMoCUIE4kEBAxI1CgtjcmVhdGVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNQoLdXBkYXRlX3RpbWUYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjUKC2RlbGV0ZV90aW1lGBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxISCgRldGFnGBMgASgJQgTiQQEDEhUKB2hlYWx0aHkYFCABKAhCBOJBAQMSHgoQZmFpbHVyZV9hdHRlbXB0cxgVIAEoBUIE4kEBAxIfChFmYWlsZWRfZ2VuZXJhdGlvbhgWIAEoA0IE4kEBAxIZCgtxdWFyYW50aW5lZBgXIAEoCEIE4kEBAxI8ChJvcnBoYW5fZXhwaXJlX3RpbWUYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEhcKD3Byb3ZpZGVyX2NvbmZpZxgZIAEoCRIeChBtYW5pZmVzdF92ZXJzaW9uGBogASgDQgTiQQEDGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi3AMKDVJlc291cmNlRXZlbnQSEQoDdWlkGAEgASgJQgTiQQEDEjAKCHJlc291cmNlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGgoMcmVzb3VyY2VfdWlkGAMgASgJQgTiQQEDEhYKCGNhdGVnb3J5GAQgASgJQgTiQQEDEioKBHR5cGUYBSABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGVCBOJBAQMSFAoGcmVhc29uGAYgASgJQgTiQQEDEhUKB21lc3NhZ2UYByABKAlCBOJBAQMSLQoGZGV0YWlsGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBAxITCgVjb3VudBgJIAEoA0IE4kEBAxI0CgpmaXJzdF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIzCglsYXN0X3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEhMKBWFjdG9yGAwgASgJQgTiQQEDEhgKCmdlbmVyYXRpb24YDSABKANCBOJBAQMSGwoNZXZlbnRfdmVyc2lvbhgOIAEoCUIE4kEBAyKDAgoMU3BlY1JldmlzaW9uEhgKCmdlbmVyYXRpb24YASABKANCBOJBAQMSKwoEc3BlYxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQMSNQoGc291cmNlGAMgASgOMh8uY29udmVyZ2UudjEuU3BlY1JldmlzaW9uU291cmNlQgTiQQEDEiYKE3Jlc3RvcmVkX2dlbmVyYXRpb24YBCABKANCBOJBAQNIAIgBARI1CgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQNCFgoUX3Jlc3RvcmVkX2dlbmVyYXRpb24i9wEKCUdyYXBoTm9kZRIRCgN1aWQYASABKAlCBOJBAQMSEgoEa2luZBgCIAEoCUIE4kEBAxISCgRuYW1lGAMgASgJQgTiQQEDEhoKDGtpbmRfdmVyc2lvbhgEIAEoBUIE4kEBAxInCgVwaGFzZRgFIAEoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEDEi0KBW93bmVyGAYgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGAoKZ2VuZXJhdGlvbhgHIAEoA0IE4kEBAxIhChNvYnNlcnZlZF9nZW5lcmF0aW9uGAggASgDQgTiQQEDIkYKCVZhbHVlRmxvdxIdCg9kZXBlbmRlbnRfZmllbGQYASABKAlCBOJBAQISGgoMc291cmNlX2ZpZWxkGAIgASgJQgTiQQECIqoBCg5EZXBlbmRlbmN5RWRnZRIxCglkZXBlbmRlbnQYASABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBAxIyCgpkZXBlbmRlbmN5GAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSMQoLdmFsdWVfZmxvd3MYAyADKAsyFi5jb252ZXJnZS52MS5WYWx1ZUZsb3dCBOJBAQMiZwoPV2FpdGluZ1Jlc291cmNlEisKA3JlZhgBIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEDEicKBXBoYXNlGAIgASgOMhIuY29udmVyZ2UudjEuUGhhc2VCBOJBAQMiSgoKUGhhc2VDb3VudBInCgVwaGFzZRgBIAEoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEDEhMKBWNvdW50GAIgASgFQgTiQQEDIloKEERlcGVuZGVuY2llc1dhaXQSEwoFdG90YWwYASABKAVCBOJBAQMSMQoFZmlyc3QYAiADKAsyHC5jb252ZXJnZS52MS5XYWl0aW5nUmVzb3VyY2VCBOJBAQMiogEKDENoaWxkcmVuV2FpdBITCgV0b3RhbBgBIAEoBUIE4kEBAxIZCgtwcm9ncmVzc2luZxgCIAEoBUIE4kEBAxIvCghieV9waGFzZRgDIAMoCzIXLmNvbnZlcmdlLnYxLlBoYXNlQ291bnRCBOJBAQMSMQoFZmlyc3QYBCADKAsyHC5jb252ZXJnZS52MS5XYWl0aW5nUmVzb3VyY2VCBOJBAQMiXQoMTm9Xb3JrZXJXYWl0EhIKBGtpbmQYASABKAlCBOJBAQMSGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQEDEh0KD3VucmVhZHlfd29ya2VycxgDIAEoBUIE4kEBAyJCChJDb25jdXJyZW5jeUNhcFdhaXQSFwoJaW5fZmxpZ2h0GAEgASgFQgTiQQEDEhMKBWxpbWl0GAIgASgFQgTiQQEDIrMBCgpRdWV1ZWRXYWl0EikKBHRhc2sYASABKA4yFS5jb252ZXJnZS52MS5UYXNrVHlwZUIE4kEBAxIrCgVjYXVzZRgCIAEoDjIWLmNvbnZlcmdlLnYxLlRhc2tDYXVzZUIE4kEBAxI3Cg1lbGlnaWJsZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIUCgZjbGFpbXMYBCABKAVCBOJBAQMi1wEKC1J1bm5pbmdXYWl0EikKBHRhc2sYASABKA4yFS5jb252ZXJnZS52MS5UYXNrVHlwZUIE4kEBAxIUCgZtZW1iZXIYAiABKAlCBOJBAQMSOAoOaGVhcnRiZWF0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjcKDWRlYWRsaW5lX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEhQKBmNsYWltcxgFIAEoBUIE4kEBAyI5CgxBcHBseWluZ1dhaXQSKQoEdGFzaxgBIAEoDjIVLmNvbnZlcmdlLnYxLlRhc2tUeXBlQgTiQQEDIuEBChBSZXRyeUJhY2tvZmZXYWl0EikKBHRhc2sYASABKA4yFS5jb252ZXJnZS52MS5UYXNrVHlwZUIE4kEBAxIVCgdhdHRlbXB0GAIgASgFQgTiQQEDEhoKDG1heF9hdHRlbXB0cxgDIAEoBUIE4kEBAxI0CgpyZXRyeV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIfChFsYXN0X2Vycm9yX3JlYXNvbhgFIAEoCUIE4kEBAxIYCgpsYXN0X2Vycm9yGAYgASgJQgTiQQEDIm8KDFJlcXVldWVkV2FpdBIpCgR0YXNrGAEgASgOMhUuY29udmVyZ2UudjEuVGFza1R5cGVCBOJBAQMSNAoKcmV0cnlfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMixAEKCkZhaWxlZFdhaXQSKQoEdGFzaxgBIAEoDjIVLmNvbnZlcmdlLnYxLlRhc2tUeXBlQgTiQQEDEhgKCmdlbmVyYXRpb24YAiABKANCBOJBAQMSHgoQYnVkZ2V0X2V4aGF1c3RlZBgDIAEoCEIE4kEBAxIWCghhdHRlbXB0cxgEIAEoBUIE4kEBAxIfChFsYXN0X2Vycm9yX3JlYXNvbhgFIAEoCUIE4kEBAxIYCgpsYXN0X2Vycm9yGAYgASgJQgTiQQEDIl4KD1F1YXJhbnRpbmVkV2FpdBI0CgpzaW5jZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIVCgdtZXNzYWdlGAIgASgJQgTiQQEDInYKDE9ycGhhbmVkV2FpdBItCgVvd25lchgBIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEDEjcKDXRlYXJkb3duX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDIosCCgxEZWxldGlvbldhaXQSNQoLZGVsZXRlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEh4KEGRlcGVuZGVudHNfdG90YWwYAiABKAVCBOJBAQMSNgoKZGVwZW5kZW50cxgDIAMoCzIcLmNvbnZlcmdlLnYxLldhaXRpbmdSZXNvdXJjZUIE4kEBAxIcCg5jaGlsZHJlbl90b3RhbBgEIAEoBUIE4kEBAxI0CghjaGlsZHJlbhgFIAMoCzIcLmNvbnZlcmdlLnYxLldhaXRpbmdSZXNvdXJjZUIE4kEBAxIYCgpmaW5hbGl6ZXJzGAYgAygJQgTiQQEDIi8KGVByb3ZpZGVyQ29uZmlnTWlzc2luZ1dhaXQSEgoEbmFtZRgBIAEoCUIE4kEBAyIvCg1VbmhlYWx0aHlXYWl0Eh4KEGZhbHNlX2NvbmRpdGlvbnMYASADKAlCBOJBAQMiRwoPVW5zY2hlZHVsZWRXYWl0EjQKCnNpbmNlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDItUGCgRXYWl0EhUKB21lc3NhZ2UYASABKAlCBOJBAQMSNQoMZGVwZW5kZW5jaWVzGAIgASgLMh0uY29udmVyZ2UudjEuRGVwZW5kZW5jaWVzV2FpdEgAEi0KCGNoaWxkcmVuGAMgASgLMhkuY29udmVyZ2UudjEuQ2hpbGRyZW5XYWl0SAASLgoJbm9fd29ya2VyGAQgASgLMhkuY29udmVyZ2UudjEuTm9Xb3JrZXJXYWl0SAASOgoPY29uY3VycmVuY3lfY2FwGAUgASgLMh8uY29udmVyZ2UudjEuQ29uY3VycmVuY3lDYXBXYWl0SAASKQoGcXVldWVkGAYgASgLMhcuY29udmVyZ2UudjEuUXVldWVkV2FpdEgAEisKB3J1bm5pbmcYByABKAsyGC5jb252ZXJnZS52MS5SdW5uaW5nV2FpdEgAEi0KCGFwcGx5aW5nGAggASgLMhkuY29udmVyZ2UudjEuQXBwbHlpbmdXYWl0SAASNgoNcmV0cnlfYmFja29mZhgJIAEoCzIdLmNvbnZlcmdlLnYxLlJldHJ5QmFja29mZldhaXRIABItCghyZXF1ZXVlZBgKIAEoCzIZLmNvbnZlcmdlLnYxLlJlcXVldWVkV2FpdEgAEikKBmZhaWxlZBgLIAEoCzIXLmNvbnZlcmdlLnYxLkZhaWxlZFdhaXRIABIzCgtxdWFyYW50aW5lZBgMIAEoCzIcLmNvbnZlcmdlLnYxLlF1YXJhbnRpbmVkV2FpdEgAEi0KCG9ycGhhbmVkGA0gASgLMhkuY29udmVyZ2UudjEuT3JwaGFuZWRXYWl0SAASLQoIZGVsZXRpb24YDiABKAsyGS5jb252ZXJnZS52MS5EZWxldGlvbldhaXRIABJJChdwcm92aWRlcl9jb25maWdfbWlzc2luZxgPIAEoCzImLmNvbnZlcmdlLnYxLlByb3ZpZGVyQ29uZmlnTWlzc2luZ1dhaXRIABIvCgl1bmhlYWx0aHkYECABKAsyGi5jb252ZXJnZS52MS5VbmhlYWx0aHlXYWl0SAASMwoLdW5zY2hlZHVsZWQYESABKAsyHC5jb252ZXJnZS52MS5VbnNjaGVkdWxlZFdhaXRIAEIHCgVjYXVzZSqrAQoFUGhhc2USFQoRUEhBU0VfVU5TUEVDSUZJRUQQABIPCgtQSEFTRV9SRUFEWRABEhUKEVBIQVNFX1JFQ09OQ0lMSU5HEAISEgoOUEhBU0VfREVHUkFERUQQAxIQCgxQSEFTRV9GQUlMRUQQBBISCg5QSEFTRV9ERUxFVElORxAFEhIKDlBIQVNFX09SUEhBTkVEEAYSFQoRUEhBU0VfUVVBUkFOVElORUQQByqIAQoPQ29uZGl0aW9uU3RhdHVzEiAKHENPTkRJVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIZChVDT05ESVRJT05fU1RBVFVTX1RSVUUQARIaChZDT05ESVRJT05fU1RBVFVTX0ZBTFNFEAISHAoYQ09ORElUSU9OX1NUQVRVU19VTktOT1dOEAMqqgEKDldhdGNoRXZlbnRUeXBlEiAKHFdBVENIX0VWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIaChZXQVRDSF9FVkVOVF9UWVBFX0FEREVEEAESHQoZV0FUQ0hfRVZFTlRfVFlQRV9NT0RJRklFRBACEhwKGFdBVENIX0VWRU5UX1RZUEVfREVMRVRFRBADEh0KGVdBVENIX0VWRU5UX1RZUEVfQk9PS01BUksQBCpWCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhUKEUVWRU5UX1RZUEVfTk9STUFMEAESFgoSRVZFTlRfVFlQRV9XQVJOSU5HEAIqrgEKDkV2ZW50V2F0Y2hUeXBlEiAKHEVWRU5UX1dBVENIX1RZUEVfVU5TUEVDSUZJRUQQABIdChlFVkVOVF9XQVRDSF9UWVBFX1NOQVBTSE9UEAESHQoZRVZFTlRfV0FUQ0hfVFlQRV9BUFBFTkRFRBACEh0KGUVWRU5UX1dBVENIX1RZUEVfRVhURU5ERUQQAxIdChlFVkVOVF9XQVRDSF9UWVBFX0JPT0tNQVJLEAQqfQoSU3BlY1JldmlzaW9uU291cmNlEiQKIFNQRUNfUkVWSVNJT05fU09VUkNFX1VOU1BFQ0lGSUVEEAASHgoaU1BFQ19SRVZJU0lPTl9TT1VSQ0VfQVBQTFkQARIhCh1TUEVDX1JFVklTSU9OX1NPVVJDRV9ST0xMQkFDSxACKlYKCFRhc2tUeXBlEhkKFVRBU0tfVFlQRV9VTlNQRUNJRklFRBAAEhcKE1RBU0tfVFlQRV9SRUNPTkNJTEUQARIWChJUQVNLX1RZUEVfVEVBUkRPV04QAiqUAQoJVGFza0NhdXNlEhoKFlRBU0tfQ0FVU0VfVU5TUEVDSUZJRUQQABIVChFUQVNLX0NBVVNFX0NIQU5HRRABEhUKEVRBU0tfQ0FVU0VfUkVTWU5DEAISHwobVEFTS19DQVVTRV9SRVNZTkNfUkVDT01QT1NFEAMSHAoYVEFTS19DQVVTRV9DT05GSUdfQ0hBTkdFEARCnQEKD2NvbS5jb252ZXJnZS52MUINUmVzb3VyY2VQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Identifies a resource by its public identity: the kind and the name.
@@ -687,6 +687,816 @@ export const DependencyEdgeSchema: GenMessage<DependencyEdge> = /*@__PURE__*/
   messageDesc(file_converge_v1_resource, 7);
 
 /**
+ * A resource named in a wait, with its phase at read time.
+ *
+ * @generated from message converge.v1.WaitingResource
+ */
+export type WaitingResource = Message<"converge.v1.WaitingResource"> & {
+  /**
+   * Output only. Kind and name of the resource.
+   *
+   * @generated from field: converge.v1.ResourceRef ref = 1;
+   */
+  ref?: ResourceRef | undefined;
+
+  /**
+   * Output only. Its phase at read time.
+   *
+   * @generated from field: converge.v1.Phase phase = 2;
+   */
+  phase: Phase;
+};
+
+/**
+ * Describes the message converge.v1.WaitingResource.
+ * Use `create(WaitingResourceSchema)` to create a new message.
+ */
+export const WaitingResourceSchema: GenMessage<WaitingResource> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 8);
+
+/**
+ * How many resources of a set are in one phase.
+ *
+ * @generated from message converge.v1.PhaseCount
+ */
+export type PhaseCount = Message<"converge.v1.PhaseCount"> & {
+  /**
+   * Output only. The phase.
+   *
+   * @generated from field: converge.v1.Phase phase = 1;
+   */
+  phase: Phase;
+
+  /**
+   * Output only. How many are in it (> 0; phases with none are left out).
+   *
+   * @generated from field: int32 count = 2;
+   */
+  count: number;
+};
+
+/**
+ * Describes the message converge.v1.PhaseCount.
+ * Use `create(PhaseCountSchema)` to create a new message.
+ */
+export const PhaseCountSchema: GenMessage<PhaseCount> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 9);
+
+/**
+ * Upstream dependencies that are not synced for their current generation:
+ * the resource is not scheduled before they are.
+ *
+ * @generated from message converge.v1.DependenciesWait
+ */
+export type DependenciesWait = Message<"converge.v1.DependenciesWait"> & {
+  /**
+   * Output only. How many upstream dependencies are not synced.
+   *
+   * @generated from field: int32 total = 1;
+   */
+  total: number;
+
+  /**
+   * Output only. The first of them (at most 10, by kind and name).
+   *
+   * @generated from field: repeated converge.v1.WaitingResource first = 2;
+   */
+  first: WaitingResource[];
+};
+
+/**
+ * Describes the message converge.v1.DependenciesWait.
+ * Use `create(DependenciesWaitSchema)` to create a new message.
+ */
+export const DependenciesWaitSchema: GenMessage<DependenciesWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 10);
+
+/**
+ * Children (resources this one composed) that are not Ready. For a kind
+ * that rolls up, progressing children (not synced, and neither failed,
+ * deleting nor set aside) hold its rollup back; failed or unhealthy
+ * children make it Degraded.
+ *
+ * @generated from message converge.v1.ChildrenWait
+ */
+export type ChildrenWait = Message<"converge.v1.ChildrenWait"> & {
+  /**
+   * Output only. How many children are not Ready.
+   *
+   * @generated from field: int32 total = 1;
+   */
+  total: number;
+
+  /**
+   * Output only. Of those, how many are still progressing (the rollup waits
+   * for them).
+   *
+   * @generated from field: int32 progressing = 2;
+   */
+  progressing: number;
+
+  /**
+   * Output only. Every child counted by phase (Ready ones included), in
+   * Phase order.
+   *
+   * @generated from field: repeated converge.v1.PhaseCount by_phase = 3;
+   */
+  byPhase: PhaseCount[];
+
+  /**
+   * Output only. The first children that are not Ready (at most 10,
+   * progressing ones first, then by kind and name).
+   *
+   * @generated from field: repeated converge.v1.WaitingResource first = 4;
+   */
+  first: WaitingResource[];
+};
+
+/**
+ * Describes the message converge.v1.ChildrenWait.
+ * Use `create(ChildrenWaitSchema)` to create a new message.
+ */
+export const ChildrenWaitSchema: GenMessage<ChildrenWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 11);
+
+/**
+ * No ready worker for the task's (kind, kind_version) is connected to any
+ * live broker, as of the brokers' last membership heartbeats (a few seconds
+ * old at most): the task waits in the queue until one subscribes.
+ *
+ * @generated from message converge.v1.NoWorkerWait
+ */
+export type NoWorkerWait = Message<"converge.v1.NoWorkerWait"> & {
+  /**
+   * Output only. Kind the task needs a worker for.
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * Output only. Kind version the task needs a worker for.
+   *
+   * @generated from field: int32 kind_version = 2;
+   */
+  kindVersion: number;
+
+  /**
+   * Output only. Connected workers that subscribed to the pair but report
+   * it not ready (Interest ready = false).
+   *
+   * @generated from field: int32 unready_workers = 3;
+   */
+  unreadyWorkers: number;
+};
+
+/**
+ * Describes the message converge.v1.NoWorkerWait.
+ * Use `create(NoWorkerWaitSchema)` to create a new message.
+ */
+export const NoWorkerWaitSchema: GenMessage<NoWorkerWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 12);
+
+/**
+ * The kind version's cluster-wide max_inflight is reached: the task waits
+ * for a slot.
+ *
+ * @generated from message converge.v1.ConcurrencyCapWait
+ */
+export type ConcurrencyCapWait = Message<"converge.v1.ConcurrencyCapWait"> & {
+  /**
+   * Output only. Tasks of the kind version held by workers now, plus its
+   * running operations (they share the cap).
+   *
+   * @generated from field: int32 in_flight = 1;
+   */
+  inFlight: number;
+
+  /**
+   * Output only. The kind version's max_inflight.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message converge.v1.ConcurrencyCapWait.
+ * Use `create(ConcurrencyCapWaitSchema)` to create a new message.
+ */
+export const ConcurrencyCapWaitSchema: GenMessage<ConcurrencyCapWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 13);
+
+/**
+ * A task is queued and claimable: a broker hands it to a worker at its
+ * next claim (unless a wait listed before this one holds it).
+ *
+ * @generated from message converge.v1.QueuedWait
+ */
+export type QueuedWait = Message<"converge.v1.QueuedWait"> & {
+  /**
+   * Output only. Which task.
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+
+  /**
+   * Output only. What queued it (reconcile tasks; UNSPECIFIED for
+   * teardowns).
+   *
+   * @generated from field: converge.v1.TaskCause cause = 2;
+   */
+  cause: TaskCause;
+
+  /**
+   * Output only. Since when it is claimable.
+   *
+   * @generated from field: google.protobuf.Timestamp eligible_time = 3;
+   */
+  eligibleTime?: Timestamp | undefined;
+
+  /**
+   * Output only. How often it was claimed before (0 = never).
+   *
+   * @generated from field: int32 claims = 4;
+   */
+  claims: number;
+};
+
+/**
+ * Describes the message converge.v1.QueuedWait.
+ * Use `create(QueuedWaitSchema)` to create a new message.
+ */
+export const QueuedWaitSchema: GenMessage<QueuedWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 14);
+
+/**
+ * A task is held by a worker through a broker: the resource is in
+ * progress.
+ *
+ * @generated from message converge.v1.RunningWait
+ */
+export type RunningWait = Message<"converge.v1.RunningWait"> & {
+  /**
+   * Output only. Which task.
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+
+  /**
+   * Output only. The cluster member (broker) holding the lease.
+   *
+   * @generated from field: string member = 2;
+   */
+  member: string;
+
+  /**
+   * Output only. When the lease was claimed or last renewed by a worker
+   * heartbeat.
+   *
+   * @generated from field: google.protobuf.Timestamp heartbeat_time = 3;
+   */
+  heartbeatTime?: Timestamp | undefined;
+
+  /**
+   * Output only. When the task times out and counts as a transient failure;
+   * absent when the kind sets no task deadline.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline_time = 4;
+   */
+  deadlineTime?: Timestamp | undefined;
+
+  /**
+   * Output only. Which claim of the task this is (1 = the first).
+   *
+   * @generated from field: int32 claims = 5;
+   */
+  claims: number;
+};
+
+/**
+ * Describes the message converge.v1.RunningWait.
+ * Use `create(RunningWaitSchema)` to create a new message.
+ */
+export const RunningWaitSchema: GenMessage<RunningWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 15);
+
+/**
+ * The worker's result is in and waits for the drainer to apply it
+ * (normally milliseconds).
+ *
+ * @generated from message converge.v1.ApplyingWait
+ */
+export type ApplyingWait = Message<"converge.v1.ApplyingWait"> & {
+  /**
+   * Output only. Which task.
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+};
+
+/**
+ * Describes the message converge.v1.ApplyingWait.
+ * Use `create(ApplyingWaitSchema)` to create a new message.
+ */
+export const ApplyingWaitSchema: GenMessage<ApplyingWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 16);
+
+/**
+ * The task failed transiently and waits out its retry delay.
+ *
+ * @generated from message converge.v1.RetryBackoffWait
+ */
+export type RetryBackoffWait = Message<"converge.v1.RetryBackoffWait"> & {
+  /**
+   * Output only. Which task.
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+
+  /**
+   * Output only. Consecutive failures so far (the attempt that failed last).
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * Output only. The kind's max_transient_attempts: the failure that
+   * reaches it is terminal. 0 = unlimited (and always 0 for teardowns).
+   *
+   * @generated from field: int32 max_attempts = 3;
+   */
+  maxAttempts: number;
+
+  /**
+   * Output only. When the task is claimable again.
+   *
+   * @generated from field: google.protobuf.Timestamp retry_time = 4;
+   */
+  retryTime?: Timestamp | undefined;
+
+  /**
+   * Output only. UpperCamelCase reason of the last failure (of the Synced
+   * or Teardown condition). May be empty.
+   *
+   * @generated from field: string last_error_reason = 5;
+   */
+  lastErrorReason: string;
+
+  /**
+   * Output only. Message of the last failure (at most 1024 bytes). May be
+   * empty.
+   *
+   * @generated from field: string last_error = 6;
+   */
+  lastError: string;
+};
+
+/**
+ * Describes the message converge.v1.RetryBackoffWait.
+ * Use `create(RetryBackoffWaitSchema)` to create a new message.
+ */
+export const RetryBackoffWaitSchema: GenMessage<RetryBackoffWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 17);
+
+/**
+ * The worker answered "not settled yet, come back later" (requeue_after):
+ * the task runs again at retry_time. Not a failure.
+ *
+ * @generated from message converge.v1.RequeuedWait
+ */
+export type RequeuedWait = Message<"converge.v1.RequeuedWait"> & {
+  /**
+   * Output only. Which task.
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+
+  /**
+   * Output only. When the task is claimable again.
+   *
+   * @generated from field: google.protobuf.Timestamp retry_time = 2;
+   */
+  retryTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message converge.v1.RequeuedWait.
+ * Use `create(RequeuedWaitSchema)` to create a new message.
+ */
+export const RequeuedWaitSchema: GenMessage<RequeuedWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 18);
+
+/**
+ * The task failed and is not retried by itself: a new spec generation or
+ * ReconcileResource retries it.
+ *
+ * @generated from message converge.v1.FailedWait
+ */
+export type FailedWait = Message<"converge.v1.FailedWait"> & {
+  /**
+   * Output only. Which task (a failed teardown keeps the resource
+   * DELETING).
+   *
+   * @generated from field: converge.v1.TaskType task = 1;
+   */
+  task: TaskType;
+
+  /**
+   * Output only. The generation that failed.
+   *
+   * @generated from field: int64 generation = 2;
+   */
+  generation: bigint;
+
+  /**
+   * Output only. True when the kind's max_transient_attempts was used up;
+   * false when a worker reported a terminal error.
+   *
+   * @generated from field: bool budget_exhausted = 3;
+   */
+  budgetExhausted: boolean;
+
+  /**
+   * Output only. Consecutive failures of the generation.
+   *
+   * @generated from field: int32 attempts = 4;
+   */
+  attempts: number;
+
+  /**
+   * Output only. UpperCamelCase reason of the last failure. May be empty.
+   *
+   * @generated from field: string last_error_reason = 5;
+   */
+  lastErrorReason: string;
+
+  /**
+   * Output only. Message of the last failure (at most 1024 bytes). May be
+   * empty.
+   *
+   * @generated from field: string last_error = 6;
+   */
+  lastError: string;
+};
+
+/**
+ * Describes the message converge.v1.FailedWait.
+ * Use `create(FailedWaitSchema)` to create a new message.
+ */
+export const FailedWaitSchema: GenMessage<FailedWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 19);
+
+/**
+ * The resource is quarantined: nothing reconciles it until
+ * UnquarantineResource.
+ *
+ * @generated from message converge.v1.QuarantinedWait
+ */
+export type QuarantinedWait = Message<"converge.v1.QuarantinedWait"> & {
+  /**
+   * Output only. When it was quarantined.
+   *
+   * @generated from field: google.protobuf.Timestamp since_time = 1;
+   */
+  sinceTime?: Timestamp | undefined;
+
+  /**
+   * Output only. The quarantine's note, as recorded on its condition.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message converge.v1.QuarantinedWait.
+ * Use `create(QuarantinedWaitSchema)` to create a new message.
+ */
+export const QuarantinedWaitSchema: GenMessage<QuarantinedWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 20);
+
+/**
+ * The composer stopped emitting this child: it is left untouched and torn
+ * down at teardown_time unless re-emitted.
+ *
+ * @generated from message converge.v1.OrphanedWait
+ */
+export type OrphanedWait = Message<"converge.v1.OrphanedWait"> & {
+  /**
+   * Output only. The composer that dropped it.
+   *
+   * @generated from field: converge.v1.ResourceRef owner = 1;
+   */
+  owner?: ResourceRef | undefined;
+
+  /**
+   * Output only. When its grace period ends.
+   *
+   * @generated from field: google.protobuf.Timestamp teardown_time = 2;
+   */
+  teardownTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message converge.v1.OrphanedWait.
+ * Use `create(OrphanedWaitSchema)` to create a new message.
+ */
+export const OrphanedWaitSchema: GenMessage<OrphanedWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 21);
+
+/**
+ * The resource is being deleted and cannot be removed yet: dependents are
+ * torn down before their dependencies and children before their owners,
+ * then each finalizer's teardown runs.
+ *
+ * @generated from message converge.v1.DeletionWait
+ */
+export type DeletionWait = Message<"converge.v1.DeletionWait"> & {
+  /**
+   * Output only. When deletion was requested.
+   *
+   * @generated from field: google.protobuf.Timestamp delete_time = 1;
+   */
+  deleteTime?: Timestamp | undefined;
+
+  /**
+   * Output only. How many resources depending on it are still there
+   * (being deleted first).
+   *
+   * @generated from field: int32 dependents_total = 2;
+   */
+  dependentsTotal: number;
+
+  /**
+   * Output only. The first of them (at most 10, by kind and name).
+   *
+   * @generated from field: repeated converge.v1.WaitingResource dependents = 3;
+   */
+  dependents: WaitingResource[];
+
+  /**
+   * Output only. How many of its children are still there.
+   *
+   * @generated from field: int32 children_total = 4;
+   */
+  childrenTotal: number;
+
+  /**
+   * Output only. The first of them (at most 10, by kind and name).
+   *
+   * @generated from field: repeated converge.v1.WaitingResource children = 5;
+   */
+  children: WaitingResource[];
+
+  /**
+   * Output only. Finalizers not cleared yet, in the order their teardowns
+   * run.
+   *
+   * @generated from field: repeated string finalizers = 6;
+   */
+  finalizers: string[];
+};
+
+/**
+ * Describes the message converge.v1.DeletionWait.
+ * Use `create(DeletionWaitSchema)` to create a new message.
+ */
+export const DeletionWaitSchema: GenMessage<DeletionWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 22);
+
+/**
+ * The resource names a ProviderConfig override that does not exist: each
+ * task fails (ProviderConfigMissing) until it is applied or detached.
+ *
+ * @generated from message converge.v1.ProviderConfigMissingWait
+ */
+export type ProviderConfigMissingWait = Message<"converge.v1.ProviderConfigMissingWait"> & {
+  /**
+   * Output only. Name of the missing ProviderConfig.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message converge.v1.ProviderConfigMissingWait.
+ * Use `create(ProviderConfigMissingWaitSchema)` to create a new message.
+ */
+export const ProviderConfigMissingWaitSchema: GenMessage<ProviderConfigMissingWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 23);
+
+/**
+ * The latest reconcile reported the resource unhealthy (phase DEGRADED).
+ *
+ * @generated from message converge.v1.UnhealthyWait
+ */
+export type UnhealthyWait = Message<"converge.v1.UnhealthyWait"> & {
+  /**
+   * Output only. Types of its conditions whose status is FALSE (at most
+   * 10, by type).
+   *
+   * @generated from field: repeated string false_conditions = 1;
+   */
+  falseConditions: string[];
+};
+
+/**
+ * Describes the message converge.v1.UnhealthyWait.
+ * Use `create(UnhealthyWaitSchema)` to create a new message.
+ */
+export const UnhealthyWaitSchema: GenMessage<UnhealthyWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 24);
+
+/**
+ * The resource lags its generation with nothing queued and nothing
+ * blocking it (a task lost with the queue, e.g. after a crash): the
+ * control plane's lagging sweep queues it again.
+ *
+ * @generated from message converge.v1.UnscheduledWait
+ */
+export type UnscheduledWait = Message<"converge.v1.UnscheduledWait"> & {
+  /**
+   * Output only. Since when the resource is unchanged.
+   *
+   * @generated from field: google.protobuf.Timestamp since_time = 1;
+   */
+  sinceTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message converge.v1.UnscheduledWait.
+ * Use `create(UnscheduledWaitSchema)` to create a new message.
+ */
+export const UnscheduledWaitSchema: GenMessage<UnscheduledWait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 25);
+
+/**
+ * One thing that currently holds a resource back from READY (or from being
+ * removed, while it is deleted), derived from stored state at read time.
+ *
+ * @generated from message converge.v1.Wait
+ */
+export type Wait = Message<"converge.v1.Wait"> & {
+  /**
+   * Output only. One human-readable line naming the cause, with the details
+   * below folded in.
+   *
+   * @generated from field: string message = 1;
+   */
+  message: string;
+
+  /**
+   * Output only. The cause, typed.
+   *
+   * @generated from oneof converge.v1.Wait.cause
+   */
+  cause: {
+    /**
+     * Upstream dependencies not synced.
+     *
+     * @generated from field: converge.v1.DependenciesWait dependencies = 2;
+     */
+    value: DependenciesWait;
+    case: "dependencies";
+  } | {
+    /**
+     * Children not Ready.
+     *
+     * @generated from field: converge.v1.ChildrenWait children = 3;
+     */
+    value: ChildrenWait;
+    case: "children";
+  } | {
+    /**
+     * No ready worker connected for the kind version.
+     *
+     * @generated from field: converge.v1.NoWorkerWait no_worker = 4;
+     */
+    value: NoWorkerWait;
+    case: "noWorker";
+  } | {
+    /**
+     * The kind version's concurrency cap is reached.
+     *
+     * @generated from field: converge.v1.ConcurrencyCapWait concurrency_cap = 5;
+     */
+    value: ConcurrencyCapWait;
+    case: "concurrencyCap";
+  } | {
+    /**
+     * A task is queued.
+     *
+     * @generated from field: converge.v1.QueuedWait queued = 6;
+     */
+    value: QueuedWait;
+    case: "queued";
+  } | {
+    /**
+     * A task is held by a worker.
+     *
+     * @generated from field: converge.v1.RunningWait running = 7;
+     */
+    value: RunningWait;
+    case: "running";
+  } | {
+    /**
+     * A task's result waits to be applied.
+     *
+     * @generated from field: converge.v1.ApplyingWait applying = 8;
+     */
+    value: ApplyingWait;
+    case: "applying";
+  } | {
+    /**
+     * A task waits out a retry delay after a transient failure.
+     *
+     * @generated from field: converge.v1.RetryBackoffWait retry_backoff = 9;
+     */
+    value: RetryBackoffWait;
+    case: "retryBackoff";
+  } | {
+    /**
+     * The worker asked to be called again later.
+     *
+     * @generated from field: converge.v1.RequeuedWait requeued = 10;
+     */
+    value: RequeuedWait;
+    case: "requeued";
+  } | {
+    /**
+     * A task failed and is not retried by itself.
+     *
+     * @generated from field: converge.v1.FailedWait failed = 11;
+     */
+    value: FailedWait;
+    case: "failed";
+  } | {
+    /**
+     * The resource is quarantined.
+     *
+     * @generated from field: converge.v1.QuarantinedWait quarantined = 12;
+     */
+    value: QuarantinedWait;
+    case: "quarantined";
+  } | {
+    /**
+     * The resource is orphaned.
+     *
+     * @generated from field: converge.v1.OrphanedWait orphaned = 13;
+     */
+    value: OrphanedWait;
+    case: "orphaned";
+  } | {
+    /**
+     * The resource is being deleted and removal is blocked.
+     *
+     * @generated from field: converge.v1.DeletionWait deletion = 14;
+     */
+    value: DeletionWait;
+    case: "deletion";
+  } | {
+    /**
+     * The provider config override does not exist.
+     *
+     * @generated from field: converge.v1.ProviderConfigMissingWait provider_config_missing = 15;
+     */
+    value: ProviderConfigMissingWait;
+    case: "providerConfigMissing";
+  } | {
+    /**
+     * The resource is reported unhealthy.
+     *
+     * @generated from field: converge.v1.UnhealthyWait unhealthy = 16;
+     */
+    value: UnhealthyWait;
+    case: "unhealthy";
+  } | {
+    /**
+     * The resource lags with nothing queued.
+     *
+     * @generated from field: converge.v1.UnscheduledWait unscheduled = 17;
+     */
+    value: UnscheduledWait;
+    case: "unscheduled";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message converge.v1.Wait.
+ * Use `create(WaitSchema)` to create a new message.
+ */
+export const WaitSchema: GenMessage<Wait> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource, 26);
+
+/**
  * Lifecycle phase of a resource. The server derives it from the resource's
  * lifecycle scalars with a fixed precedence (first match wins): DELETING,
  * QUARANTINED, FAILED, ORPHANED, DEGRADED, READY, RECONCILING. It is never
@@ -982,4 +1792,88 @@ export enum SpecRevisionSource {
  */
 export const SpecRevisionSourceSchema: GenEnum<SpecRevisionSource> = /*@__PURE__*/
   enumDesc(file_converge_v1_resource, 5);
+
+/**
+ * Which of a resource's two task kinds a wait is about.
+ *
+ * @generated from enum converge.v1.TaskType
+ */
+export enum TaskType {
+  /**
+   * Not set. Never returned.
+   *
+   * @generated from enum value: TASK_TYPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A reconcile of the current generation.
+   *
+   * @generated from enum value: TASK_TYPE_RECONCILE = 1;
+   */
+  RECONCILE = 1,
+
+  /**
+   * A teardown (one finalizer's delete reaction) of a resource being
+   * deleted.
+   *
+   * @generated from enum value: TASK_TYPE_TEARDOWN = 2;
+   */
+  TEARDOWN = 2,
+}
+
+/**
+ * Describes the enum converge.v1.TaskType.
+ */
+export const TaskTypeSchema: GenEnum<TaskType> = /*@__PURE__*/
+  enumDesc(file_converge_v1_resource, 6);
+
+/**
+ * What queued a reconcile task.
+ *
+ * @generated from enum converge.v1.TaskCause
+ */
+export enum TaskCause {
+  /**
+   * Not set. Never returned.
+   *
+   * @generated from enum value: TASK_CAUSE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A new generation, an upstream or child that settled, or an explicit
+   * ReconcileResource (every cause below excepted).
+   *
+   * @generated from enum value: TASK_CAUSE_CHANGE = 1;
+   */
+  CHANGE = 1,
+
+  /**
+   * The kind's periodic resync (drift re-observation).
+   *
+   * @generated from enum value: TASK_CAUSE_RESYNC = 2;
+   */
+  RESYNC = 2,
+
+  /**
+   * The kind's periodic resync, recomposing the children as well.
+   *
+   * @generated from enum value: TASK_CAUSE_RESYNC_RECOMPOSE = 3;
+   */
+  RESYNC_RECOMPOSE = 3,
+
+  /**
+   * Its provider config (override or kind default) changed.
+   *
+   * @generated from enum value: TASK_CAUSE_CONFIG_CHANGE = 4;
+   */
+  CONFIG_CHANGE = 4,
+}
+
+/**
+ * Describes the enum converge.v1.TaskCause.
+ */
+export const TaskCauseSchema: GenEnum<TaskCause> = /*@__PURE__*/
+  enumDesc(file_converge_v1_resource, 7);
 

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { DependencyEdge, EventType, EventWatchType, GraphNode, Phase, Resource, ResourceEvent, ResourceRef, SpecRevision, WatchEventType } from "./resource_pb.js";
+import type { DependencyEdge, EventType, EventWatchType, GraphNode, Phase, Resource, ResourceEvent, ResourceRef, SpecRevision, Wait, WatchEventType } from "./resource_pb.js";
 import { file_converge_v1_resource } from "./resource_pb.js";
 import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/resource_service.proto.
  */
 export const file_converge_v1_resource_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSKMAwoUQXBwbHlSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBAhJDCgZsYWJlbHMYBCADKAsyLS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeUIE4kEBARIrCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBARIYCgpyZXF1ZXN0X2lkGAYgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYByABKAhCBOJBAQESFwoEZXRhZxgIIAEoCUIE4kEBAUgAiAEBEiIKD3Byb3ZpZGVyX2NvbmZpZxgJIAEoCUIE4kEBAUgBiAEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFX2V0YWdCEgoQX3Byb3ZpZGVyX2NvbmZpZyJRChVBcHBseVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIPCgdjcmVhdGVkGAIgASgIIo4BChpCYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBI5CghyZXF1ZXN0cxgBIAMoCzIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0QgTiQQECEhgKCnJlcXVlc3RfaWQYAiABKAlCBOJBAQESGwoNdmFsaWRhdGVfb25seRgDIAEoCEIE4kEBASJUChtCYXRjaEFwcGx5UmVzb3VyY2VzUmVzcG9uc2USNQoJcmVzcG9uc2VzGAEgAygLMiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlItMCChVDcmVhdGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBAhJECgZsYWJlbHMYBCADKAsyLi5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlcXVlc3QuTGFiZWxzRW50cnlCBOJBAQESKwoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESGAoKcmVxdWVzdF9pZBgGIAEoCUIE4kEBARIbCg12YWxpZGF0ZV9vbmx5GAcgASgIQgTiQQEBEh0KD3Byb3ZpZGVyX2NvbmZpZxgIIAEoCUIE4kEBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFkNyZWF0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSI8ChJHZXRSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIj4KE0dldFJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSKUAwoUTGlzdFJlc291cmNlc1JlcXVlc3QSFwoEa2luZBgBIAEoCUIE4kEBAUgAiAEBEh8KDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAUgBiAEBEigKBnBoYXNlcxgDIAMoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEBEhwKDmxhYmVsX3NlbGVjdG9yGAQgASgJQgTiQQEBEi0KBW93bmVyGAUgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQESLAoEcm9vdBgGIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEhgKCnJvb3RzX29ubHkYByABKAhCBOJBAQESFwoJcGFnZV9zaXplGAggASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YCSABKAlCBOJBAQESIgoPcHJvdmlkZXJfY29uZmlnGAogASgJQgTiQQEBSAKIAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkISChBfcHJvdmlkZXJfY29uZmlnIloKFUxpc3RSZXNvdXJjZXNSZXNwb25zZRIoCglyZXNvdXJjZXMYASADKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkitQEKFURlbGV0ZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoNYWxsb3dfbWlzc2luZxgDIAEoCEIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhcKBGV0YWcYBSABKAlCBOJBAQFIAIgBARIbCg12YWxpZGF0ZV9vbmx5GAYgASgIQgTiQQEBQgcKBV9ldGFnIkEKFkRlbGV0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSLlAgoVV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0EhcKBGtpbmQYASABKAlCBOJBAQFIAIgBARIfCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQFIAYgBARIcCg5sYWJlbF9zZWxlY3RvchgDIAEoCUIE4kEBARItCgVvd25lchgEIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEiwKBHJvb3QYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBARIeChByZXNvdXJjZV92ZXJzaW9uGAYgASgJQgTiQQEBEiYKE3NlbmRfaW5pdGlhbF9ldmVudHMYByABKAhCBOJBAQFIAogBARIdCg9hbGxvd19ib29rbWFya3MYCCABKAhCBOJBAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkIWChRfc2VuZF9pbml0aWFsX2V2ZW50cyKiAQoWV2F0Y2hSZXNvdXJjZXNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuV2F0Y2hFdmVudFR5cGUSJwoIcmVzb3VyY2UYAiABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIYChByZXNvdXJjZV92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJ5ChhSZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECEhsKDXJlc2V0X2JhY2tvZmYYAyABKAhCBOJBAQESGAoKcmVxdWVzdF9pZBgEIAEoCUIE4kEBASJEChlSZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidAoZUXVhcmFudGluZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFQoHbWVzc2FnZRgDIAEoCUIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBIkUKGlF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidgobVW5xdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIVCgdtZXNzYWdlGAMgASgJQgTiQQEBEhgKCnJlcXVlc3RfaWQYBCABKAlCBOJBAQEiRwocVW5xdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIqMCChlMaXN0UmVzb3VyY2VFdmVudHNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIbCghjYXRlZ29yeRgDIAEoCUIE4kEBAUgAiAEBEioKBHR5cGUYBCABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGVCBOJBAQESGQoGcmVhc29uGAUgASgJQgTiQQEBSAGIAQESLwoFc2luY2UYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEBEhcKCXBhZ2Vfc2l6ZRgHIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAggASgJQgTiQQEBQgsKCV9jYXRlZ29yeUIJCgdfcmVhc29uImEKGkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEioKBmV2ZW50cxgBIAMoCzIaLmNvbnZlcmdlLnYxLlJlc291cmNlRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIsgBChpXYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoIY2F0ZWdvcnkYAyABKAlCBOJBAQFIAIgBARIbCg1ldmVudF92ZXJzaW9uGAQgASgJQgTiQQEBEhwKDnNuYXBzaG90X2xpbWl0GAUgASgFQgTiQQEBEh0KD2FsbG93X2Jvb2ttYXJrcxgGIAEoCEIE4kEBAUILCglfY2F0ZWdvcnkipgEKG1dhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuRXZlbnRXYXRjaFR5cGUSKQoFZXZlbnQYAiABKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhUKDWV2ZW50X3ZlcnNpb24YAyABKAkSGgoSaW5pdGlhbF9ldmVudHNfZW5kGAQgASgIInQKF0dldFJlc291cmNlR3JhcGhSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASKsAQoYR2V0UmVzb3VyY2VHcmFwaFJlc3BvbnNlEiQKBHJvb3QYASABKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSJQoFbm9kZXMYAiADKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YBCABKAkidQoYTGlzdFNwZWNSZXZpc2lvbnNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASJiChlMaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEiwKCXJldmlzaW9ucxgBIAMoCzIZLmNvbnZlcmdlLnYxLlNwZWNSZXZpc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiuwEKF1JvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIfChF0YXJnZXRfZ2VuZXJhdGlvbhgDIAEoA0IE4kEBAhIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYBSABKAhCBOJBAQESFwoEZXRhZxgGIAEoCUIE4kEBAUgAiAEBQgcKBV9ldGFnIkMKGFJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlMsELCg9SZXNvdXJjZVNlcnZpY2USVgoNQXBwbHlSZXNvdXJjZRIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0GiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlEmgKE0JhdGNoQXBwbHlSZXNvdXJjZXMSJy5jb252ZXJnZS52MS5CYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkJhdGNoQXBwbHlSZXNvdXJjZXNSZXNwb25zZRJZCg5DcmVhdGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVzcG9uc2USUAoLR2V0UmVzb3VyY2USHy5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlcXVlc3QaIC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlc3BvbnNlElYKDUxpc3RSZXNvdXJjZXMSIS5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VzUmVxdWVzdBoiLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZXNSZXNwb25zZRJZCg5EZWxldGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkRlbGV0ZVJlc291cmNlUmVzcG9uc2USWwoOV2F0Y2hSZXNvdXJjZXMSIi5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1JlcXVlc3QaIy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlc1Jlc3BvbnNlMAESYgoRUmVjb25jaWxlUmVzb3VyY2USJS5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QaJi5jb252ZXJnZS52MS5SZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEmUKElF1YXJhbnRpbmVSZXNvdXJjZRImLmNvbnZlcmdlLnYxLlF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QaJy5jb252ZXJnZS52MS5RdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRJrChRVbnF1YXJhbnRpbmVSZXNvdXJjZRIoLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVxdWVzdBopLmNvbnZlcmdlLnYxLlVucXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USZQoSTGlzdFJlc291cmNlRXZlbnRzEiYuY29udmVyZ2UudjEuTGlzdFJlc291cmNlRXZlbnRzUmVxdWVzdBonLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEmoKE1dhdGNoUmVzb3VyY2VFdmVudHMSJy5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBooLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZTABEl8KEEdldFJlc291cmNlR3JhcGgSJC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZUdyYXBoUmVxdWVzdBolLmNvbnZlcmdlLnYxLkdldFJlc291cmNlR3JhcGhSZXNwb25zZRJiChFMaXN0U3BlY1JldmlzaW9ucxIlLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVxdWVzdBomLmNvbnZlcmdlLnYxLkxpc3RTcGVjUmV2aXNpb25zUmVzcG9uc2USXwoQUm9sbGJhY2tSZXNvdXJjZRIkLmNvbnZlcmdlLnYxLlJvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0GiUuY29udmVyZ2UudjEuUm9sbGJhY2tSZXNvdXJjZVJlc3BvbnNlQqQBCg9jb20uY29udmVyZ2UudjFCFFJlc291cmNlU2VydmljZVByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSKMAwoUQXBwbHlSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBAhJDCgZsYWJlbHMYBCADKAsyLS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeUIE4kEBARIrCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBARIYCgpyZXF1ZXN0X2lkGAYgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYByABKAhCBOJBAQESFwoEZXRhZxgIIAEoCUIE4kEBAUgAiAEBEiIKD3Byb3ZpZGVyX2NvbmZpZxgJIAEoCUIE4kEBAUgBiAEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFX2V0YWdCEgoQX3Byb3ZpZGVyX2NvbmZpZyJRChVBcHBseVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIPCgdjcmVhdGVkGAIgASgIIo4BChpCYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBI5CghyZXF1ZXN0cxgBIAMoCzIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0QgTiQQECEhgKCnJlcXVlc3RfaWQYAiABKAlCBOJBAQESGwoNdmFsaWRhdGVfb25seRgDIAEoCEIE4kEBASJUChtCYXRjaEFwcGx5UmVzb3VyY2VzUmVzcG9uc2USNQoJcmVzcG9uc2VzGAEgAygLMiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlItMCChVDcmVhdGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBAhJECgZsYWJlbHMYBCADKAsyLi5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlcXVlc3QuTGFiZWxzRW50cnlCBOJBAQESKwoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESGAoKcmVxdWVzdF9pZBgGIAEoCUIE4kEBARIbCg12YWxpZGF0ZV9vbmx5GAcgASgIQgTiQQEBEh0KD3Byb3ZpZGVyX2NvbmZpZxgIIAEoCUIE4kEBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFkNyZWF0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSI8ChJHZXRSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIj4KE0dldFJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSJAChZFeHBsYWluUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAiLMAQoXRXhwbGFpblJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRImCgt3YWl0aW5nX2ZvchgCIAMoCzIRLmNvbnZlcmdlLnYxLldhaXQSMQoNbmV4dF9kdWVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJcmVhZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKUAwoUTGlzdFJlc291cmNlc1JlcXVlc3QSFwoEa2luZBgBIAEoCUIE4kEBAUgAiAEBEh8KDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAUgBiAEBEigKBnBoYXNlcxgDIAMoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEBEhwKDmxhYmVsX3NlbGVjdG9yGAQgASgJQgTiQQEBEi0KBW93bmVyGAUgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQESLAoEcm9vdBgGIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEhgKCnJvb3RzX29ubHkYByABKAhCBOJBAQESFwoJcGFnZV9zaXplGAggASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YCSABKAlCBOJBAQESIgoPcHJvdmlkZXJfY29uZmlnGAogASgJQgTiQQEBSAKIAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkISChBfcHJvdmlkZXJfY29uZmlnIloKFUxpc3RSZXNvdXJjZXNSZXNwb25zZRIoCglyZXNvdXJjZXMYASADKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkitQEKFURlbGV0ZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoNYWxsb3dfbWlzc2luZxgDIAEoCEIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhcKBGV0YWcYBSABKAlCBOJBAQFIAIgBARIbCg12YWxpZGF0ZV9vbmx5GAYgASgIQgTiQQEBQgcKBV9ldGFnIkEKFkRlbGV0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSLlAgoVV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0EhcKBGtpbmQYASABKAlCBOJBAQFIAIgBARIfCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQFIAYgBARIcCg5sYWJlbF9zZWxlY3RvchgDIAEoCUIE4kEBARItCgVvd25lchgEIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEiwKBHJvb3QYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBARIeChByZXNvdXJjZV92ZXJzaW9uGAYgASgJQgTiQQEBEiYKE3NlbmRfaW5pdGlhbF9ldmVudHMYByABKAhCBOJBAQFIAogBARIdCg9hbGxvd19ib29rbWFya3MYCCABKAhCBOJBAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkIWChRfc2VuZF9pbml0aWFsX2V2ZW50cyKiAQoWV2F0Y2hSZXNvdXJjZXNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuV2F0Y2hFdmVudFR5cGUSJwoIcmVzb3VyY2UYAiABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIYChByZXNvdXJjZV92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJ5ChhSZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECEhsKDXJlc2V0X2JhY2tvZmYYAyABKAhCBOJBAQESGAoKcmVxdWVzdF9pZBgEIAEoCUIE4kEBASJEChlSZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidAoZUXVhcmFudGluZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFQoHbWVzc2FnZRgDIAEoCUIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBIkUKGlF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidgobVW5xdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIVCgdtZXNzYWdlGAMgASgJQgTiQQEBEhgKCnJlcXVlc3RfaWQYBCABKAlCBOJBAQEiRwocVW5xdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIqMCChlMaXN0UmVzb3VyY2VFdmVudHNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIbCghjYXRlZ29yeRgDIAEoCUIE4kEBAUgAiAEBEioKBHR5cGUYBCABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGVCBOJBAQESGQoGcmVhc29uGAUgASgJQgTiQQEBSAGIAQESLwoFc2luY2UYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEBEhcKCXBhZ2Vfc2l6ZRgHIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAggASgJQgTiQQEBQgsKCV9jYXRlZ29yeUIJCgdfcmVhc29uImEKGkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEioKBmV2ZW50cxgBIAMoCzIaLmNvbnZlcmdlLnYxLlJlc291cmNlRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIsgBChpXYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoIY2F0ZWdvcnkYAyABKAlCBOJBAQFIAIgBARIbCg1ldmVudF92ZXJzaW9uGAQgASgJQgTiQQEBEhwKDnNuYXBzaG90X2xpbWl0GAUgASgFQgTiQQEBEh0KD2FsbG93X2Jvb2ttYXJrcxgGIAEoCEIE4kEBAUILCglfY2F0ZWdvcnkipgEKG1dhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuRXZlbnRXYXRjaFR5cGUSKQoFZXZlbnQYAiABKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhUKDWV2ZW50X3ZlcnNpb24YAyABKAkSGgoSaW5pdGlhbF9ldmVudHNfZW5kGAQgASgIInQKF0dldFJlc291cmNlR3JhcGhSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASKsAQoYR2V0UmVzb3VyY2VHcmFwaFJlc3BvbnNlEiQKBHJvb3QYASABKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSJQoFbm9kZXMYAiADKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YBCABKAkidQoYTGlzdFNwZWNSZXZpc2lvbnNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASJiChlMaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEiwKCXJldmlzaW9ucxgBIAMoCzIZLmNvbnZlcmdlLnYxLlNwZWNSZXZpc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiuwEKF1JvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIfChF0YXJnZXRfZ2VuZXJhdGlvbhgDIAEoA0IE4kEBAhIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYBSABKAhCBOJBAQESFwoEZXRhZxgGIAEoCUIE4kEBAUgAiAEBQgcKBV9ldGFnIkMKGFJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlMp8MCg9SZXNvdXJjZVNlcnZpY2USVgoNQXBwbHlSZXNvdXJjZRIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0GiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlEmgKE0JhdGNoQXBwbHlSZXNvdXJjZXMSJy5jb252ZXJnZS52MS5CYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkJhdGNoQXBwbHlSZXNvdXJjZXNSZXNwb25zZRJZCg5DcmVhdGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVzcG9uc2USUAoLR2V0UmVzb3VyY2USHy5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlcXVlc3QaIC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlc3BvbnNlElwKD0V4cGxhaW5SZXNvdXJjZRIjLmNvbnZlcmdlLnYxLkV4cGxhaW5SZXNvdXJjZVJlcXVlc3QaJC5jb252ZXJnZS52MS5FeHBsYWluUmVzb3VyY2VSZXNwb25zZRJWCg1MaXN0UmVzb3VyY2VzEiEuY29udmVyZ2UudjEuTGlzdFJlc291cmNlc1JlcXVlc3QaIi5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VzUmVzcG9uc2USWQoORGVsZXRlUmVzb3VyY2USIi5jb252ZXJnZS52MS5EZWxldGVSZXNvdXJjZVJlcXVlc3QaIy5jb252ZXJnZS52MS5EZWxldGVSZXNvdXJjZVJlc3BvbnNlElsKDldhdGNoUmVzb3VyY2VzEiIuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0GiMuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZXNSZXNwb25zZTABEmIKEVJlY29uY2lsZVJlc291cmNlEiUuY29udmVyZ2UudjEuUmVjb25jaWxlUmVzb3VyY2VSZXF1ZXN0GiYuY29udmVyZ2UudjEuUmVjb25jaWxlUmVzb3VyY2VSZXNwb25zZRJlChJRdWFyYW50aW5lUmVzb3VyY2USJi5jb252ZXJnZS52MS5RdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0GicuY29udmVyZ2UudjEuUXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USawoUVW5xdWFyYW50aW5lUmVzb3VyY2USKC5jb252ZXJnZS52MS5VbnF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QaKS5jb252ZXJnZS52MS5VbnF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEmUKEkxpc3RSZXNvdXJjZUV2ZW50cxImLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZUV2ZW50c1JlcXVlc3QaJy5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VFdmVudHNSZXNwb25zZRJqChNXYXRjaFJlc291cmNlRXZlbnRzEicuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZUV2ZW50c1JlcXVlc3QaKC5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlRXZlbnRzUmVzcG9uc2UwARJfChBHZXRSZXNvdXJjZUdyYXBoEiQuY29udmVyZ2UudjEuR2V0UmVzb3VyY2VHcmFwaFJlcXVlc3QaJS5jb252ZXJnZS52MS5HZXRSZXNvdXJjZUdyYXBoUmVzcG9uc2USYgoRTGlzdFNwZWNSZXZpc2lvbnMSJS5jb252ZXJnZS52MS5MaXN0U3BlY1JldmlzaW9uc1JlcXVlc3QaJi5jb252ZXJnZS52MS5MaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEl8KEFJvbGxiYWNrUmVzb3VyY2USJC5jb252ZXJnZS52MS5Sb2xsYmFja1Jlc291cmNlUmVxdWVzdBolLmNvbnZlcmdlLnYxLlJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZUKkAQoPY29tLmNvbnZlcmdlLnYxQhRSZXNvdXJjZVNlcnZpY2VQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Request message for ResourceService.ApplyResource.
@@ -340,6 +340,83 @@ export const GetResourceResponseSchema: GenMessage<GetResourceResponse> = /*@__P
   messageDesc(file_converge_v1_resource_service, 7);
 
 /**
+ * Request message for ResourceService.ExplainResource.
+ *
+ * @generated from message converge.v1.ExplainResourceRequest
+ */
+export type ExplainResourceRequest = Message<"converge.v1.ExplainResourceRequest"> & {
+  /**
+   * Required. Kind of the resource.
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * Required. Name of the resource.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message converge.v1.ExplainResourceRequest.
+ * Use `create(ExplainResourceRequestSchema)` to create a new message.
+ */
+export const ExplainResourceRequestSchema: GenMessage<ExplainResourceRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 8);
+
+/**
+ * Response message for ResourceService.ExplainResource.
+ *
+ * @generated from message converge.v1.ExplainResourceResponse
+ */
+export type ExplainResourceResponse = Message<"converge.v1.ExplainResourceResponse"> & {
+  /**
+   * The resource, read in the same snapshot as the waits.
+   *
+   * @generated from field: converge.v1.Resource resource = 1;
+   */
+  resource?: Resource | undefined;
+
+  /**
+   * What holds it back now, most decisive first: what blocks it (deletion,
+   * quarantine, failure, missing config, dependencies, children, no worker,
+   * the concurrency cap) before the state of its task (backoff, requeued,
+   * queued, running, applying). Empty when nothing does: it is READY and
+   * nothing is queued for it.
+   *
+   * @generated from field: repeated converge.v1.Wait waiting_for = 2;
+   */
+  waitingFor: Wait[];
+
+  /**
+   * When the control plane will next act on the resource by itself: the
+   * queued task's retry or eligible time, the running task's deadline, the
+   * orphan teardown time or the next periodic resync. Absent when nothing is
+   * scheduled (it waits for a change, an operator or a worker).
+   *
+   * @generated from field: google.protobuf.Timestamp next_due_time = 3;
+   */
+  nextDueTime?: Timestamp | undefined;
+
+  /**
+   * The database time the answer was derived at.
+   *
+   * @generated from field: google.protobuf.Timestamp read_time = 4;
+   */
+  readTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message converge.v1.ExplainResourceResponse.
+ * Use `create(ExplainResourceResponseSchema)` to create a new message.
+ */
+export const ExplainResourceResponseSchema: GenMessage<ExplainResourceResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 9);
+
+/**
  * Request message for ResourceService.ListResources. All filters combine
  * with AND; an absent filter does not restrict.
  *
@@ -432,7 +509,7 @@ export type ListResourcesRequest = Message<"converge.v1.ListResourcesRequest"> &
  * Use `create(ListResourcesRequestSchema)` to create a new message.
  */
 export const ListResourcesRequestSchema: GenMessage<ListResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 8);
+  messageDesc(file_converge_v1_resource_service, 10);
 
 /**
  * Response message for ResourceService.ListResources.
@@ -460,7 +537,7 @@ export type ListResourcesResponse = Message<"converge.v1.ListResourcesResponse">
  * Use `create(ListResourcesResponseSchema)` to create a new message.
  */
 export const ListResourcesResponseSchema: GenMessage<ListResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 9);
+  messageDesc(file_converge_v1_resource_service, 11);
 
 /**
  * Request message for ResourceService.DeleteResource.
@@ -519,7 +596,7 @@ export type DeleteResourceRequest = Message<"converge.v1.DeleteResourceRequest">
  * Use `create(DeleteResourceRequestSchema)` to create a new message.
  */
 export const DeleteResourceRequestSchema: GenMessage<DeleteResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 10);
+  messageDesc(file_converge_v1_resource_service, 12);
 
 /**
  * Response message for ResourceService.DeleteResource.
@@ -541,7 +618,7 @@ export type DeleteResourceResponse = Message<"converge.v1.DeleteResourceResponse
  * Use `create(DeleteResourceResponseSchema)` to create a new message.
  */
 export const DeleteResourceResponseSchema: GenMessage<DeleteResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 11);
+  messageDesc(file_converge_v1_resource_service, 13);
 
 /**
  * Request message for ResourceService.WatchResources.
@@ -649,7 +726,7 @@ export type WatchResourcesRequest = Message<"converge.v1.WatchResourcesRequest">
  * Use `create(WatchResourcesRequestSchema)` to create a new message.
  */
 export const WatchResourcesRequestSchema: GenMessage<WatchResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 12);
+  messageDesc(file_converge_v1_resource_service, 14);
 
 /**
  * Response message for ResourceService.WatchResources: one change.
@@ -694,7 +771,7 @@ export type WatchResourcesResponse = Message<"converge.v1.WatchResourcesResponse
  * Use `create(WatchResourcesResponseSchema)` to create a new message.
  */
 export const WatchResourcesResponseSchema: GenMessage<WatchResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 13);
+  messageDesc(file_converge_v1_resource_service, 15);
 
 /**
  * Request message for ResourceService.ReconcileResource.
@@ -738,7 +815,7 @@ export type ReconcileResourceRequest = Message<"converge.v1.ReconcileResourceReq
  * Use `create(ReconcileResourceRequestSchema)` to create a new message.
  */
 export const ReconcileResourceRequestSchema: GenMessage<ReconcileResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 14);
+  messageDesc(file_converge_v1_resource_service, 16);
 
 /**
  * Response message for ResourceService.ReconcileResource.
@@ -759,7 +836,7 @@ export type ReconcileResourceResponse = Message<"converge.v1.ReconcileResourceRe
  * Use `create(ReconcileResourceResponseSchema)` to create a new message.
  */
 export const ReconcileResourceResponseSchema: GenMessage<ReconcileResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 15);
+  messageDesc(file_converge_v1_resource_service, 17);
 
 /**
  * Request message for ResourceService.QuarantineResource.
@@ -802,7 +879,7 @@ export type QuarantineResourceRequest = Message<"converge.v1.QuarantineResourceR
  * Use `create(QuarantineResourceRequestSchema)` to create a new message.
  */
 export const QuarantineResourceRequestSchema: GenMessage<QuarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 16);
+  messageDesc(file_converge_v1_resource_service, 18);
 
 /**
  * Response message for ResourceService.QuarantineResource.
@@ -823,7 +900,7 @@ export type QuarantineResourceResponse = Message<"converge.v1.QuarantineResource
  * Use `create(QuarantineResourceResponseSchema)` to create a new message.
  */
 export const QuarantineResourceResponseSchema: GenMessage<QuarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 17);
+  messageDesc(file_converge_v1_resource_service, 19);
 
 /**
  * Request message for ResourceService.UnquarantineResource.
@@ -866,7 +943,7 @@ export type UnquarantineResourceRequest = Message<"converge.v1.UnquarantineResou
  * Use `create(UnquarantineResourceRequestSchema)` to create a new message.
  */
 export const UnquarantineResourceRequestSchema: GenMessage<UnquarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 18);
+  messageDesc(file_converge_v1_resource_service, 20);
 
 /**
  * Response message for ResourceService.UnquarantineResource.
@@ -887,7 +964,7 @@ export type UnquarantineResourceResponse = Message<"converge.v1.UnquarantineReso
  * Use `create(UnquarantineResourceResponseSchema)` to create a new message.
  */
 export const UnquarantineResourceResponseSchema: GenMessage<UnquarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 19);
+  messageDesc(file_converge_v1_resource_service, 21);
 
 /**
  * Request message for ResourceService.ListResourceEvents.
@@ -957,7 +1034,7 @@ export type ListResourceEventsRequest = Message<"converge.v1.ListResourceEventsR
  * Use `create(ListResourceEventsRequestSchema)` to create a new message.
  */
 export const ListResourceEventsRequestSchema: GenMessage<ListResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 20);
+  messageDesc(file_converge_v1_resource_service, 22);
 
 /**
  * Response message for ResourceService.ListResourceEvents.
@@ -985,7 +1062,7 @@ export type ListResourceEventsResponse = Message<"converge.v1.ListResourceEvents
  * Use `create(ListResourceEventsResponseSchema)` to create a new message.
  */
 export const ListResourceEventsResponseSchema: GenMessage<ListResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 21);
+  messageDesc(file_converge_v1_resource_service, 23);
 
 /**
  * Request message for ResourceService.WatchResourceEvents.
@@ -1058,7 +1135,7 @@ export type WatchResourceEventsRequest = Message<"converge.v1.WatchResourceEvent
  * Use `create(WatchResourceEventsRequestSchema)` to create a new message.
  */
 export const WatchResourceEventsRequestSchema: GenMessage<WatchResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 22);
+  messageDesc(file_converge_v1_resource_service, 24);
 
 /**
  * Response message for ResourceService.WatchResourceEvents: one run change.
@@ -1101,7 +1178,7 @@ export type WatchResourceEventsResponse = Message<"converge.v1.WatchResourceEven
  * Use `create(WatchResourceEventsResponseSchema)` to create a new message.
  */
 export const WatchResourceEventsResponseSchema: GenMessage<WatchResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 23);
+  messageDesc(file_converge_v1_resource_service, 25);
 
 /**
  * Request message for ResourceService.GetResourceGraph.
@@ -1145,7 +1222,7 @@ export type GetResourceGraphRequest = Message<"converge.v1.GetResourceGraphReque
  * Use `create(GetResourceGraphRequestSchema)` to create a new message.
  */
 export const GetResourceGraphRequestSchema: GenMessage<GetResourceGraphRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 24);
+  messageDesc(file_converge_v1_resource_service, 26);
 
 /**
  * Response message for ResourceService.GetResourceGraph.
@@ -1190,7 +1267,7 @@ export type GetResourceGraphResponse = Message<"converge.v1.GetResourceGraphResp
  * Use `create(GetResourceGraphResponseSchema)` to create a new message.
  */
 export const GetResourceGraphResponseSchema: GenMessage<GetResourceGraphResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 25);
+  messageDesc(file_converge_v1_resource_service, 27);
 
 /**
  * Request message for ResourceService.ListSpecRevisions.
@@ -1233,7 +1310,7 @@ export type ListSpecRevisionsRequest = Message<"converge.v1.ListSpecRevisionsReq
  * Use `create(ListSpecRevisionsRequestSchema)` to create a new message.
  */
 export const ListSpecRevisionsRequestSchema: GenMessage<ListSpecRevisionsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 26);
+  messageDesc(file_converge_v1_resource_service, 28);
 
 /**
  * Response message for ResourceService.ListSpecRevisions.
@@ -1261,7 +1338,7 @@ export type ListSpecRevisionsResponse = Message<"converge.v1.ListSpecRevisionsRe
  * Use `create(ListSpecRevisionsResponseSchema)` to create a new message.
  */
 export const ListSpecRevisionsResponseSchema: GenMessage<ListSpecRevisionsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 27);
+  messageDesc(file_converge_v1_resource_service, 29);
 
 /**
  * Request message for ResourceService.RollbackResource.
@@ -1321,7 +1398,7 @@ export type RollbackResourceRequest = Message<"converge.v1.RollbackResourceReque
  * Use `create(RollbackResourceRequestSchema)` to create a new message.
  */
 export const RollbackResourceRequestSchema: GenMessage<RollbackResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 28);
+  messageDesc(file_converge_v1_resource_service, 30);
 
 /**
  * Response message for ResourceService.RollbackResource.
@@ -1342,7 +1419,7 @@ export type RollbackResourceResponse = Message<"converge.v1.RollbackResourceResp
  * Use `create(RollbackResourceResponseSchema)` to create a new message.
  */
 export const RollbackResourceResponseSchema: GenMessage<RollbackResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 29);
+  messageDesc(file_converge_v1_resource_service, 31);
 
 /**
  * Manages resources: declarative writes keyed by (kind, name), reads, lists,
@@ -1425,6 +1502,23 @@ export const ResourceService: GenService<{
     methodKind: "unary";
     input: typeof GetResourceRequestSchema;
     output: typeof GetResourceResponseSchema;
+  },
+  /**
+   * Says what currently holds a resource back from READY (or, while it is
+   * deleted, from being removed), derived from stored state at read time:
+   * the resource, the causes that keep it waiting (most decisive first) and
+   * when the control plane will next act on it by itself. A handful of index
+   * probes, whatever the number of resources; every list it returns is
+   * bounded. Always answered by the primary, even when a read replica is
+   * configured: the answer is judged against the clock (retry times, worker
+   * heartbeats), which replication lag would skew.
+   *
+   * @generated from rpc converge.v1.ResourceService.ExplainResource
+   */
+  explainResource: {
+    methodKind: "unary";
+    input: typeof ExplainResourceRequestSchema;
+    output: typeof ExplainResourceResponseSchema;
   },
   /**
    * Lists resources matching all given filters, newest created first.

@@ -57,6 +57,20 @@ class SpecRevisionSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SPEC_REVISION_SOURCE_UNSPECIFIED: _ClassVar[SpecRevisionSource]
     SPEC_REVISION_SOURCE_APPLY: _ClassVar[SpecRevisionSource]
     SPEC_REVISION_SOURCE_ROLLBACK: _ClassVar[SpecRevisionSource]
+
+class TaskType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_TYPE_UNSPECIFIED: _ClassVar[TaskType]
+    TASK_TYPE_RECONCILE: _ClassVar[TaskType]
+    TASK_TYPE_TEARDOWN: _ClassVar[TaskType]
+
+class TaskCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_CAUSE_UNSPECIFIED: _ClassVar[TaskCause]
+    TASK_CAUSE_CHANGE: _ClassVar[TaskCause]
+    TASK_CAUSE_RESYNC: _ClassVar[TaskCause]
+    TASK_CAUSE_RESYNC_RECOMPOSE: _ClassVar[TaskCause]
+    TASK_CAUSE_CONFIG_CHANGE: _ClassVar[TaskCause]
 PHASE_UNSPECIFIED: Phase
 PHASE_READY: Phase
 PHASE_RECONCILING: Phase
@@ -85,6 +99,14 @@ EVENT_WATCH_TYPE_BOOKMARK: EventWatchType
 SPEC_REVISION_SOURCE_UNSPECIFIED: SpecRevisionSource
 SPEC_REVISION_SOURCE_APPLY: SpecRevisionSource
 SPEC_REVISION_SOURCE_ROLLBACK: SpecRevisionSource
+TASK_TYPE_UNSPECIFIED: TaskType
+TASK_TYPE_RECONCILE: TaskType
+TASK_TYPE_TEARDOWN: TaskType
+TASK_CAUSE_UNSPECIFIED: TaskCause
+TASK_CAUSE_CHANGE: TaskCause
+TASK_CAUSE_RESYNC: TaskCause
+TASK_CAUSE_RESYNC_RECOMPOSE: TaskCause
+TASK_CAUSE_CONFIG_CHANGE: TaskCause
 
 class ResourceRef(_message.Message):
     __slots__ = ("kind", "name")
@@ -260,3 +282,217 @@ class DependencyEdge(_message.Message):
     dependency: ResourceRef
     value_flows: _containers.RepeatedCompositeFieldContainer[ValueFlow]
     def __init__(self, dependent: _Optional[_Union[ResourceRef, _Mapping]] = ..., dependency: _Optional[_Union[ResourceRef, _Mapping]] = ..., value_flows: _Optional[_Iterable[_Union[ValueFlow, _Mapping]]] = ...) -> None: ...
+
+class WaitingResource(_message.Message):
+    __slots__ = ("ref", "phase")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    ref: ResourceRef
+    phase: Phase
+    def __init__(self, ref: _Optional[_Union[ResourceRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ...) -> None: ...
+
+class PhaseCount(_message.Message):
+    __slots__ = ("phase", "count")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    phase: Phase
+    count: int
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class DependenciesWait(_message.Message):
+    __slots__ = ("total", "first")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    first: _containers.RepeatedCompositeFieldContainer[WaitingResource]
+    def __init__(self, total: _Optional[int] = ..., first: _Optional[_Iterable[_Union[WaitingResource, _Mapping]]] = ...) -> None: ...
+
+class ChildrenWait(_message.Message):
+    __slots__ = ("total", "progressing", "by_phase", "first")
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PROGRESSING_FIELD_NUMBER: _ClassVar[int]
+    BY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    progressing: int
+    by_phase: _containers.RepeatedCompositeFieldContainer[PhaseCount]
+    first: _containers.RepeatedCompositeFieldContainer[WaitingResource]
+    def __init__(self, total: _Optional[int] = ..., progressing: _Optional[int] = ..., by_phase: _Optional[_Iterable[_Union[PhaseCount, _Mapping]]] = ..., first: _Optional[_Iterable[_Union[WaitingResource, _Mapping]]] = ...) -> None: ...
+
+class NoWorkerWait(_message.Message):
+    __slots__ = ("kind", "kind_version", "unready_workers")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNREADY_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    kind_version: int
+    unready_workers: int
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., unready_workers: _Optional[int] = ...) -> None: ...
+
+class ConcurrencyCapWait(_message.Message):
+    __slots__ = ("in_flight", "limit")
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    in_flight: int
+    limit: int
+    def __init__(self, in_flight: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class QueuedWait(_message.Message):
+    __slots__ = ("task", "cause", "eligible_time", "claims")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    ELIGIBLE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    cause: TaskCause
+    eligible_time: _timestamp_pb2.Timestamp
+    claims: int
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ..., cause: _Optional[_Union[TaskCause, str]] = ..., eligible_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., claims: _Optional[int] = ...) -> None: ...
+
+class RunningWait(_message.Message):
+    __slots__ = ("task", "member", "heartbeat_time", "deadline_time", "claims")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    member: str
+    heartbeat_time: _timestamp_pb2.Timestamp
+    deadline_time: _timestamp_pb2.Timestamp
+    claims: int
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ..., member: _Optional[str] = ..., heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., claims: _Optional[int] = ...) -> None: ...
+
+class ApplyingWait(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ...) -> None: ...
+
+class RetryBackoffWait(_message.Message):
+    __slots__ = ("task", "attempt", "max_attempts", "retry_time", "last_error_reason", "last_error")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    attempt: int
+    max_attempts: int
+    retry_time: _timestamp_pb2.Timestamp
+    last_error_reason: str
+    last_error: str
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., retry_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error_reason: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class RequeuedWait(_message.Message):
+    __slots__ = ("task", "retry_time")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    RETRY_TIME_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    retry_time: _timestamp_pb2.Timestamp
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ..., retry_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FailedWait(_message.Message):
+    __slots__ = ("task", "generation", "budget_exhausted", "attempts", "last_error_reason", "last_error")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    task: TaskType
+    generation: int
+    budget_exhausted: bool
+    attempts: int
+    last_error_reason: str
+    last_error: str
+    def __init__(self, task: _Optional[_Union[TaskType, str]] = ..., generation: _Optional[int] = ..., budget_exhausted: _Optional[bool] = ..., attempts: _Optional[int] = ..., last_error_reason: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class QuarantinedWait(_message.Message):
+    __slots__ = ("since_time", "message")
+    SINCE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    since_time: _timestamp_pb2.Timestamp
+    message: str
+    def __init__(self, since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class OrphanedWait(_message.Message):
+    __slots__ = ("owner", "teardown_time")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TEARDOWN_TIME_FIELD_NUMBER: _ClassVar[int]
+    owner: ResourceRef
+    teardown_time: _timestamp_pb2.Timestamp
+    def __init__(self, owner: _Optional[_Union[ResourceRef, _Mapping]] = ..., teardown_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DeletionWait(_message.Message):
+    __slots__ = ("delete_time", "dependents_total", "dependents", "children_total", "children", "finalizers")
+    DELETE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENTS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    FINALIZERS_FIELD_NUMBER: _ClassVar[int]
+    delete_time: _timestamp_pb2.Timestamp
+    dependents_total: int
+    dependents: _containers.RepeatedCompositeFieldContainer[WaitingResource]
+    children_total: int
+    children: _containers.RepeatedCompositeFieldContainer[WaitingResource]
+    finalizers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, delete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dependents_total: _Optional[int] = ..., dependents: _Optional[_Iterable[_Union[WaitingResource, _Mapping]]] = ..., children_total: _Optional[int] = ..., children: _Optional[_Iterable[_Union[WaitingResource, _Mapping]]] = ..., finalizers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ProviderConfigMissingWait(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UnhealthyWait(_message.Message):
+    __slots__ = ("false_conditions",)
+    FALSE_CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    false_conditions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, false_conditions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UnscheduledWait(_message.Message):
+    __slots__ = ("since_time",)
+    SINCE_TIME_FIELD_NUMBER: _ClassVar[int]
+    since_time: _timestamp_pb2.Timestamp
+    def __init__(self, since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Wait(_message.Message):
+    __slots__ = ("message", "dependencies", "children", "no_worker", "concurrency_cap", "queued", "running", "applying", "retry_backoff", "requeued", "failed", "quarantined", "orphaned", "deletion", "provider_config_missing", "unhealthy", "unscheduled")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    NO_WORKER_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_CAP_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    APPLYING_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    ORPHANED_FIELD_NUMBER: _ClassVar[int]
+    DELETION_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CONFIG_MISSING_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
+    UNSCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    dependencies: DependenciesWait
+    children: ChildrenWait
+    no_worker: NoWorkerWait
+    concurrency_cap: ConcurrencyCapWait
+    queued: QueuedWait
+    running: RunningWait
+    applying: ApplyingWait
+    retry_backoff: RetryBackoffWait
+    requeued: RequeuedWait
+    failed: FailedWait
+    quarantined: QuarantinedWait
+    orphaned: OrphanedWait
+    deletion: DeletionWait
+    provider_config_missing: ProviderConfigMissingWait
+    unhealthy: UnhealthyWait
+    unscheduled: UnscheduledWait
+    def __init__(self, message: _Optional[str] = ..., dependencies: _Optional[_Union[DependenciesWait, _Mapping]] = ..., children: _Optional[_Union[ChildrenWait, _Mapping]] = ..., no_worker: _Optional[_Union[NoWorkerWait, _Mapping]] = ..., concurrency_cap: _Optional[_Union[ConcurrencyCapWait, _Mapping]] = ..., queued: _Optional[_Union[QueuedWait, _Mapping]] = ..., running: _Optional[_Union[RunningWait, _Mapping]] = ..., applying: _Optional[_Union[ApplyingWait, _Mapping]] = ..., retry_backoff: _Optional[_Union[RetryBackoffWait, _Mapping]] = ..., requeued: _Optional[_Union[RequeuedWait, _Mapping]] = ..., failed: _Optional[_Union[FailedWait, _Mapping]] = ..., quarantined: _Optional[_Union[QuarantinedWait, _Mapping]] = ..., orphaned: _Optional[_Union[OrphanedWait, _Mapping]] = ..., deletion: _Optional[_Union[DeletionWait, _Mapping]] = ..., provider_config_missing: _Optional[_Union[ProviderConfigMissingWait, _Mapping]] = ..., unhealthy: _Optional[_Union[UnhealthyWait, _Mapping]] = ..., unscheduled: _Optional[_Union[UnscheduledWait, _Mapping]] = ...) -> None: ...

@@ -112,6 +112,26 @@ class GetResourceResponse(_message.Message):
     resource: _resource_pb2.Resource
     def __init__(self, resource: _Optional[_Union[_resource_pb2.Resource, _Mapping]] = ...) -> None: ...
 
+class ExplainResourceRequest(_message.Message):
+    __slots__ = ("kind", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ExplainResourceResponse(_message.Message):
+    __slots__ = ("resource", "waiting_for", "next_due_time", "read_time")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    READ_TIME_FIELD_NUMBER: _ClassVar[int]
+    resource: _resource_pb2.Resource
+    waiting_for: _containers.RepeatedCompositeFieldContainer[_resource_pb2.Wait]
+    next_due_time: _timestamp_pb2.Timestamp
+    read_time: _timestamp_pb2.Timestamp
+    def __init__(self, resource: _Optional[_Union[_resource_pb2.Resource, _Mapping]] = ..., waiting_for: _Optional[_Iterable[_Union[_resource_pb2.Wait, _Mapping]]] = ..., next_due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class ListResourcesRequest(_message.Message):
     __slots__ = ("kind", "kind_version", "phases", "label_selector", "owner", "root", "roots_only", "page_size", "page_token", "provider_config")
     KIND_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,11 @@ class ResourceServiceStub:
                 request_serializer=converge_dot_v1_dot_resource__service__pb2.GetResourceRequest.SerializeToString,
                 response_deserializer=converge_dot_v1_dot_resource__service__pb2.GetResourceResponse.FromString,
                 _registered_method=True)
+        self.ExplainResource = channel.unary_unary(
+                '/converge.v1.ResourceService/ExplainResource',
+                request_serializer=converge_dot_v1_dot_resource__service__pb2.ExplainResourceRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_resource__service__pb2.ExplainResourceResponse.FromString,
+                _registered_method=True)
         self.ListResources = channel.unary_unary(
                 '/converge.v1.ResourceService/ListResources',
                 request_serializer=converge_dot_v1_dot_resource__service__pb2.ListResourcesRequest.SerializeToString,
@@ -199,6 +204,20 @@ class ResourceServiceServicer:
 
     def GetResource(self, request, context):
         """Reads one resource, including status and conditions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainResource(self, request, context):
+        """Says what currently holds a resource back from READY (or, while it is
+        deleted, from being removed), derived from stored state at read time:
+        the resource, the causes that keep it waiting (most decisive first) and
+        when the control plane will next act on it by itself. A handful of index
+        probes, whatever the number of resources; every list it returns is
+        bounded. Always answered by the primary, even when a read replica is
+        configured: the answer is judged against the clock (retry times, worker
+        heartbeats), which replication lag would skew.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -328,6 +347,11 @@ def add_ResourceServiceServicer_to_server(servicer, server):
                     servicer.GetResource,
                     request_deserializer=converge_dot_v1_dot_resource__service__pb2.GetResourceRequest.FromString,
                     response_serializer=converge_dot_v1_dot_resource__service__pb2.GetResourceResponse.SerializeToString,
+            ),
+            'ExplainResource': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainResource,
+                    request_deserializer=converge_dot_v1_dot_resource__service__pb2.ExplainResourceRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_resource__service__pb2.ExplainResourceResponse.SerializeToString,
             ),
             'ListResources': grpc.unary_unary_rpc_method_handler(
                     servicer.ListResources,
@@ -518,6 +542,33 @@ class ResourceService:
             '/converge.v1.ResourceService/GetResource',
             converge_dot_v1_dot_resource__service__pb2.GetResourceRequest.SerializeToString,
             converge_dot_v1_dot_resource__service__pb2.GetResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainResource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ResourceService/ExplainResource',
+            converge_dot_v1_dot_resource__service__pb2.ExplainResourceRequest.SerializeToString,
+            converge_dot_v1_dot_resource__service__pb2.ExplainResourceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,36 @@
+//! `converge graph KIND NAME`: the composition tree, printed as
+//! `converge dev` prints its demo's (the same view code).
+
+use clap::Args;
+use converge_sdk::Client;
+use converge_sdk::proto::v1 as pb;
+
+use super::error::CliError;
+use super::output::print;
+use crate::dev;
+
+/// Arguments of `converge graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// Kind of the root.
+    pub kind: String,
+    /// Name of the root.
+    pub name: String,
+}
+
+/// Runs `converge graph`.
+pub async fn run(client: &Client, args: &GraphArgs) -> Result<(), CliError> {
+    let root = pb::ResourceRef {
+        kind: args.kind.clone(),
+        name: args.name.clone(),
+    };
+    let snapshot = dev::snapshot(client, &root)
+        .await?
+        .ok_or_else(|| CliError::NotFound(format!("{}/{}", args.kind, args.name)))?;
+    print(&format!(
+        "{} is {}\n{}",
+        snapshot.root_name(),
+        dev::view::phase_name(snapshot.root.phase),
+        snapshot.tree()
+    ))
+}

@@ -1,0 +1,266 @@
+//! The client commands of `converge` (`apply`, `get`, `describe`, `watch`,
+//! `delete`, ...): a gRPC client of a running server with kubectl habits.
+//!
+//! They have a command line of their own ([`ClientCli`]): the server's
+//! flags (database, listener, TLS of the listener, ...) are `global` on the
+//! server's parser, and a client command must neither need nor show them.
+//! `main` hands the arguments here when the first one names a client
+//! command; `converge --help` lists both sets (see [`full_command`]).
+//!
+//! One module per concern: [`connect`] (address and TLS), [`envelope`] (the
+//! documents `apply` reads and `get -o json|yaml` prints), [`output`]
+//! (tables and formats), [`error`] (messages and exit codes), then one
+//! module per command group.
+
+mod apply;
+mod connect;
+mod delete;
+mod describe;
+mod envelope;
+mod error;
+mod get;
+mod graph;
+mod output;
+mod verbs;
+mod watch;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use converge_service::config::Cli;
+
+pub use self::error::CliError;
+
+/// Exit codes, shown by every client command's `--help`.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  any other failure (a refused write, a conflict, an internal error)
+  2  invalid input: bad flags, a file that does not parse, INVALID_ARGUMENT
+  3  not found: the object (or its kind) does not exist
+  4  unavailable: cannot connect, or the server is unavailable
+  5  timed out waiting (delete --wait, invoke --wait)";
+
+/// Examples shown by `converge <client command> --help` at the top level.
+const EXAMPLES: &str = "\
+Examples:
+  converge apply -f examples/noop/kind.yaml -f resources/
+  converge get noop -l team=payments -o wide
+  converge describe noop hello
+  converge watch noop
+  converge delete bom demo --wait --timeout 2m";
+
+/// The command line of the client commands.
+#[derive(Debug, Parser)]
+#[command(
+    name = "converge",
+    version = converge_service::version::VERSION,
+    about = "Client commands of converge: talk to a running server over gRPC.",
+    after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"),
+)]
+pub struct ClientCli {
+    /// Which server, and how to reach it.
+    #[command(flatten)]
+    pub connection: connect::ConnectionArgs,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: ClientCommand,
+}
+
+/// The client commands.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Create or update objects from YAML or JSON documents.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", apply::EXAMPLES))]
+    Apply(apply::ApplyArgs),
+    /// List or read resources, kinds, provider configs, reactor bindings,
+    /// operations or cluster members.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", get::EXAMPLES))]
+    Get(get::GetArgs),
+    /// Show one resource in detail: spec, status, conditions, events,
+    /// owner, children, dependencies and what it is waiting for.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", describe::EXAMPLES))]
+    Describe(describe::DescribeArgs),
+    /// Follow changes to resources, or to one resource's events; survives
+    /// server restarts.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", watch::EXAMPLES))]
+    Watch(watch::WatchArgs),
+    /// Delete a resource (and with it its composed tree).
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", delete::EXAMPLES))]
+    Delete(delete::DeleteArgs),
+    /// Ask for a reconcile now.
+    #[command(after_help = EXIT_CODES)]
+    Reconcile(verbs::ReconcileArgs),
+    /// Stop reconciling a resource until it is released.
+    #[command(after_help = EXIT_CODES)]
+    Quarantine(verbs::QuarantineArgs),
+    /// Release a quarantined resource.
+    #[command(after_help = EXIT_CODES)]
+    Unquarantine(verbs::QuarantineArgs),
+    /// List a resource's event runs, newest first.
+    #[command(after_help = EXIT_CODES)]
+    Events(verbs::EventsArgs),
+    /// Invoke a verb (an operation) on a resource.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::INVOKE_EXAMPLES))]
+    Invoke(verbs::InvokeArgs),
+    /// List a root resource's retained spec revisions.
+    #[command(after_help = EXIT_CODES)]
+    History(verbs::HistoryArgs),
+    /// Restore the spec of an earlier generation.
+    #[command(after_help = EXIT_CODES)]
+    Rollback(verbs::RollbackArgs),
+    /// Print a resource's composition tree, as `converge dev` does.
+    #[command(after_help = EXIT_CODES)]
+    Graph(graph::GraphArgs),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  source <(converge completion bash)\n  converge completion fish > ~/.config/fish/completions/converge.fish"
+    )]
+    Completion(CompletionArgs),
+}
+
+/// Arguments of `converge completion`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+/// Whether `args` (the whole command line, program name first) run a client
+/// command: its first argument names one (or `help` does).
+pub fn is_client_command(args: &[OsString]) -> bool {
+    let client = ClientCli::command();
+    let names = |arg: Option<&OsString>| {
+        arg.and_then(|a| a.to_str())
+            .is_some_and(|name| name != "help" && client.find_subcommand(name).is_some())
+    };
+    names(args.get(1)) || (args.get(1).is_some_and(|a| a == "help") && names(args.get(2)))
+}
+
+/// Every command of `converge`, server and client, for the top-level help
+/// and for completion scripts. The client commands are taken with their
+/// connection options; the server's global options are not theirs, which
+/// the dispatch in `main` guarantees.
+pub fn full_command() -> clap::Command {
+    let client = ClientCli::command();
+    let connection: Vec<clap::Arg> = client.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
+    let mut command = Cli::command();
+    for sub in client.get_subcommands() {
+        let mut sub = sub.clone();
+        for arg in &connection {
+            sub = sub.arg(arg.clone().global(false));
+        }
+        command = command.subcommand(sub);
+    }
+    command
+}
+
+/// Runs a client command line (program name first) to its exit code.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let cli = match ClientCli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let ClientCommand::Completion(args) = &cli.command {
+        clap_complete::generate(args.shell, &mut full_command(), "converge", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("converge: cannot start the async runtime: {e}");
+            return ExitCode::from(error::EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprint!("{}", e.render());
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+async fn run(cli: ClientCli) -> Result<(), CliError> {
+    // Files are read (and refused) before anything connects.
+    if let ClientCommand::Apply(args) = &cli.command {
+        let documents = apply::read(args)?;
+        let client = cli.connection.connect().await?;
+        return apply::run(&client, args, documents).await;
+    }
+    let client = cli.connection.connect().await?;
+    match cli.command {
+        ClientCommand::Apply(_) | ClientCommand::Completion(_) => Ok(()),
+        ClientCommand::Get(args) => get::run(&client, &args).await,
+        ClientCommand::Describe(args) => describe::run(&client, &args).await,
+        ClientCommand::Watch(args) => watch::run(&client, &args).await,
+        ClientCommand::Delete(args) => delete::run(&client, &args).await,
+        ClientCommand::Reconcile(args) => verbs::reconcile(&client, &args).await,
+        ClientCommand::Quarantine(args) => verbs::quarantine(&client, &args).await,
+        ClientCommand::Unquarantine(args) => verbs::unquarantine(&client, &args).await,
+        ClientCommand::Events(args) => verbs::events(&client, &args).await,
+        ClientCommand::Invoke(args) => verbs::invoke(&client, &args).await,
+        ClientCommand::History(args) => verbs::history(&client, &args).await,
+        ClientCommand::Rollback(args) => verbs::rollback(&client, &args).await,
+        ClientCommand::Graph(args) => graph::run(&client, &args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &[&str]) -> Vec<OsString> {
+        line.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_command_line_is_valid() {
+        ClientCli::command().debug_assert();
+        full_command().debug_assert();
+    }
+
+    #[test]
+    fn client_commands_are_told_from_server_ones() {
+        assert!(is_client_command(&args(&["converge", "get", "noop"])));
+        assert!(is_client_command(&args(&["converge", "help", "apply"])));
+        assert!(!is_client_command(&args(&["converge"])));
+        assert!(!is_client_command(&args(&["converge", "serve"])));
+        assert!(!is_client_command(&args(&["converge", "dev", "--teams", "a"])));
+        assert!(!is_client_command(&args(&["converge", "help"])));
+        assert!(!is_client_command(&args(&["converge", "--listen-addr", "get"])));
+    }
+
+    #[test]
+    fn client_help_names_no_server_option() {
+        let mut client = ClientCli::command();
+        client.build();
+        for sub in client.get_subcommands() {
+            let help = sub.clone().render_long_help().to_string();
+            for server_flag in [
+                "--database-url",
+                "--listen-addr",
+                "--tls-cert-file",
+                "--log-level",
+                "--role",
+            ] {
+                assert!(!help.contains(server_flag), "{} shows {server_flag}", sub.get_name());
+            }
+        }
+        let help = full_command().render_help().to_string();
+        for name in [
+            "serve",
+            "dev",
+            "migrate",
+            "apply",
+            "get",
+            "describe",
+            "watch",
+            "completion",
+        ] {
+            assert!(help.contains(name), "{name} missing from:\n{help}");
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! The one-call commands on one resource: `reconcile`, `quarantine`,
+//! `unquarantine`, `events`, `invoke`, `history` and `rollback`.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use converge_proto::json::{json_to_struct, struct_to_json};
+use converge_sdk::Client;
+use converge_sdk::proto::v1 as pb;
+
+use super::envelope;
+use super::error::CliError;
+use super::output::{Format, Table, age, parse_duration, print, print_documents, yaml};
+
+/// Examples of `invoke` in `--help`.
+pub const INVOKE_EXAMPLES: &str = "\
+Examples:
+  converge invoke account demo-payments rotate_credentials --input '{\"reason\": \"quarterly\"}'
+  converge invoke account demo-payments rotate_credentials --wait   # prints the output";
+
+/// A resource named by kind and name.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Kind of the resource.
+    pub kind: String,
+    /// Name of the resource.
+    pub name: String,
+}
+
+/// Arguments of `converge reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Also reset the retry backoff (failure attempts back to 0).
+    #[arg(long)]
+    reset_backoff: bool,
+}
+
+/// Arguments of `converge quarantine` and `unquarantine`.
+#[derive(Debug, Args)]
+pub struct QuarantineArgs {
+    #[command(flatten)]
+    target: Target,
+    /// A note recorded on the event (and the condition).
+    #[arg(short = 'm', long)]
+    message: Option<String>,
+}
+
+/// Arguments of `converge events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Only runs of this category (lifecycle, reconcile, operation, ...).
+    #[arg(long)]
+    category: Option<String>,
+    /// Only runs with this reason.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Only warnings.
+    #[arg(long)]
+    warnings: bool,
+    /// At most this many runs (newest first).
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// Arguments of `converge invoke`.
+#[derive(Debug, Args)]
+pub struct InvokeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The verb (declared by a reaction of the resource's kind).
+    verb: String,
+    /// The input, a JSON (or YAML) object.
+    #[arg(long)]
+    input: Option<String>,
+    /// Wait for the operation to finish and print its output.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits (e.g. 30s, 2m); exit code 5 when it runs out.
+    #[arg(long, default_value = "2m", value_parser = parse_duration, requires = "wait")]
+    timeout: Duration,
+    /// Have the server check the request without recording it.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Arguments of `converge history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Output format (table, json or yaml; json and yaml include the specs).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// Arguments of `converge rollback`.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The generation whose spec to restore (see `converge history`).
+    #[arg(long = "to-generation")]
+    to_generation: i64,
+    /// Have the server check the rollback without writing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn name(t: &Target) -> String {
+    format!("Resource/{}/{}", t.kind, t.name)
+}
+
+/// Runs `converge reconcile`.
+pub async fn reconcile(client: &Client, args: &ReconcileArgs) -> Result<(), CliError> {
+    client
+        .resources()
+        .reconcile_resource(pb::ReconcileResourceRequest {
+            kind: args.target.kind.clone(),
+            name: args.target.name.clone(),
+            reset_backoff: args.reset_backoff,
+            request_id: String::new(),
+        })
+        .await?;
+    print(&format!("{} reconcile requested\n", name(&args.target)))
+}
+
+/// Runs `converge quarantine`.
+pub async fn quarantine(client: &Client, args: &QuarantineArgs) -> Result<(), CliError> {
+    client
+        .resources()
+        .quarantine_resource(pb::QuarantineResourceRequest {
+            kind: args.target.kind.clone(),
+            name: args.target.name.clone(),
+            message: args.message.clone().unwrap_or_default(),
+            request_id: String::new(),
+        })
+        .await?;
+    print(&format!("{} quarantined\n", name(&args.target)))
+}
+
+/// Runs `converge unquarantine`.
+pub async fn unquarantine(client: &Client, args: &QuarantineArgs) -> Result<(), CliError> {
+    client
+        .resources()
+        .unquarantine_resource(pb::UnquarantineResourceRequest {
+            kind: args.target.kind.clone(),
+            name: args.target.name.clone(),
+            message: args.message.clone().unwrap_or_default(),
+            request_id: String::new(),
+        })
+        .await?;
+    print(&format!("{} released\n", name(&args.target)))
+}
+
+/// Reads up to `limit` event runs of a resource, newest first.
+pub async fn list_events(
+    client: &Client,
+    target: &Target,
+    category: Option<String>,
+    reason: Option<String>,
+    warnings: bool,
+    limit: usize,
+) -> Result<Vec<pb::ResourceEvent>, CliError> {
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .resources()
+            .list_resource_events(pb::ListResourceEventsRequest {
+                kind: target.kind.clone(),
+                name: target.name.clone(),
+                category: category.clone(),
+                r#type: if warnings { pb::EventType::Warning as i32 } else { 0 },
+                reason: reason.clone(),
+                page_size: i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000),
+                page_token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        all.extend(page.events);
+        if page.next_page_token.is_empty() || all.len() >= limit {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    all.truncate(limit);
+    Ok(all)
+}
+
+/// The event table: newest first.
+pub fn events_table(events: &[pb::ResourceEvent]) -> Table {
+    let mut table = Table::new(&["LAST", "TYPE", "REASON", "COUNT", "CATEGORY", "MESSAGE"]);
+    for e in events {
+        let kind = if e.r#type == pb::EventType::Warning as i32 {
+            "Warning"
+        } else {
+            "Normal"
+        };
+        table.row(vec![
+            age(e.last_time.as_ref()),
+            kind.to_owned(),
+            e.reason.clone(),
+            e.count.to_string(),
+            e.category.clone(),
+            converge_service::domain::names::first_chars(&e.message, 120).to_owned(),
+        ]);
+    }
+    table
+}
+
+/// Runs `converge events`.
+pub async fn events(client: &Client, args: &EventsArgs) -> Result<(), CliError> {
+    let events = list_events(
+        client,
+        &args.target,
+        args.category.clone(),
+        args.reason.clone(),
+        args.warnings,
+        args.limit,
+    )
+    .await?;
+    match args.output {
+        Format::Json | Format::Yaml => {
+            print_documents(args.output, events.iter().map(envelope::event_value).collect(), false)
+        }
+        Format::Name => print(
+            &events
+                .iter()
+                .map(|e| format!("ResourceEvent/{}\n", e.uid))
+                .collect::<String>(),
+        ),
+        Format::Table | Format::Wide => {
+            let text = events_table(&events).render();
+            if text.is_empty() {
+                eprintln!("No events found.");
+                return Ok(());
+            }
+            print(&text)
+        }
+    }
+}
+
+/// Runs `converge invoke`.
+pub async fn invoke(client: &Client, args: &InvokeArgs) -> Result<(), CliError> {
+    let input = match &args.input {
+        Some(text) => {
+            let value: serde_json::Value = serde_norway::from_str(text)
+                .map_err(|e| CliError::Invalid(format!("--input is not JSON or YAML: {e}")))?;
+            Some(json_to_struct(&value).ok_or_else(|| CliError::Invalid("--input must be an object".to_owned()))?)
+        }
+        None => None,
+    };
+    let operation = client
+        .operations()
+        .invoke_operation(pb::InvokeOperationRequest {
+            kind: args.target.kind.clone(),
+            name: args.target.name.clone(),
+            verb: args.verb.clone(),
+            input,
+            request_id: String::new(),
+            validate_only: args.dry_run,
+        })
+        .await?
+        .into_inner()
+        .operation
+        .ok_or_else(|| CliError::Failed("the server returned no operation".to_owned()))?;
+    if args.dry_run || !args.wait {
+        let dry = if args.dry_run { " (dry run)" } else { "" };
+        return print(&format!(
+            "Operation/{} {}{dry}\n",
+            operation.uid,
+            envelope::operation_state_name(operation.state)
+        ));
+    }
+    let deadline = Instant::now() + args.timeout;
+    let mut current = operation;
+    loop {
+        match pb::OperationState::try_from(current.state) {
+            Ok(pb::OperationState::Succeeded) => {
+                let output = current.output.clone().map_or(serde_json::json!({}), struct_to_json);
+                return print(&format!("Operation/{} succeeded\n{}", current.uid, yaml(&output)?));
+            }
+            Ok(pb::OperationState::Failed) => {
+                let message = current.error.as_ref().map_or("", |e| e.message.as_str());
+                return Err(CliError::Failed(format!("Operation/{} failed: {message}", current.uid)));
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(CliError::Timeout(format!(
+                "Operation/{} is still {}",
+                current.uid,
+                envelope::operation_state_name(current.state)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        current = client
+            .operations()
+            .get_operation(pb::GetOperationRequest {
+                uid: current.uid.clone(),
+            })
+            .await?
+            .into_inner()
+            .operation
+            .ok_or_else(|| CliError::Failed("the server returned no operation".to_owned()))?;
+    }
+}
+
+/// Runs `converge history`.
+pub async fn history(client: &Client, args: &HistoryArgs) -> Result<(), CliError> {
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .resources()
+            .list_spec_revisions(pb::ListSpecRevisionsRequest {
+                kind: args.target.kind.clone(),
+                name: args.target.name.clone(),
+                page_size: 1000,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        all.extend(page.revisions);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let source = |r: &pb::SpecRevision| match pb::SpecRevisionSource::try_from(r.source) {
+        Ok(pb::SpecRevisionSource::Rollback) => match r.restored_generation {
+            Some(g) => format!("rollback to {g}"),
+            None => "rollback".to_owned(),
+        },
+        _ => "apply".to_owned(),
+    };
+    match args.output {
+        Format::Json | Format::Yaml => {
+            let items = all
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "generation": r.generation,
+                        "source": source(r),
+                        "createTime": r.create_time.as_ref().map(envelope::timestamp),
+                        "spec": r.spec.clone().map_or(serde_json::json!({}), struct_to_json),
+                    })
+                })
+                .collect();
+            print_documents(args.output, items, false)
+        }
+        _ => {
+            let mut table = Table::new(&["GENERATION", "SOURCE", "AGE"]);
+            for r in &all {
+                table.row(vec![r.generation.to_string(), source(r), age(r.create_time.as_ref())]);
+            }
+            print(&table.render())
+        }
+    }
+}
+
+/// Runs `converge rollback`.
+pub async fn rollback(client: &Client, args: &RollbackArgs) -> Result<(), CliError> {
+    let resource = client
+        .resources()
+        .rollback_resource(pb::RollbackResourceRequest {
+            kind: args.target.kind.clone(),
+            name: args.target.name.clone(),
+            target_generation: args.to_generation,
+            validate_only: args.dry_run,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .resource
+        .ok_or_else(|| CliError::Failed("the server returned no resource".to_owned()))?;
+    let dry = if args.dry_run { " (dry run)" } else { "" };
+    print(&format!(
+        "{} rolled back to the spec of generation {} (now generation {}){dry}\n",
+        name(&args.target),
+        args.to_generation,
+        resource.generation
+    ))
+}
