@@ -56,7 +56,7 @@ BEGIN
     SELECT cl.id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version,
            cl.attempts, extract(epoch FROM cl.deadline_at - now())::float8, r.id, r.kind, r.kind_version::int4,
            r.name, r.labels, r.spec, r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen,
-           r.deletion_requested_at, cl.cause, r.provider_config, pc.spec, pc.data
+           r.deletion_requested_at, cl.cause, r.provider_config, pc.spec, pc.data, cl.trace_context, cl.created_at
     FROM claimed cl JOIN resources r ON r.id = cl.resource_id
     -- The override, if the resource has one (a probe of an empty key otherwise).
     LEFT JOIN provider_configs pc ON pc.name = r.provider_config;
@@ -124,7 +124,7 @@ AS $function$
     SELECT cl.id, cl.shard_id, cl.task_type, cl.lease_token, cl.claim_epoch, cl.generation, cl.manifest_version,
            cl.attempts, extract(epoch FROM cl.deadline_at - now())::float8, r.id, r.kind, r.kind_version::int4,
            r.name, r.labels, r.spec, r.status, r.synced_gen, r.health_ok, r.finalizers, r.composed_gen,
-           r.deletion_requested_at, cl.cause, r.provider_config, pc.spec, pc.data
+           r.deletion_requested_at, cl.cause, r.provider_config, pc.spec, pc.data, cl.trace_context, cl.created_at
     FROM work_queue cl JOIN resources r ON r.id = cl.resource_id
     LEFT JOIN provider_configs pc ON pc.name = r.provider_config
     WHERE cl.lease_token = ANY (p_leases) AND NOT cl.outcome_pending;

@@ -82,10 +82,18 @@ BEGIN
         ORDER BY r.id
     ),
     written AS (
-        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-        SELECT id, 'reconcile', kind, kind_version, generation, manifest_version, shard_id FROM candidates
+        -- The trace context of the calling transaction, when it is traced
+        -- (api/write.rs sets it; unset reads as NULL).
+        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                     trace_context)
+        SELECT id, 'reconcile', kind, kind_version, generation, manifest_version, shard_id,
+               nullif(current_setting('converge.trace_context', true), '')
+        FROM candidates
         ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE
             SET generation = EXCLUDED.generation,
+                trace_context = EXCLUDED.trace_context,
+                -- A new generation starts its reconcile latency now.
+                created_at = now(),
                 kind = EXCLUDED.kind,
                 kind_version = EXCLUDED.kind_version,
                 manifest_version = EXCLUDED.manifest_version,

@@ -29,7 +29,6 @@ fn main() -> ExitCode {
         }
         _ => cli.common.log_level.as_str(),
     };
-    telemetry::init(cli.common.log_format, log_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -37,7 +36,28 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let serves = matches!(cli.command, None | Some(Command::Serve) | Some(Command::Dev(_)));
+    let telemetry = if serves {
+        // Inside the runtime: the OTLP exporter runs on it.
+        let _entered = runtime.enter();
+        match telemetry::install(cli.common.log_format, log_level, &cli.serve.telemetry) {
+            Ok(telemetry) => Some(telemetry),
+            Err(e) => {
+                telemetry::init(cli.common.log_format, log_level);
+                eprintln!("converge: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        telemetry::init(cli.common.log_format, log_level);
+        None
+    };
+    let outcome = runtime.block_on(run(cli));
+    if let Some(telemetry) = telemetry {
+        let _entered = runtime.enter();
+        telemetry.shutdown();
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let message = report(&e);

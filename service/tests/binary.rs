@@ -421,7 +421,7 @@ async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Resu
     std::fs::write(&bad_pem, "not a certificate")?;
     let bad_pem = bad_pem.to_string_lossy().into_owned();
     let missing = scratch.path().join("missing.pem").to_string_lossy().into_owned();
-    let cases: [ConfigCase<'_>; 9] = [
+    let cases: [ConfigCase<'_>; 11] = [
         (&["--role", "boss"], &[], "invalid value 'boss'"),
         (
             &[],
@@ -446,6 +446,12 @@ async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Resu
         ),
         (&[], &[("LISTEN_ADDR", "nowhere")], "--listen-addr"),
         (&[], &[("LOG_FORMAT", "yaml")], "invalid value 'yaml'"),
+        (&[], &[("METRICS_ADDR", "everywhere")], "--metrics-addr"),
+        (
+            &[],
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")],
+            "cannot set up the OTLP exporter",
+        ),
         (
             &["migrate"],
             &[("DATABASE_URL", "mysql://x")],

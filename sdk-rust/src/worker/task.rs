@@ -26,7 +26,7 @@ pub(crate) const DEADLINE_EXCEEDED: &str = "deadline exceeded";
 /// broker retries them elsewhere or later; never terminally, since another
 /// worker or a later moment may succeed. The rest run on `tasks`, which
 /// belong to the process rather than to the stream.
-pub(crate) fn accept(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, task: StageTask, draining: bool) {
+pub(crate) fn accept(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, mut task: StageTask, draining: bool) {
     // Reap finished tasks so the set does not grow with the task count.
     while tasks.try_join_next().is_some() {}
 
@@ -54,6 +54,7 @@ pub(crate) fn accept(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, task: StageT
         tracing::warn!(lease = %fence.lease_token, "duplicate task delivery ignored");
         return;
     }
+    let trace_context = std::mem::take(&mut task.trace_context);
     let request = match request_from_task(task, shared.default_config(&kind), deadline.map(Instant::into_std)) {
         Ok(request) => request,
         Err(error) => {
@@ -61,7 +62,11 @@ pub(crate) fn accept(shared: &Arc<Shared>, tasks: &mut JoinSet<()>, task: StageT
             return;
         }
     };
-    let span = tracing::debug_span!("task", lease = %fence.lease_token, %kind, reaction = %request.reaction);
+    let span = if trace_context.is_empty() {
+        tracing::debug_span!("task", lease = %fence.lease_token, %kind, reaction = %request.reaction)
+    } else {
+        handler_span(&trace_context, &kind.to_string(), &request.reaction, &fence.lease_token)
+    };
     let shared = Arc::clone(shared);
     tasks.spawn(
         async move {
@@ -115,4 +120,38 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
     } else {
         "non-string panic payload"
     }
+}
+
+/// The handler's span when the server traced the reconcile: a child of the
+/// context the task carries (W3C `traceparent`), extracted with the
+/// application's global propagator, so an application that exports spans
+/// (a `tracing-opentelemetry` layer and a propagator installed) sees its
+/// handler inside the server's trace. Without them it is an ordinary span.
+fn handler_span(
+    carrier: &std::collections::BTreeMap<String, String>,
+    kind: &str,
+    reaction: &str,
+    lease: &str,
+) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    struct Carrier<'a>(&'a std::collections::BTreeMap<String, String>);
+    impl opentelemetry::propagation::Extractor for Carrier<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).map(String::as_str)
+        }
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(String::as_str).collect()
+        }
+    }
+    let span = tracing::info_span!(
+        "handle",
+        otel.name = format!("handle {kind} {reaction}"),
+        otel.kind = "consumer",
+        converge.kind = %kind,
+        converge.reaction = %reaction,
+        converge.lease = %lease,
+    );
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Carrier(carrier)));
+    let _ = span.set_parent(parent);
+    span
 }

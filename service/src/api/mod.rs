@@ -122,7 +122,10 @@ pub type ApiRouter = Router<
         availability::AvailabilityLayer,
         tower::layer::util::Stack<
             limits::MessageLimitLayer,
-            tower::layer::util::Stack<access::AccessLayer, tower::layer::util::Identity>,
+            tower::layer::util::Stack<
+                access::AccessLayer,
+                tower::layer::util::Stack<crate::telemetry::rpc::RpcTelemetryLayer, tower::layer::util::Identity>,
+            >,
         >,
     >,
 >;
@@ -196,6 +199,7 @@ where
     let reflection_v1 = reflection(&names).build_v1()?;
     let reflection_v1alpha = reflection(&names).build_v1alpha()?;
     let router = Server::builder()
+        .layer(crate::telemetry::rpc::RpcTelemetryLayer)
         .layer(access::layer(access))
         .layer(limits::MessageLimitLayer)
         .layer(availability::AvailabilityLayer::new(state.database.clone()))

@@ -73,6 +73,11 @@ where
     RetryPolicy::CONFLICTS
         .run(call.method, || async {
             let mut tx = pool.begin().await?;
+            // A traced call hands its context to the work it queues (read
+            // by schedule_eligible); an untraced one costs nothing here.
+            if let Some(context) = crate::telemetry::propagation::current_as_text() {
+                crate::store::work::carry_trace_context(&mut tx, &context).await?;
+            }
             if remember {
                 match requests::reserve(&mut tx, call.request_id, call.method, &call.request_hash).await? {
                     Reservation::Reserved => {}

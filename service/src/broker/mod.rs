@@ -203,6 +203,11 @@ impl Broker {
         &self.stats
     }
 
+    /// The broker's counters, shared (for metric callbacks).
+    pub fn shared_stats(&self) -> Arc<BrokerStats> {
+        self.stats.clone()
+    }
+
     /// The broker's load, for the membership heartbeat: its counters and
     /// the workers connected to it.
     pub fn load_source(&self) -> Arc<dyn LoadSource> {

@@ -53,7 +53,12 @@ pub enum Input {
 }
 
 /// The StageTask message of one dispatch.
-pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::WorkStreamResponse {
+pub fn stage_task(
+    task: &ClaimedTask,
+    reaction: &str,
+    input: Input,
+    trace_context: std::collections::BTreeMap<String, String>,
+) -> wpb::WorkStreamResponse {
     let status = task.status.as_ref().and_then(|s| json_to_struct(&s.0));
     let resource = wpb::Resource {
         uid: task.resource_id.to_string(),
@@ -128,6 +133,7 @@ pub fn stage_task(task: &ClaimedTask, reaction: &str, input: Input) -> wpb::Work
             attempt: task.attempts,
             provider_config: task.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
             provider_bundle: task.config_data.clone().unwrap_or_default(),
+            trace_context,
             input: Some(input),
         })),
     }
@@ -224,6 +230,7 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
             attempt: delivery.attempts,
             provider_config: None,
             provider_bundle: Vec::new(),
+            trace_context: Default::default(),
             input: Some(wpb::stage_task::Input::ReactInput(wpb::ReactInput {
                 transition: transition.into(),
                 dedup_token: delivery.dedup_token.clone(),
@@ -252,6 +259,7 @@ pub fn operate_task(operation: &ClaimedOperation, reaction: &str) -> wpb::WorkSt
             attempt: operation.attempts,
             provider_config: operation.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
             provider_bundle: operation.config_data.clone().unwrap_or_default(),
+            trace_context: Default::default(),
             input: Some(wpb::stage_task::Input::OperateInput(wpb::OperateInput {
                 operation: Some(wpb::Operation {
                     uid: operation.operation_id.to_string(),

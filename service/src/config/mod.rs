@@ -117,6 +117,58 @@ pub struct ServeArgs {
     /// TLS and workload identity of the gRPC listener.
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    /// Traces and metrics.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
+/// Telemetry options. Beyond these, the standard `OTEL_*` variables are
+/// honoured: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+/// `OTEL_TRACES_SAMPLER`(`_ARG`), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, `OTEL_EXPORTER_OTLP_TIMEOUT`,
+/// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_TRACES_EXPORTER=none`,
+/// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TelemetryArgs {
+    /// Plain-HTTP listener (`HOST:PORT`) serving Prometheus text metrics at
+    /// `/metrics` and probes at `/livez` and `/readyz`. Off when unset.
+    #[arg(long, env = "METRICS_ADDR", global = true, value_parser = parse_optional_addr)]
+    pub metrics_addr: Option<OptionalAddr>,
+
+    /// OTLP/gRPC collector endpoint (e.g. `http://otel-collector:4317`):
+    /// traces, and metrics pushed every `OTEL_METRIC_EXPORT_INTERVAL` ms.
+    /// Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// An address that may be given as an empty value (meaning: off), so that
+/// an environment can switch a listener off by setting its variable empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalAddr(pub Option<SocketAddr>);
+
+fn parse_optional_addr(value: &str) -> Result<OptionalAddr, String> {
+    if value.trim().is_empty() {
+        return Ok(OptionalAddr(None));
+    }
+    value
+        .parse::<SocketAddr>()
+        .map(|addr| OptionalAddr(Some(addr)))
+        .map_err(|_| "expected HOST:PORT with an IP host".to_owned())
+}
+
+impl TelemetryArgs {
+    /// The metrics listener address, if one is configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr.and_then(|a| a.0)
+    }
+
+    /// The OTLP endpoint given as a flag or `OTEL_EXPORTER_OTLP_ENDPOINT`,
+    /// if it is not empty.
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty())
+    }
 }
 
 /// Whether the listen address asked for a transport.
@@ -306,6 +358,7 @@ impl Default for ServeArgs {
             shutdown_timeout_secs: 10,
             member_identity: None,
             tls: TlsArgs::default(),
+            telemetry: TelemetryArgs::default(),
         }
     }
 }

@@ -39,6 +39,18 @@ pub enum Stage {
     Delete,
 }
 
+impl Stage {
+    /// The stage's lower-case name, as metrics and traces label it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Compose => "compose",
+            Self::Work => "work",
+            Self::Rollup => "rollup",
+            Self::Delete => "delete",
+        }
+    }
+}
+
 /// A teardown reaction of a kind and the finalizer it clears.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Teardown {

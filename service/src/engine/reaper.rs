@@ -74,6 +74,7 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
                     };
                     pause = match pass.await {
                         Ok((report, deliveries, operations)) => {
+                            count_recoveries(&report, deliveries, operations);
                             let chosen = if report != ReapReport::default()
                                 || deliveries > 0
                                 || operations > 0
@@ -104,4 +105,27 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
             }
         }
     })
+}
+
+/// Counts what a pass took back (when metrics are on): leases of lost
+/// workers, tasks past their deadline (cancelled as transient failures),
+/// lagging resources queued again, and reactor deliveries and operations
+/// whose workers went away.
+fn count_recoveries(report: &ReapReport, deliveries: i32, operations: i32) {
+    let Some(m) = crate::telemetry::metrics() else {
+        return;
+    };
+    let causes = [
+        ("stale_lease", u64::try_from(report.stale).unwrap_or(0)),
+        ("deadline", u64::try_from(report.overdue).unwrap_or(0)),
+        ("lagging", u64::try_from(report.requeued).unwrap_or(0)),
+        ("delivery", u64::try_from(deliveries).unwrap_or(0)),
+        ("operation", u64::try_from(operations).unwrap_or(0)),
+    ];
+    for (cause, n) in causes {
+        if n > 0 {
+            m.recoveries
+                .add(n, &[opentelemetry::KeyValue::new("converge.cause", cause)]);
+        }
+    }
 }

@@ -95,6 +95,11 @@ impl Health {
         }
     }
 
+    /// Whether the process reports SERVING (the readiness probe's answer).
+    pub async fn is_serving(&self) -> bool {
+        *self.state.lock().await == State::Serving
+    }
+
     /// Reports NOT_SERVING for good: the process is draining.
     pub async fn drain(&self) {
         let mut state = self.state.lock().await;

@@ -3,7 +3,9 @@
 //! drains within a bounded time.
 
 pub mod health;
+mod instruments;
 pub mod listener;
+mod metrics_listener;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub struct ServerConfig {
     pub reaper: crate::engine::reaper::ReaperConfig,
     /// Drainer tuning.
     pub drainer: crate::engine::drainer::DrainerConfig,
+    /// How often the queue is sampled for the metrics (when they are on).
+    pub queue_sample_interval: Duration,
 }
 
 impl ServerConfig {
@@ -67,6 +71,7 @@ impl ServerConfig {
             watch: HubConfig::default(),
             reaper: crate::engine::reaper::ReaperConfig::default(),
             drainer: crate::engine::drainer::DrainerConfig::default(),
+            queue_sample_interval: crate::engine::queue_sampler::SAMPLE_INTERVAL,
         }
     }
 }
@@ -352,6 +357,22 @@ async fn prepare_and_spawn(
         membership.report_load(broker.load_source());
         broker
     });
+    if let Some(meter) = crate::telemetry::metrics::meter() {
+        instruments::pool(meter, pool.clone(), "primary");
+        if let Some(broker) = &broker {
+            instruments::broker(meter, broker.shared_stats());
+        }
+        if config.serve.role.serves_api() {
+            let sample = crate::engine::queue_sampler::SharedSample::default();
+            instruments::queue(meter, sample.clone());
+            tasks.push(crate::engine::queue_sampler::spawn(
+                pool.clone(),
+                sample,
+                config.queue_sample_interval,
+                stop.subscribe(),
+            ));
+        }
+    }
     let mut background = Background { stop, tasks };
     let state = ApiState::new(
         pool.clone(),
@@ -364,6 +385,9 @@ async fn prepare_and_spawn(
         broker,
     );
     let database = state.database.clone();
+    if let Some(meter) = crate::telemetry::metrics::meter() {
+        instruments::database(meter, database.clone(), db.embedded().is_some());
+    }
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, access, health_service)?;
     let health = Arc::new(health::Health::serving(reporter, services.names.clone()).await);
@@ -374,6 +398,13 @@ async fn prepare_and_spawn(
         db.read_pool().clone(),
         background.stop.subscribe(),
     ));
+    if let Some(addr) = config.serve.telemetry.metrics_addr() {
+        let (bound, task) = metrics_listener::spawn(addr, health.clone(), background.stop.subscribe())
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        tracing::info!(addr = %bound, "serving metrics and probes over HTTP");
+        background.tasks.push(task);
+    }
     Ok((
         local_addr,
         membership,

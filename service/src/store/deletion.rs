@@ -1,6 +1,7 @@
 //! The deletion lifecycle and quarantine: marking a teardown tree, the
 //! sweep that tears it down in order, and setting resources aside.
 
+use super::measured::measured;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -14,27 +15,33 @@ const INLINE_SWEEP_MAX: i32 = 100_000;
 /// does not exist). Queues nothing: run [`sweep`] afterwards, in a later
 /// statement.
 pub async fn mark(conn: &mut PgConnection, id: Uuid, actor: &str) -> StoreResult<Vec<Uuid>> {
-    sqlx::query_scalar("SELECT cascade_mark_for_deletion($1, $2)")
-        .bind(id)
-        .bind(actor)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("deletion.mark", async move {
+        sqlx::query_scalar("SELECT cascade_mark_for_deletion($1, $2)")
+            .bind(id)
+            .bind(actor)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Advances the teardown of the marked nodes among `ids` (and whatever
 /// removing them unblocks): queues teardown tasks, removes finished nodes.
 /// Returns the tasks queued plus the rows removed.
 pub async fn sweep(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    sqlx::query_scalar("SELECT sweep_deletable_ids($1, $2)")
-        .bind(ids)
-        .bind(INLINE_SWEEP_MAX)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("deletion.sweep", async move {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        sqlx::query_scalar("SELECT sweep_deletable_ids($1, $2)")
+            .bind(ids)
+            .bind(INLINE_SWEEP_MAX)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// What a quarantine or release did.
@@ -63,13 +70,16 @@ impl SetAside {
 
 /// Quarantines `id`; `message` is recorded on the event and condition.
 pub async fn quarantine(conn: &mut PgConnection, id: Uuid, actor: &str, message: &str) -> StoreResult<SetAside> {
-    let answer: String = sqlx::query_scalar("SELECT quarantine_resource($1, $2, $3)")
-        .bind(id)
-        .bind(actor)
-        .bind(message)
-        .fetch_one(conn)
-        .await?;
-    Ok(SetAside::parse(&answer))
+    measured("deletion.quarantine", async move {
+        let answer: String = sqlx::query_scalar("SELECT quarantine_resource($1, $2, $3)")
+            .bind(id)
+            .bind(actor)
+            .bind(message)
+            .fetch_one(conn)
+            .await?;
+        Ok(SetAside::parse(&answer))
+    })
+    .await
 }
 
 /// Releases a quarantined `id` and schedules it for reconciliation.
@@ -79,15 +89,18 @@ pub async fn quarantine(conn: &mut PgConnection, id: Uuid, actor: &str, message:
 /// with `reset_backoff` does: a resource quarantined while FAILED would
 /// otherwise stay FAILED with no task.
 pub async fn unquarantine(conn: &mut PgConnection, id: Uuid, actor: &str, message: &str) -> StoreResult<SetAside> {
-    let answer: String = sqlx::query_scalar("SELECT unquarantine_resource($1, $2, $3)")
-        .bind(id)
-        .bind(actor)
-        .bind(message)
-        .fetch_one(&mut *conn)
-        .await?;
-    let outcome = SetAside::parse(&answer);
-    if outcome == SetAside::Changed {
-        super::work::request_reconcile(conn, id, true).await?;
-    }
-    Ok(outcome)
+    measured("deletion.unquarantine", async move {
+        let answer: String = sqlx::query_scalar("SELECT unquarantine_resource($1, $2, $3)")
+            .bind(id)
+            .bind(actor)
+            .bind(message)
+            .fetch_one(&mut *conn)
+            .await?;
+        let outcome = SetAside::parse(&answer);
+        if outcome == SetAside::Changed {
+            super::work::request_reconcile(conn, id, true).await?;
+        }
+        Ok(outcome)
+    })
+    .await
 }

@@ -79,6 +79,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The error's class, as metrics label it (`error.type`).
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::Conflict(_) => "conflict",
+            Self::Unstorable(_) => "unstorable",
+            Self::Refused { .. } => "refused",
+            Self::Other(_) => "other",
+        }
+    }
+
     /// Whether running the same transaction again may succeed (a [`Conflict`](Self::Conflict)).
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Conflict(_))

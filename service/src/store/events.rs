@@ -1,5 +1,6 @@
 //! `resource_events`: event runs, their pages and their retention.
 
+use super::measured::measured;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -22,19 +23,22 @@ pub async fn record(
     actor: &str,
     keep_runs: i32,
 ) -> StoreResult<Uuid> {
-    sqlx::query_scalar("SELECT record_resource_event($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-        .bind(resource_id)
-        .bind(event.category)
-        .bind(event.type_.as_db())
-        .bind(event.reason)
-        .bind(&event.message)
-        .bind(event.detail.as_ref().map(Json))
-        .bind(actor)
-        .bind(generation)
-        .bind(keep_runs)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("events.record", async move {
+        sqlx::query_scalar("SELECT record_resource_event($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+            .bind(resource_id)
+            .bind(event.category)
+            .bind(event.type_.as_db())
+            .bind(event.reason)
+            .bind(&event.message)
+            .bind(event.detail.as_ref().map(Json))
+            .bind(actor)
+            .bind(generation)
+            .bind(keep_runs)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Filters of an event list.
@@ -121,56 +125,65 @@ pub async fn list(
     after: Option<EventCursor>,
     limit: usize,
 ) -> StoreResult<Vec<EventRun>> {
-    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{RUN_SELECT} WHERE e.resource_id = "));
-    query.push_bind(resource_id);
-    if let Some(category) = &filter.category {
-        query.push(" AND e.category = ").push_bind(category.clone());
-    }
-    if let Some(type_) = filter.type_ {
-        query.push(" AND e.type = ").push_bind(type_.as_db());
-    }
-    if let Some(reason) = &filter.reason {
-        query.push(" AND e.reason = ").push_bind(reason.clone());
-    }
-    if let Some(since) = filter.since {
-        query.push(" AND e.last_at >= ").push_bind(since);
-    }
-    if let Some(cursor) = after {
+    measured("events.list", async move {
+        let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{RUN_SELECT} WHERE e.resource_id = "));
+        query.push_bind(resource_id);
+        if let Some(category) = &filter.category {
+            query.push(" AND e.category = ").push_bind(category.clone());
+        }
+        if let Some(type_) = filter.type_ {
+            query.push(" AND e.type = ").push_bind(type_.as_db());
+        }
+        if let Some(reason) = &filter.reason {
+            query.push(" AND e.reason = ").push_bind(reason.clone());
+        }
+        if let Some(since) = filter.since {
+            query.push(" AND e.last_at >= ").push_bind(since);
+        }
+        if let Some(cursor) = after {
+            query
+                .push(" AND (e.last_at, e.id) < (")
+                .push_bind(cursor.last_at)
+                .push(", ")
+                .push_bind(cursor.id)
+                .push(")");
+        }
         query
-            .push(" AND (e.last_at, e.id) < (")
-            .push_bind(cursor.last_at)
-            .push(", ")
-            .push_bind(cursor.id)
-            .push(")");
-    }
-    query
-        .push(" ORDER BY e.last_at DESC, e.id DESC LIMIT ")
-        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows: Vec<EventRow> = query.build_query_as().fetch_all(pool).await?;
-    Ok(rows.into_iter().map(EventRow::into_run).collect())
+            .push(" ORDER BY e.last_at DESC, e.id DESC LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows: Vec<EventRow> = query.build_query_as().fetch_all(pool).await?;
+        Ok(rows.into_iter().map(EventRow::into_run).collect())
+    })
+    .await
 }
 
 /// Deletes up to `batch` runs whose last event is older than `max_age_secs`
 /// (raising the resources' event horizons).
 pub async fn trim_by_age(pool: &PgPool, max_age_secs: i64, batch: i64) -> StoreResult<u64> {
-    let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_runs_by_age($1, $2)")
-        .bind(max_age_secs as f64)
-        .bind(i32::try_from(batch).unwrap_or(i32::MAX))
-        .fetch_one(pool)
-        .await?;
-    Ok(u64::try_from(trimmed).unwrap_or(0))
+    measured("events.trim_by_age", async move {
+        let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_runs_by_age($1, $2)")
+            .bind(max_age_secs as f64)
+            .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+            .fetch_one(pool)
+            .await?;
+        Ok(u64::try_from(trimmed).unwrap_or(0))
+    })
+    .await
 }
 
 /// Deletes up to `batch` runs beyond the newest `keep_runs` of their
 /// timeline (a backstop for timelines written before the limit was lowered;
 /// new runs trim their own timeline as they are appended).
 pub async fn trim_timelines(pool: &PgPool, keep_runs: i64, batch: i64) -> StoreResult<u64> {
-    let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_timelines($1, $2)")
-        .bind(i32::try_from(keep_runs).unwrap_or(i32::MAX))
-        .bind(i32::try_from(batch).unwrap_or(i32::MAX))
-        .fetch_one(pool)
-        .await?;
-    Ok(u64::try_from(trimmed).unwrap_or(0))
+    measured("events.trim_timelines", async move {
+        let trimmed: i32 = sqlx::query_scalar("SELECT trim_event_timelines($1, $2)")
+            .bind(i32::try_from(keep_runs).unwrap_or(i32::MAX))
+            .bind(i32::try_from(batch).unwrap_or(i32::MAX))
+            .fetch_one(pool)
+            .await?;
+        Ok(u64::try_from(trimmed).unwrap_or(0))
+    })
+    .await
 }
 
 /// Runs of one resource changed after `after` (optionally one category), in
@@ -183,20 +196,23 @@ pub async fn runs_after(
     frontier: i64,
     limit: usize,
 ) -> StoreResult<Vec<EventRun>> {
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
-           AND (e.ev_txid, e.ev_seq) > ($3, $4) AND e.ev_txid < $5
-         ORDER BY e.ev_txid, e.ev_seq LIMIT $6"
-    )))
-    .bind(resource_id)
-    .bind(category)
-    .bind(after.txid)
-    .bind(after.seq)
-    .bind(frontier)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(EventRow::into_run).collect())
+    measured("events.runs_after", async move {
+        let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
+               AND (e.ev_txid, e.ev_seq) > ($3, $4) AND e.ev_txid < $5
+             ORDER BY e.ev_txid, e.ev_seq LIMIT $6"
+        )))
+        .bind(resource_id)
+        .bind(category)
+        .bind(after.txid)
+        .bind(after.seq)
+        .bind(frontier)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(conn)
+        .await?;
+        Ok(rows.into_iter().map(EventRow::into_run).collect())
+    })
+    .await
 }
 
 /// The newest `limit` runs of one resource (optionally one category), returned
@@ -207,38 +223,44 @@ pub async fn newest_runs(
     category: Option<&str>,
     limit: usize,
 ) -> StoreResult<Vec<EventRun>> {
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT * FROM ({RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
-         ORDER BY e.last_at DESC, e.id DESC LIMIT $3) newest ORDER BY last_at, id"
-    )))
-    .bind(resource_id)
-    .bind(category)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(EventRow::into_run).collect())
+    measured("events.newest_runs", async move {
+        let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT * FROM ({RUN_SELECT} WHERE e.resource_id = $1 AND ($2::text IS NULL OR e.category = $2)
+             ORDER BY e.last_at DESC, e.id DESC LIMIT $3) newest ORDER BY last_at, id"
+        )))
+        .bind(resource_id)
+        .bind(category)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(conn)
+        .await?;
+        Ok(rows.into_iter().map(EventRow::into_run).collect())
+    })
+    .await
 }
 
 /// The resource's event horizon (newest trimmed position) and head (newest
 /// position handed out), with the current frontier.
 pub async fn horizon_and_head(conn: &mut PgConnection, resource_id: Uuid) -> StoreResult<(Position, Position)> {
-    let (h_txid, h_seq, l_txid, l_seq, frontier): (Option<i64>, Option<i64>, Option<i64>, Option<i64>, i64) =
-        sqlx::query_as(
-            "SELECT h.txid, h.seq, l.ev_txid, l.ev_seq, change_frontier() FROM (SELECT NULL) AS one
-             LEFT JOIN event_horizon h ON h.resource_id = $1
-             LEFT JOIN LATERAL (SELECT ev_txid, ev_seq FROM resource_events WHERE resource_id = $1
-                                ORDER BY ev_txid DESC, ev_seq DESC LIMIT 1) l ON true",
-        )
-        .bind(resource_id)
-        .fetch_one(conn)
-        .await?;
-    let horizon = Position {
-        txid: h_txid.unwrap_or(0),
-        seq: h_seq.unwrap_or(0),
-    };
-    let last = Position {
-        txid: l_txid.unwrap_or(0),
-        seq: l_seq.unwrap_or(0),
-    };
-    Ok((horizon, last.max(Position { txid: frontier, seq: 0 })))
+    measured("events.horizon_and_head", async move {
+        let (h_txid, h_seq, l_txid, l_seq, frontier): (Option<i64>, Option<i64>, Option<i64>, Option<i64>, i64) =
+            sqlx::query_as(
+                "SELECT h.txid, h.seq, l.ev_txid, l.ev_seq, change_frontier() FROM (SELECT NULL) AS one
+                 LEFT JOIN event_horizon h ON h.resource_id = $1
+                 LEFT JOIN LATERAL (SELECT ev_txid, ev_seq FROM resource_events WHERE resource_id = $1
+                                    ORDER BY ev_txid DESC, ev_seq DESC LIMIT 1) l ON true",
+            )
+            .bind(resource_id)
+            .fetch_one(conn)
+            .await?;
+        let horizon = Position {
+            txid: h_txid.unwrap_or(0),
+            seq: h_seq.unwrap_or(0),
+        };
+        let last = Position {
+            txid: l_txid.unwrap_or(0),
+            seq: l_seq.unwrap_or(0),
+        };
+        Ok((horizon, last.max(Position { txid: frontier, seq: 0 })))
+    })
+    .await
 }

@@ -6,6 +6,7 @@ use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::measured::measured;
 use super::{StoreResult, resources};
 use crate::domain::explain::{Facts, MAX_NAMED, Named, TaskCause, TaskFacts, TaskType, WorkerFacts};
 use crate::domain::resource::{Phase, Resource, ResourceRef};
@@ -214,18 +215,21 @@ pub async fn resource_and_facts(
     name: &str,
     liveness_secs: i32,
 ) -> StoreResult<Option<(Resource, Facts)>> {
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    let Some(resource) = resources::get(&mut *tx, kind, name).await? else {
+    measured("explain.resource_and_facts", async move {
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let Some(resource) = resources::get(&mut *tx, kind, name).await? else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let facts = facts_in(&mut tx, resource.id, liveness_secs).await?;
         tx.rollback().await?;
-        return Ok(None);
-    };
-    let facts = facts_in(&mut tx, resource.id, liveness_secs).await?;
-    tx.rollback().await?;
-    Ok(facts.map(|facts| (resource, facts)))
+        Ok(facts.map(|facts| (resource, facts)))
+    })
+    .await
 }
 
 /// The facts around resource `id`, on the caller's connection.

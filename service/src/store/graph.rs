@@ -1,6 +1,7 @@
 //! Composition graphs: descendants over `resources.owner_id` and the
 //! `resource_deps` edges among them, read as keyset pages.
 
+use super::measured::measured;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -120,14 +121,17 @@ pub async fn page(
     after: Option<GraphCursor>,
     limit: usize,
 ) -> StoreResult<Option<GraphPage>> {
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    let page = page_in(&mut tx, kind, name, after, limit).await?;
-    tx.rollback().await?;
-    Ok(page)
+    measured("graph.page", async move {
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let page = page_in(&mut tx, kind, name, after, limit).await?;
+        tx.rollback().await?;
+        Ok(page)
+    })
+    .await
 }
 
 /// [`page`] on a given connection (inside the caller's transaction).

@@ -1,5 +1,6 @@
 //! `kind_manifest` and `kind_config`.
 
+use super::measured::measured;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -81,12 +82,15 @@ use super::small_version as small;
 /// ends: resource writes of that version wait, and this transaction sees
 /// every write that came before.
 pub async fn lock_kind_exclusive(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(kind_lock_key($1, $2))")
-        .bind(kind)
-        .bind(kind_version)
-        .execute(conn)
-        .await?;
-    Ok(())
+    measured("kinds.lock_kind_exclusive", async move {
+        sqlx::query("SELECT pg_advisory_xact_lock(kind_lock_key($1, $2))")
+            .bind(kind)
+            .bind(kind_version)
+            .execute(conn)
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Reads one manifest.
@@ -95,13 +99,16 @@ pub async fn get_manifest(
     kind: &str,
     kind_version: i32,
 ) -> StoreResult<Option<StoredManifest>> {
-    let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 AND kind_version = $2");
-    let row: Option<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .bind(small(kind_version))
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(ManifestRow::into_stored))
+    measured("kinds.get_manifest", async move {
+        let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 AND kind_version = $2");
+        let row: Option<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kind)
+            .bind(small(kind_version))
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(ManifestRow::into_stored))
+    })
+    .await
 }
 
 /// Inserts or replaces a manifest (policy seeds included; kind_config is
@@ -111,51 +118,57 @@ pub async fn upsert_manifest(
     manifest: &KindManifest,
     manifest_version: i64,
 ) -> StoreResult<StoredManifest> {
-    let sql = format!(
-        "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
-             reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
-             orphan_grace_secs, max_transient_attempts, manifest_version)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-         ON CONFLICT (kind, kind_version) DO UPDATE SET
-             description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
-             status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
-             reactions = EXCLUDED.reactions, finalizer_name = EXCLUDED.finalizer_name,
-             max_inflight = EXCLUDED.max_inflight, task_deadline_secs = EXCLUDED.task_deadline_secs,
-             resync_interval_secs = EXCLUDED.resync_interval_secs, resync_recomposes = EXCLUDED.resync_recomposes,
-             orphan_grace_secs = EXCLUDED.orphan_grace_secs, max_transient_attempts = EXCLUDED.max_transient_attempts,
-             manifest_version = EXCLUDED.manifest_version, updated_at = now()
-         RETURNING {MANIFEST_COLUMNS}"
-    );
-    let policy = &manifest.policy;
-    let row: ManifestRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(&manifest.kind)
-        .bind(small(manifest.kind_version))
-        .bind(&manifest.description)
-        .bind(manifest.spec_schema.as_ref().map(Json))
-        .bind(manifest.status_schema.as_ref().map(Json))
-        .bind(manifest.config_schema.as_ref().map(Json))
-        .bind(Json(&manifest.reactions))
-        .bind(manifest.finalizer_name.as_deref())
-        .bind(policy.max_inflight)
-        .bind(policy.task_deadline_secs)
-        .bind(policy.resync_interval_secs)
-        .bind(policy.resync_recomposes)
-        .bind(policy.orphan_grace_secs)
-        .bind(policy.max_transient_attempts)
-        .bind(manifest_version)
-        .fetch_one(conn)
-        .await?;
-    Ok(row.into_stored())
+    measured("kinds.upsert_manifest", async move {
+        let sql = format!(
+            "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
+                 reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
+                 orphan_grace_secs, max_transient_attempts, manifest_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             ON CONFLICT (kind, kind_version) DO UPDATE SET
+                 description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
+                 status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
+                 reactions = EXCLUDED.reactions, finalizer_name = EXCLUDED.finalizer_name,
+                 max_inflight = EXCLUDED.max_inflight, task_deadline_secs = EXCLUDED.task_deadline_secs,
+                 resync_interval_secs = EXCLUDED.resync_interval_secs, resync_recomposes = EXCLUDED.resync_recomposes,
+                 orphan_grace_secs = EXCLUDED.orphan_grace_secs, max_transient_attempts = EXCLUDED.max_transient_attempts,
+                 manifest_version = EXCLUDED.manifest_version, updated_at = now()
+             RETURNING {MANIFEST_COLUMNS}"
+        );
+        let policy = &manifest.policy;
+        let row: ManifestRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(&manifest.kind)
+            .bind(small(manifest.kind_version))
+            .bind(&manifest.description)
+            .bind(manifest.spec_schema.as_ref().map(Json))
+            .bind(manifest.status_schema.as_ref().map(Json))
+            .bind(manifest.config_schema.as_ref().map(Json))
+            .bind(Json(&manifest.reactions))
+            .bind(manifest.finalizer_name.as_deref())
+            .bind(policy.max_inflight)
+            .bind(policy.task_deadline_secs)
+            .bind(policy.resync_interval_secs)
+            .bind(policy.resync_recomposes)
+            .bind(policy.orphan_grace_secs)
+            .bind(policy.max_transient_attempts)
+            .bind(manifest_version)
+            .fetch_one(conn)
+            .await?;
+        Ok(row.into_stored())
+    })
+    .await
 }
 
 /// Deletes a manifest (and, by cascade, its kind_config). Returns whether it existed.
 pub async fn delete_manifest(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<bool> {
-    let done = sqlx::query("DELETE FROM kind_manifest WHERE kind = $1 AND kind_version = $2")
-        .bind(kind)
-        .bind(small(kind_version))
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() > 0)
+    measured("kinds.delete_manifest", async move {
+        let done = sqlx::query("DELETE FROM kind_manifest WHERE kind = $1 AND kind_version = $2")
+            .bind(kind)
+            .bind(small(kind_version))
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    })
+    .await
 }
 
 /// A page of manifests ordered by (kind, kind_version), after the given key.
@@ -165,30 +178,36 @@ pub async fn list_manifests(
     after: Option<(&str, i32)>,
     limit: i64,
 ) -> StoreResult<Vec<StoredManifest>> {
-    let sql = format!(
-        "SELECT {MANIFEST_COLUMNS} FROM kind_manifest
-         WHERE ($1::text IS NULL OR kind = $1)
-           AND ($2::text IS NULL OR (kind, kind_version) > ($2, $3::smallint))
-         ORDER BY kind, kind_version LIMIT $4"
-    );
-    let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .bind(after.map(|(k, _)| k))
-        .bind(after.map(|(_, v)| small(v)).unwrap_or(0))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+    measured("kinds.list_manifests", async move {
+        let sql = format!(
+            "SELECT {MANIFEST_COLUMNS} FROM kind_manifest
+             WHERE ($1::text IS NULL OR kind = $1)
+               AND ($2::text IS NULL OR (kind, kind_version) > ($2, $3::smallint))
+             ORDER BY kind, kind_version LIMIT $4"
+        );
+        let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kind)
+            .bind(after.map(|(k, _)| k))
+            .bind(after.map(|(_, v)| small(v)).unwrap_or(0))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+    })
+    .await
 }
 
 /// Every manifest of `kind` (all its versions), read through `conn`.
 pub async fn manifests_of(conn: &mut PgConnection, kind: &str) -> StoreResult<Vec<StoredManifest>> {
-    let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 ORDER BY kind_version");
-    let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .fetch_all(conn)
-        .await?;
-    Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+    measured("kinds.manifests_of", async move {
+        let sql = format!("SELECT {MANIFEST_COLUMNS} FROM kind_manifest WHERE kind = $1 ORDER BY kind_version");
+        let rows: Vec<ManifestRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kind)
+            .fetch_all(conn)
+            .await?;
+        Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+    })
+    .await
 }
 
 /// What a resource write needs to know about its kind version, read after
@@ -203,16 +222,19 @@ pub struct KindState {
 
 /// The manifest version and retirement of (kind, kind_version), if it exists.
 pub async fn kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<Option<KindState>> {
-    sqlx::query_as(
-        "SELECT m.manifest_version, COALESCE(c.retired, false) AS retired
-         FROM kind_manifest m LEFT JOIN kind_config c USING (kind, kind_version)
-         WHERE m.kind = $1 AND m.kind_version = $2",
-    )
-    .bind(kind)
-    .bind(small(kind_version))
-    .fetch_optional(conn)
+    measured("kinds.kind_state", async move {
+        sqlx::query_as(
+            "SELECT m.manifest_version, COALESCE(c.retired, false) AS retired
+             FROM kind_manifest m LEFT JOIN kind_config c USING (kind, kind_version)
+             WHERE m.kind = $1 AND m.kind_version = $2",
+        )
+        .bind(kind)
+        .bind(small(kind_version))
+        .fetch_optional(conn)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }
 
 /// Takes the kind version's advisory lock shared until the transaction ends,
@@ -220,12 +242,15 @@ pub async fn kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) 
 /// the lock exclusively, so it waits for this write, and this write never
 /// validates against a manifest being replaced.
 pub async fn lock_kind_state(conn: &mut PgConnection, kind: &str, kind_version: i32) -> StoreResult<Option<KindState>> {
-    sqlx::query_as("SELECT manifest_version, retired FROM lock_kind_state($1, $2)")
-        .bind(kind)
-        .bind(small(kind_version))
-        .fetch_optional(conn)
-        .await
-        .map_err(Into::into)
+    measured("kinds.lock_kind_state", async move {
+        sqlx::query_as("SELECT manifest_version, retired FROM lock_kind_state($1, $2)")
+            .bind(kind)
+            .bind(small(kind_version))
+            .fetch_optional(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The live operational settings of one kind version.
@@ -266,45 +291,51 @@ pub async fn get_config(
     kind_version: i32,
     for_update: bool,
 ) -> StoreResult<Option<KindConfigRow>> {
-    let lock = if for_update { " FOR UPDATE" } else { "" };
-    let sql = format!("SELECT {CONFIG_COLUMNS} FROM kind_config WHERE kind = $1 AND kind_version = $2{lock}");
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .bind(small(kind_version))
-        .fetch_optional(conn)
-        .await
-        .map_err(Into::into)
+    measured("kinds.get_config", async move {
+        let lock = if for_update { " FOR UPDATE" } else { "" };
+        let sql = format!("SELECT {CONFIG_COLUMNS} FROM kind_config WHERE kind = $1 AND kind_version = $2{lock}");
+        sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kind)
+            .bind(small(kind_version))
+            .fetch_optional(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Writes the editable settings of a kind config; unchanged values write nothing.
 pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> StoreResult<KindConfigRow> {
-    let sql = format!(
-        "WITH updated AS (
-             UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
-                 resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
-                 revision_limit = $10, updated_at = now()
-             WHERE kind = $1 AND kind_version = $2
-               AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
-                    max_transient_attempts, retired, revision_limit)
-                   IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10)
-             RETURNING {CONFIG_COLUMNS})
-         SELECT * FROM updated
-         UNION ALL
-         SELECT {CONFIG_COLUMNS} FROM kind_config
-         WHERE kind = $1 AND kind_version = $2 AND NOT EXISTS (SELECT 1 FROM updated)"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(&config.kind)
-        .bind(small(config.kind_version))
-        .bind(config.max_inflight)
-        .bind(config.task_deadline_secs)
-        .bind(config.resync_interval_secs)
-        .bind(config.resync_recomposes)
-        .bind(config.orphan_grace_secs)
-        .bind(config.max_transient_attempts)
-        .bind(config.retired)
-        .bind(config.revision_limit)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("kinds.update_config", async move {
+        let sql = format!(
+            "WITH updated AS (
+                 UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
+                     resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
+                     revision_limit = $10, updated_at = now()
+                 WHERE kind = $1 AND kind_version = $2
+                   AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
+                        max_transient_attempts, retired, revision_limit)
+                       IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10)
+                 RETURNING {CONFIG_COLUMNS})
+             SELECT * FROM updated
+             UNION ALL
+             SELECT {CONFIG_COLUMNS} FROM kind_config
+             WHERE kind = $1 AND kind_version = $2 AND NOT EXISTS (SELECT 1 FROM updated)"
+        );
+        sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(&config.kind)
+            .bind(small(config.kind_version))
+            .bind(config.max_inflight)
+            .bind(config.task_deadline_secs)
+            .bind(config.resync_interval_secs)
+            .bind(config.resync_recomposes)
+            .bind(config.orphan_grace_secs)
+            .bind(config.max_transient_attempts)
+            .bind(config.retired)
+            .bind(config.revision_limit)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }

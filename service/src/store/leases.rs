@@ -3,6 +3,7 @@
 //! whether they are tasks, reactor deliveries or operations (a lease token
 //! is unique across all three).
 
+use super::measured::measured;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -44,23 +45,26 @@ impl Leased {
 /// Refreshes the heartbeat of the leases of `table` that `broker` holds
 /// among `leases` (token and epoch); returns how many.
 pub async fn heartbeat(pool: &PgPool, table: Leased, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    let sql = format!(
-        "UPDATE {} t SET heartbeat_at = now()
-         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE t.lease_token = l.token AND t.claim_epoch = l.epoch AND t.broker_id = $1",
-        table.table()
-    );
-    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(broker)
-        .bind(&tokens)
-        .bind(&epochs)
-        .execute(pool)
-        .await?;
-    Ok(done.rows_affected())
+    measured("leases.heartbeat", async move {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+        let sql = format!(
+            "UPDATE {} t SET heartbeat_at = now()
+             FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
+             WHERE t.lease_token = l.token AND t.claim_epoch = l.epoch AND t.broker_id = $1",
+            table.table()
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(broker)
+            .bind(&tokens)
+            .bind(&epochs)
+            .execute(pool)
+            .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }
 
 /// Releases the leases of `table` that `broker` holds among `tokens` at
@@ -68,24 +72,27 @@ pub async fn heartbeat(pool: &PgPool, table: Leased, broker: &str, leases: &[(Uu
 /// late result is dropped; wakes the brokers when any was freed. Returns
 /// how many.
 pub async fn release(pool: &PgPool, table: Leased, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
-    if tokens.is_empty() {
-        return Ok(0);
-    }
-    let (also, held) = table.release();
-    let sql = format!(
-        "UPDATE {} SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, claim_epoch = claim_epoch + 1{also}
-         WHERE lease_token = ANY ($2) AND broker_id = $1 AND {held}",
-        table.table()
-    );
-    let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(broker)
-        .bind(tokens)
-        .execute(pool)
-        .await?;
-    if done.rows_affected() > 0 {
-        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+    measured("leases.release", async move {
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let (also, held) = table.release();
+        let sql = format!(
+            "UPDATE {} SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, claim_epoch = claim_epoch + 1{also}
+             WHERE lease_token = ANY ($2) AND broker_id = $1 AND {held}",
+            table.table()
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(broker)
+            .bind(tokens)
             .execute(pool)
             .await?;
-    }
-    Ok(done.rows_affected())
+        if done.rows_affected() > 0 {
+            sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+                .execute(pool)
+                .await?;
+        }
+        Ok(done.rows_affected())
+    })
+    .await
 }

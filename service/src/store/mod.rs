@@ -55,6 +55,7 @@ pub mod explain;
 pub mod graph;
 pub mod kinds;
 pub mod leases;
+mod measured;
 pub mod operations;
 pub mod pipeline;
 pub mod provider_configs;

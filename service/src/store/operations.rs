@@ -1,6 +1,7 @@
 //! `operations`: invoked verbs, their leases while a worker runs them, and
 //! their outcomes.
 
+use super::measured::measured;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -87,31 +88,39 @@ pub struct NewOperation<'a> {
 /// Records an invocation and its event, and wakes the brokers; returns the
 /// stored operation.
 pub async fn invoke(conn: &mut PgConnection, new: &NewOperation<'_>, keep_runs: i32) -> StoreResult<Operation> {
-    let id: Uuid = sqlx::query_scalar("SELECT id FROM invoke_operation($1, $2, $3, $4, $5, $6)")
-        .bind(new.resource_id)
-        .bind(new.kind)
-        .bind(new.verb)
-        .bind(new.input.map(Json))
-        .bind(new.requested_by)
-        .bind(keep_runs)
-        .fetch_one(&mut *conn)
-        .await?;
-    let sql = format!("SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id WHERE o.id = $1");
-    let row: OperationRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_one(conn)
-        .await?;
-    Ok(row.into_operation())
+    measured("operations.invoke", async move {
+        let id: Uuid = sqlx::query_scalar("SELECT id FROM invoke_operation($1, $2, $3, $4, $5, $6)")
+            .bind(new.resource_id)
+            .bind(new.kind)
+            .bind(new.verb)
+            .bind(new.input.map(Json))
+            .bind(new.requested_by)
+            .bind(keep_runs)
+            .fetch_one(&mut *conn)
+            .await?;
+        let sql =
+            format!("SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id WHERE o.id = $1");
+        let row: OperationRow = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_one(conn)
+            .await?;
+        Ok(row.into_operation())
+    })
+    .await
 }
 
 /// Reads one operation by uid.
 pub async fn get(pool: &PgPool, id: Uuid) -> StoreResult<Option<Operation>> {
-    let sql = format!("SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id WHERE o.id = $1");
-    let row: Option<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.map(OperationRow::into_operation))
+    measured("operations.get", async move {
+        let sql =
+            format!("SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id WHERE o.id = $1");
+        let row: Option<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+        Ok(row.map(OperationRow::into_operation))
+    })
+    .await
 }
 
 /// What [`list`] returns.
@@ -132,21 +141,24 @@ pub async fn list(
     before: Option<Uuid>,
     limit: i64,
 ) -> StoreResult<Vec<Operation>> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id
-         WHERE o.resource_id = $1 AND ($2::text IS NULL OR o.verb = $2) AND ($3::text IS NULL OR o.state = $3)
-           AND ($4::uuid IS NULL OR o.id < $4)
-         ORDER BY o.id DESC LIMIT $5"
-    );
-    let rows: Vec<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(resource_id)
-        .bind(filter.verb.as_deref())
-        .bind(filter.state.map(OperationState::as_db))
-        .bind(before)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.into_iter().map(OperationRow::into_operation).collect())
+    measured("operations.list", async move {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM operations o JOIN resources r ON r.id = o.resource_id
+             WHERE o.resource_id = $1 AND ($2::text IS NULL OR o.verb = $2) AND ($3::text IS NULL OR o.state = $3)
+               AND ($4::uuid IS NULL OR o.id < $4)
+             ORDER BY o.id DESC LIMIT $5"
+        );
+        let rows: Vec<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(resource_id)
+            .bind(filter.verb.as_deref())
+            .bind(filter.state.map(OperationState::as_db))
+            .bind(before)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.into_iter().map(OperationRow::into_operation).collect())
+    })
+    .await
 }
 
 row_struct! {
@@ -197,14 +209,17 @@ pub async fn claim(
     version: i32,
     limit: i64,
 ) -> StoreResult<Vec<ClaimedOperation>> {
-    sqlx::query_as("SELECT * FROM claim_operations($1, $2, $3, $4)")
-        .bind(broker)
-        .bind(kind)
-        .bind(small_version(version))
-        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("operations.claim", async move {
+        sqlx::query_as("SELECT * FROM claim_operations($1, $2, $3, $4)")
+            .bind(broker)
+            .bind(kind)
+            .bind(small_version(version))
+            .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The outcome of one dispatch, as [`complete`] applies it.
@@ -239,64 +254,76 @@ pub struct OperationOutcome<'a> {
 /// Applies a dispatch's outcome through its fence; false when the fence
 /// dropped it (the lease was reclaimed, or the resource is gone).
 pub async fn complete(pool: &PgPool, outcome: &OperationOutcome<'_>) -> StoreResult<bool> {
-    let conditions = (!outcome.conditions.is_empty()).then_some(Json(outcome.conditions));
-    let events = (!outcome.events.is_empty()).then_some(Json(outcome.events));
-    sqlx::query_scalar("SELECT complete_operation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
-        .bind(outcome.lease)
-        .bind(outcome.epoch)
-        .bind(outcome.output.map(Json))
-        .bind(outcome.status.map(Json))
-        .bind(conditions)
-        .bind(outcome.healthy)
-        .bind(outcome.requeue_after_ms)
-        .bind(outcome.error)
-        .bind(outcome.reason)
-        .bind(outcome.terminal)
-        .bind(outcome.code)
-        .bind(events)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("operations.complete", async move {
+        let conditions = (!outcome.conditions.is_empty()).then_some(Json(outcome.conditions));
+        let events = (!outcome.events.is_empty()).then_some(Json(outcome.events));
+        sqlx::query_scalar("SELECT complete_operation($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
+            .bind(outcome.lease)
+            .bind(outcome.epoch)
+            .bind(outcome.output.map(Json))
+            .bind(outcome.status.map(Json))
+            .bind(conditions)
+            .bind(outcome.healthy)
+            .bind(outcome.requeue_after_ms)
+            .bind(outcome.error)
+            .bind(outcome.reason)
+            .bind(outcome.terminal)
+            .bind(outcome.code)
+            .bind(events)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Takes over the operation leases a reconnecting worker still holds and
 /// returns them as claimed.
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<ClaimedOperation>> {
-    if leases.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    sqlx::query_as("SELECT * FROM adopt_operations($1, $2, $3)")
-        .bind(broker)
-        .bind(&tokens)
-        .bind(&epochs)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("operations.adopt", async move {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+        sqlx::query_as("SELECT * FROM adopt_operations($1, $2, $3)")
+            .bind(broker)
+            .bind(&tokens)
+            .bind(&epochs)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The backstops: releases operation leases not attested for `stale_secs`
 /// and fails attempts past their deadline; returns how many.
 pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT reap_operations($1, $2)")
-        .bind(stale_secs)
-        .bind(limit)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("operations.reap", async move {
+        sqlx::query_scalar("SELECT reap_operations($1, $2)")
+            .bind(stale_secs)
+            .bind(limit)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Deletes up to `limit` operations that finished more than `max_age_secs` ago.
 pub async fn trim_finished(pool: &PgPool, max_age_secs: f64, limit: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM operations WHERE id = ANY (ARRAY(
-             SELECT id FROM operations
-             WHERE completed_at < now() - make_interval(secs => $1)
-             ORDER BY completed_at LIMIT $2))",
-    )
-    .bind(max_age_secs)
-    .bind(limit)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    measured("operations.trim_finished", async move {
+        let done = sqlx::query(
+            "DELETE FROM operations WHERE id = ANY (ARRAY(
+                 SELECT id FROM operations
+                 WHERE completed_at < now() - make_interval(secs => $1)
+                 ORDER BY completed_at LIMIT $2))",
+        )
+        .bind(max_age_secs)
+        .bind(limit)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }

@@ -2,6 +2,7 @@
 //! the next stage, applying a composition under the task's fence, and the
 //! reads that feed compose and rollup inputs.
 
+use super::measured::measured;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -38,13 +39,16 @@ const ROTATE: &str = "UPDATE work_queue w
 
 /// Moves a task on to its next stage if its fence still holds.
 pub async fn advance_stage(pool: &PgPool, lease: Uuid, epoch: i64, generation: i64) -> StoreResult<Option<Fence>> {
-    sqlx::query_as(ROTATE)
-        .bind(lease)
-        .bind(epoch)
-        .bind(generation)
-        .fetch_optional(pool)
-        .await
-        .map_err(Into::into)
+    measured("pipeline.advance_stage", async move {
+        sqlx::query_as(ROTATE)
+            .bind(lease)
+            .bind(epoch)
+            .bind(generation)
+            .fetch_optional(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// What became of a composition.
@@ -98,19 +102,22 @@ pub async fn apply_composition(
     owner: Uuid,
     desired: Desired<'_>,
 ) -> StoreResult<Composed> {
-    let stored_edges: Vec<_> = desired.edges.iter().map(Edge::stored).collect();
-    let outcome = RetryPolicy::CONFLICTS
-        .run("composition", || {
-            compose_once(pool, fence, owner, desired, &stored_edges)
-        })
-        .await;
-    match outcome {
-        Err(StoreError::Refused {
-            code: ConvergeCode::CompositionRefused,
-            message,
-        }) => Ok(Composed::Refused(message)),
-        other => other,
-    }
+    measured("pipeline.apply_composition", async move {
+        let stored_edges: Vec<_> = desired.edges.iter().map(Edge::stored).collect();
+        let outcome = RetryPolicy::CONFLICTS
+            .run("composition", || {
+                compose_once(pool, fence, owner, desired, &stored_edges)
+            })
+            .await;
+        match outcome {
+            Err(StoreError::Refused {
+                code: ConvergeCode::CompositionRefused,
+                message,
+            }) => Ok(Composed::Refused(message)),
+            other => other,
+        }
+    })
+    .await
 }
 
 async fn compose_once<E: serde::Serialize + Sync>(
@@ -172,11 +179,14 @@ async fn compose_once<E: serde::Serialize + Sync>(
 
 /// Whether every child of `id` has settled (synced, failed or set aside).
 pub async fn children_settled(pool: &PgPool, id: Uuid) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT children_settled($1)")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("pipeline.children_settled", async move {
+        sqlx::query_scalar("SELECT children_settled($1)")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// A resource of a composition as a stage input shows it.
@@ -232,41 +242,47 @@ const MEMBER_COLUMNS: &str = "r.id, r.kind, r.kind_version::int4 AS kind_version
 
 /// The children `owner` currently has, oldest first.
 pub async fn children(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<Vec<MemberRow>> {
-    let sql = format!(
-        "SELECT {MEMBER_COLUMNS} FROM resources r
-         LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id
-         WHERE r.owner_id = $1 ORDER BY r.created_at, r.id LIMIT $2"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(owner)
-        .bind(limit)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("pipeline.children", async move {
+        let sql = format!(
+            "SELECT {MEMBER_COLUMNS} FROM resources r
+             LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id
+             WHERE r.owner_id = $1 ORDER BY r.created_at, r.id LIMIT $2"
+        );
+        sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The live subtree under `owner` (children, their children, ...; members
 /// set aside or being torn down excluded, as the rollup gate ignores them),
 /// owners before what they composed.
 pub async fn descendants(pool: &PgPool, owner: Uuid, limit: i64) -> StoreResult<Vec<MemberRow>> {
-    let sql = format!(
-        "WITH RECURSIVE tree(id, depth) AS (
-             SELECT c.id, 1 FROM resources c
-             WHERE c.owner_id = $1 AND c.frozen_until IS NULL AND c.deletion_requested_at IS NULL
-             UNION
-             SELECT c.id, t.depth + 1 FROM resources c JOIN tree t ON c.owner_id = t.id
-             WHERE c.frozen_until IS NULL AND c.deletion_requested_at IS NULL AND t.depth < 64
-         )
-         SELECT {MEMBER_COLUMNS} FROM tree x JOIN resources r ON r.id = x.id
-         LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id
-         ORDER BY x.depth, r.created_at, r.id LIMIT $2"
-    );
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(owner)
-        .bind(limit)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("pipeline.descendants", async move {
+        let sql = format!(
+            "WITH RECURSIVE tree(id, depth) AS (
+                 SELECT c.id, 1 FROM resources c
+                 WHERE c.owner_id = $1 AND c.frozen_until IS NULL AND c.deletion_requested_at IS NULL
+                 UNION
+                 SELECT c.id, t.depth + 1 FROM resources c JOIN tree t ON c.owner_id = t.id
+                 WHERE c.frozen_until IS NULL AND c.deletion_requested_at IS NULL AND t.depth < 64
+             )
+             SELECT {MEMBER_COLUMNS} FROM tree x JOIN resources r ON r.id = x.id
+             LEFT JOIN resources o ON o.id = r.owner_id LEFT JOIN resources t ON t.id = r.root_id
+             ORDER BY x.depth, r.created_at, r.id LIMIT $2"
+        );
+        sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// An edge a composer declared, by kind and name.
@@ -295,17 +311,20 @@ pub struct FlowRow {
 
 /// The edges `owner` declared.
 pub async fn edges(pool: &PgPool, owner: Uuid) -> StoreResult<Vec<EdgeRow>> {
-    sqlx::query_as(
-        "SELECT a.kind AS dependent_kind, a.name AS dependent_name,
-                b.kind AS dependency_kind, b.name AS dependency_name, d.value_flows
-         FROM resource_deps d
-         JOIN resources a ON a.id = d.dependent_id
-         JOIN resources b ON b.id = d.dependency_id
-         WHERE d.owner_id = $1
-         ORDER BY a.kind, a.name, b.kind, b.name",
-    )
-    .bind(owner)
-    .fetch_all(pool)
+    measured("pipeline.edges", async move {
+        sqlx::query_as(
+            "SELECT a.kind AS dependent_kind, a.name AS dependent_name,
+                    b.kind AS dependency_kind, b.name AS dependency_name, d.value_flows
+             FROM resource_deps d
+             JOIN resources a ON a.id = d.dependent_id
+             JOIN resources b ON b.id = d.dependency_id
+             WHERE d.owner_id = $1
+             ORDER BY a.kind, a.name, b.kind, b.name",
+        )
+        .bind(owner)
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }

@@ -2,6 +2,7 @@
 //! lifecycle transitions to reactor kinds, and the durable deliveries the
 //! transition triggers record (migrations/functions/reactors.sql).
 
+use super::measured::measured;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -57,75 +58,90 @@ impl BindingRow {
 
 /// Reads one binding.
 pub async fn get(conn: &mut PgConnection, name: &str) -> StoreResult<Option<Binding>> {
-    let sql = format!("{SELECT} WHERE b.name = $1");
-    let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(name)
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(BindingRow::into_binding))
+    measured("reactors.get", async move {
+        let sql = format!("{SELECT} WHERE b.name = $1");
+        let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(BindingRow::into_binding))
+    })
+    .await
 }
 
 /// Reads one binding and locks it until the transaction ends.
 pub async fn lock(conn: &mut PgConnection, name: &str) -> StoreResult<Option<Binding>> {
-    let sql = format!("{SELECT} WHERE b.name = $1 FOR UPDATE");
-    let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(name)
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(BindingRow::into_binding))
+    measured("reactors.lock", async move {
+        let sql = format!("{SELECT} WHERE b.name = $1 FOR UPDATE");
+        let row: Option<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(BindingRow::into_binding))
+    })
+    .await
 }
 
 /// Stores a new binding or replaces the content of an existing one (its
 /// revision moves); returns it as stored.
 pub async fn upsert(conn: &mut PgConnection, content: &BindingContent) -> StoreResult<Binding> {
-    sqlx::query(
-        "INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, label_match, reactor,
-                                            reactor_version, enabled)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (name) DO UPDATE
-             SET watch_kind = EXCLUDED.watch_kind, watch_kind_version = EXCLUDED.watch_kind_version,
-                 transition = EXCLUDED.transition, label_match = EXCLUDED.label_match,
-                 reactor = EXCLUDED.reactor, reactor_version = EXCLUDED.reactor_version,
-                 enabled = EXCLUDED.enabled, revision = b.revision + 1, updated_at = now()",
-    )
-    .bind(&content.name)
-    .bind(&content.watch_kind)
-    .bind(content.watch_kind_version.map(small))
-    .bind(content.transition.as_db())
-    .bind(Json(&content.label_match))
-    .bind(&content.reactor)
-    .bind(content.reactor_version.map(small))
-    .bind(content.enabled)
-    .execute(&mut *conn)
-    .await?;
-    match get(conn, &content.name).await? {
-        Some(binding) => Ok(binding),
-        None => Err(sqlx::Error::RowNotFound.into()),
-    }
+    measured("reactors.upsert", async move {
+        sqlx::query(
+            "INSERT INTO reactor_bindings AS b (name, watch_kind, watch_kind_version, transition, label_match, reactor,
+                                                reactor_version, enabled)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (name) DO UPDATE
+                 SET watch_kind = EXCLUDED.watch_kind, watch_kind_version = EXCLUDED.watch_kind_version,
+                     transition = EXCLUDED.transition, label_match = EXCLUDED.label_match,
+                     reactor = EXCLUDED.reactor, reactor_version = EXCLUDED.reactor_version,
+                     enabled = EXCLUDED.enabled, revision = b.revision + 1, updated_at = now()",
+        )
+        .bind(&content.name)
+        .bind(&content.watch_kind)
+        .bind(content.watch_kind_version.map(small))
+        .bind(content.transition.as_db())
+        .bind(Json(&content.label_match))
+        .bind(&content.reactor)
+        .bind(content.reactor_version.map(small))
+        .bind(content.enabled)
+        .execute(&mut *conn)
+        .await?;
+        match get(conn, &content.name).await? {
+            Some(binding) => Ok(binding),
+            None => Err(sqlx::Error::RowNotFound.into()),
+        }
+    })
+    .await
 }
 
 /// Deletes a binding; false if it did not exist. Its recorded deliveries stay.
 pub async fn delete(conn: &mut PgConnection, name: &str) -> StoreResult<bool> {
-    let done = sqlx::query("DELETE FROM reactor_bindings WHERE name = $1")
-        .bind(name)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() > 0)
+    measured("reactors.delete", async move {
+        let done = sqlx::query("DELETE FROM reactor_bindings WHERE name = $1")
+            .bind(name)
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    })
+    .await
 }
 
 /// Whether any binding watches or runs (kind, version): one naming that
 /// version, or naming none.
 pub async fn any_binding_names(conn: &mut PgConnection, kind: &str, version: i32) -> StoreResult<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM reactor_bindings
-                        WHERE (watch_kind = $1 AND (watch_kind_version IS NULL OR watch_kind_version = $2))
-                           OR (reactor = $1 AND (reactor_version IS NULL OR reactor_version = $2)))",
-    )
-    .bind(kind)
-    .bind(small(version))
-    .fetch_one(conn)
+    measured("reactors.any_binding_names", async move {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM reactor_bindings
+                            WHERE (watch_kind = $1 AND (watch_kind_version IS NULL OR watch_kind_version = $2))
+                               OR (reactor = $1 AND (reactor_version IS NULL OR reactor_version = $2)))",
+        )
+        .bind(kind)
+        .bind(small(version))
+        .fetch_one(conn)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }
 
 /// Filters of [`list`], combined with AND.
@@ -139,49 +155,55 @@ pub struct BindingFilter {
 
 /// Up to `limit` bindings after `after` (by name).
 pub async fn list(pool: &PgPool, filter: &BindingFilter, after: Option<&str>, limit: i64) -> StoreResult<Vec<Binding>> {
-    let sql = format!(
-        "{SELECT}
-         WHERE ($1::text IS NULL OR b.watch_kind = $1) AND ($2::text IS NULL OR b.reactor = $2)
-           AND ($3::text IS NULL OR b.name > $3)
-         ORDER BY b.name LIMIT $4"
-    );
-    let rows: Vec<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(filter.watch_kind.as_deref())
-        .bind(filter.reactor.as_deref())
-        .bind(after)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.into_iter().map(BindingRow::into_binding).collect())
+    measured("reactors.list", async move {
+        let sql = format!(
+            "{SELECT}
+             WHERE ($1::text IS NULL OR b.watch_kind = $1) AND ($2::text IS NULL OR b.reactor = $2)
+               AND ($3::text IS NULL OR b.name > $3)
+             ORDER BY b.name LIMIT $4"
+        );
+        let rows: Vec<BindingRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(filter.watch_kind.as_deref())
+            .bind(filter.reactor.as_deref())
+            .bind(after)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.into_iter().map(BindingRow::into_binding).collect())
+    })
+    .await
 }
 
 /// The delivery counts of the given bindings, by name.
 pub async fn stats(conn: &mut PgConnection, names: &[String]) -> StoreResult<BTreeMap<String, BindingStats>> {
-    if names.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let rows: Vec<(String, i64, i64, Option<String>)> = sqlx::query_as(
-        "SELECT d.binding, count(*) FILTER (WHERE d.failed_at IS NULL), count(*) FILTER (WHERE d.failed_at IS NOT NULL),
-                (array_agg(d.last_error ORDER BY d.failed_at DESC) FILTER (WHERE d.failed_at IS NOT NULL))[1]
-         FROM reactor_deliveries d WHERE d.binding = ANY ($1)
-         GROUP BY d.binding",
-    )
-    .bind(names)
-    .fetch_all(conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(name, pending, failed, last_failure)| {
-            (
-                name,
-                BindingStats {
-                    pending,
-                    failed,
-                    last_failure,
-                },
-            )
-        })
-        .collect())
+    measured("reactors.stats", async move {
+        if names.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let rows: Vec<(String, i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT d.binding, count(*) FILTER (WHERE d.failed_at IS NULL), count(*) FILTER (WHERE d.failed_at IS NOT NULL),
+                    (array_agg(d.last_error ORDER BY d.failed_at DESC) FILTER (WHERE d.failed_at IS NOT NULL))[1]
+             FROM reactor_deliveries d WHERE d.binding = ANY ($1)
+             GROUP BY d.binding",
+        )
+        .bind(names)
+        .fetch_all(conn)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, pending, failed, last_failure)| {
+                (
+                    name,
+                    BindingStats {
+                        pending,
+                        failed,
+                        last_failure,
+                    },
+                )
+            })
+            .collect())
+    })
+    .await
 }
 
 row_struct! {
@@ -229,17 +251,20 @@ pub async fn claim(
     limit: i64,
     shards: Option<ShardRange>,
 ) -> StoreResult<Vec<ClaimedDelivery>> {
-    let range = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
-    sqlx::query_as("SELECT * FROM claim_deliveries($1, $2, $3, $4, $5, $6)")
-        .bind(broker)
-        .bind(reactor)
-        .bind(small(version))
-        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
-        .bind(range.lo)
-        .bind(range.hi)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("reactors.claim", async move {
+        let range = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
+        sqlx::query_as("SELECT * FROM claim_deliveries($1, $2, $3, $4, $5, $6)")
+            .bind(broker)
+            .bind(reactor)
+            .bind(small(version))
+            .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+            .bind(range.lo)
+            .bind(range.hi)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The outcome of one delivery, as [`complete`] applies it.
@@ -261,72 +286,87 @@ pub struct DeliveryOutcome<'a> {
 /// though successes normally go through [`acknowledge`] in batches); false
 /// when the fence dropped it (the lease was reclaimed meanwhile).
 pub async fn complete(pool: &PgPool, outcome: &DeliveryOutcome<'_>) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT complete_delivery($1, $2, $3, $4, $5)")
-        .bind(outcome.lease)
-        .bind(outcome.epoch)
-        .bind(outcome.error)
-        .bind(outcome.reason)
-        .bind(outcome.terminal)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("reactors.complete", async move {
+        sqlx::query_scalar("SELECT complete_delivery($1, $2, $3, $4, $5)")
+            .bind(outcome.lease)
+            .bind(outcome.epoch)
+            .bind(outcome.error)
+            .bind(outcome.reason)
+            .bind(outcome.terminal)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Acknowledges successful deliveries through their fences (lease and
 /// epoch): each is removed; returns how many were (the rest were stale).
 pub async fn acknowledge(pool: &PgPool, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    let done = sqlx::query(
-        "DELETE FROM reactor_deliveries d
-         USING unnest($1::uuid[], $2::bigint[]) AS l(token, epoch)
-         WHERE d.lease_token = l.token AND d.claim_epoch = l.epoch AND d.failed_at IS NULL",
-    )
-    .bind(&tokens)
-    .bind(&epochs)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    measured("reactors.acknowledge", async move {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+        let done = sqlx::query(
+            "DELETE FROM reactor_deliveries d
+             USING unnest($1::uuid[], $2::bigint[]) AS l(token, epoch)
+             WHERE d.lease_token = l.token AND d.claim_epoch = l.epoch AND d.failed_at IS NULL",
+        )
+        .bind(&tokens)
+        .bind(&epochs)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }
 
 /// Takes over the delivery leases a reconnecting worker still holds and
 /// returns them as claimed.
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<ClaimedDelivery>> {
-    if leases.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    sqlx::query_as("SELECT * FROM adopt_deliveries($1, $2, $3)")
-        .bind(broker)
-        .bind(&tokens)
-        .bind(&epochs)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("reactors.adopt", async move {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+        sqlx::query_as("SELECT * FROM adopt_deliveries($1, $2, $3)")
+            .bind(broker)
+            .bind(&tokens)
+            .bind(&epochs)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Releases delivery leases not attested for `stale_secs`; returns how many.
 pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT reap_stale_deliveries($1, $2)")
-        .bind(stale_secs)
-        .bind(limit)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("reactors.reap", async move {
+        sqlx::query_scalar("SELECT reap_stale_deliveries($1, $2)")
+            .bind(stale_secs)
+            .bind(limit)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Deletes up to `limit` deliveries that failed more than `max_age_secs` ago.
 pub async fn trim_failed(pool: &PgPool, max_age_secs: f64, limit: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM reactor_deliveries WHERE ctid = ANY (ARRAY(
-             SELECT ctid FROM reactor_deliveries
-             WHERE failed_at < now() - make_interval(secs => $1) LIMIT $2))",
-    )
-    .bind(max_age_secs)
-    .bind(limit)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    measured("reactors.trim_failed", async move {
+        let done = sqlx::query(
+            "DELETE FROM reactor_deliveries WHERE ctid = ANY (ARRAY(
+                 SELECT ctid FROM reactor_deliveries
+                 WHERE failed_at < now() - make_interval(secs => $1) LIMIT $2))",
+        )
+        .bind(max_age_secs)
+        .bind(limit)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }

@@ -1,5 +1,6 @@
 //! `api_requests`: the first answer of every idempotent (request_id) call.
 
+use super::measured::measured;
 use sqlx::PgConnection;
 use sqlx::PgPool;
 
@@ -29,50 +30,59 @@ pub async fn reserve(
     method: &str,
     request_hash: &[u8],
 ) -> StoreResult<Reservation> {
-    let inserted = sqlx::query(
-        "INSERT INTO api_requests (request_id, method, request_hash) VALUES ($1, $2, $3)
-         ON CONFLICT (request_id) DO NOTHING",
-    )
-    .bind(request_id)
-    .bind(method)
-    .bind(request_hash)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
-        return Ok(Reservation::Reserved);
-    }
-    let (method, request_hash, response): (String, Vec<u8>, Vec<u8>) =
-        sqlx::query_as("SELECT method, request_hash, response FROM api_requests WHERE request_id = $1")
-            .bind(request_id)
-            .fetch_one(conn)
-            .await?;
-    Ok(Reservation::Existing {
-        method,
-        request_hash,
-        response,
+    measured("requests.reserve", async move {
+        let inserted = sqlx::query(
+            "INSERT INTO api_requests (request_id, method, request_hash) VALUES ($1, $2, $3)
+             ON CONFLICT (request_id) DO NOTHING",
+        )
+        .bind(request_id)
+        .bind(method)
+        .bind(request_hash)
+        .execute(&mut *conn)
+        .await?;
+        if inserted.rows_affected() == 1 {
+            return Ok(Reservation::Reserved);
+        }
+        let (method, request_hash, response): (String, Vec<u8>, Vec<u8>) =
+            sqlx::query_as("SELECT method, request_hash, response FROM api_requests WHERE request_id = $1")
+                .bind(request_id)
+                .fetch_one(conn)
+                .await?;
+        Ok(Reservation::Existing {
+            method,
+            request_hash,
+            response,
+        })
     })
+    .await
 }
 
 /// Stores the answer of a reserved request id.
 pub async fn complete(conn: &mut PgConnection, request_id: &str, response: &[u8]) -> StoreResult<()> {
-    sqlx::query("UPDATE api_requests SET response = $2 WHERE request_id = $1")
-        .bind(request_id)
-        .bind(response)
-        .execute(conn)
-        .await?;
-    Ok(())
+    measured("requests.complete", async move {
+        sqlx::query("UPDATE api_requests SET response = $2 WHERE request_id = $1")
+            .bind(request_id)
+            .bind(response)
+            .execute(conn)
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Forgets up to `batch` answers older than `max_age_secs`.
 pub async fn trim(pool: &PgPool, max_age_secs: i64, batch: i64) -> StoreResult<u64> {
-    let done = sqlx::query(
-        "DELETE FROM api_requests WHERE request_id IN (
-             SELECT request_id FROM api_requests WHERE created_at < now() - make_interval(secs => $1)
-             ORDER BY created_at LIMIT $2)",
-    )
-    .bind(max_age_secs as f64)
-    .bind(batch)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    measured("requests.trim", async move {
+        let done = sqlx::query(
+            "DELETE FROM api_requests WHERE request_id IN (
+                 SELECT request_id FROM api_requests WHERE created_at < now() - make_interval(secs => $1)
+                 ORDER BY created_at LIMIT $2)",
+        )
+        .bind(max_age_secs as f64)
+        .bind(batch)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }

@@ -1,5 +1,6 @@
 //! `resources` and `resource_conditions`: reads, writes and keyset pages.
 
+use super::measured::measured;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
@@ -194,10 +195,13 @@ pub struct DesiredResource<'a> {
 
 /// Reads a resource by kind and name, row-locked for the rest of the transaction.
 pub async fn find_for_update(conn: &mut PgConnection, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
-    let key = (kind.to_owned(), name.to_owned());
-    Ok(find_many_for_update(conn, std::slice::from_ref(&key))
-        .await?
-        .remove(&key))
+    measured("resources.find_for_update", async move {
+        let key = (kind.to_owned(), name.to_owned());
+        Ok(find_many_for_update(conn, std::slice::from_ref(&key))
+            .await?
+            .remove(&key))
+    })
+    .await
 }
 
 /// Reads the resources of several (kind, name) keys, row-locked for the rest
@@ -208,33 +212,36 @@ pub async fn find_many_for_update(
     conn: &mut PgConnection,
     keys: &[(String, String)],
 ) -> StoreResult<HashMap<(String, String), Resource>> {
-    match keys {
-        [] => return Ok(HashMap::new()),
-        // One key as scalars: a prepared statement then settles on a cached
-        // plan, where array keys are planned anew on every call (0.6 ms,
-        // more than the read itself, on the idle apply path).
-        [(kind, name)] => {
-            let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2 FOR NO KEY UPDATE OF r");
-            let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(kind)
-                .bind(name)
-                .fetch_all(&mut *conn)
-                .await?;
-            return Ok(by_key(rows));
+    measured("resources.find_many_for_update", async move {
+        match keys {
+            [] => return Ok(HashMap::new()),
+            // One key as scalars: a prepared statement then settles on a cached
+            // plan, where array keys are planned anew on every call (0.6 ms,
+            // more than the read itself, on the idle apply path).
+            [(kind, name)] => {
+                let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2 FOR NO KEY UPDATE OF r");
+                let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .bind(kind)
+                    .bind(name)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                return Ok(by_key(rows));
+            }
+            _ => {}
         }
-        _ => {}
-    }
-    let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(|(k, n)| (k.as_str(), n.as_str())).unzip();
-    let sql = format!(
-        "{SELECT} JOIN unnest($1::text[], $2::text[]) AS x(k, n) ON r.kind = x.k AND r.name = x.n
-         ORDER BY r.id FOR NO KEY UPDATE OF r"
-    );
-    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kinds)
-        .bind(names)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(by_key(rows))
+        let (kinds, names): (Vec<&str>, Vec<&str>) = keys.iter().map(|(k, n)| (k.as_str(), n.as_str())).unzip();
+        let sql = format!(
+            "{SELECT} JOIN unnest($1::text[], $2::text[]) AS x(k, n) ON r.kind = x.k AND r.name = x.n
+             ORDER BY r.id FOR NO KEY UPDATE OF r"
+        );
+        let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kinds)
+            .bind(names)
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(by_key(rows))
+    })
+    .await
 }
 
 /// Inserts new root resources, starts each one's timeline with `first`
@@ -249,74 +256,81 @@ pub async fn insert_many(
     first: &NewEvent,
     actor: &str,
 ) -> StoreResult<HashMap<(String, String), Resource>> {
-    if desired.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let mut sorted: Vec<&DesiredResource<'_>> = desired.iter().collect();
-    sorted.sort_by(|a, b| (a.kind, a.name).cmp(&(b.kind, b.name)));
-    let kinds: Vec<&str> = sorted.iter().map(|d| d.kind).collect();
-    let versions: Vec<i16> = sorted
-        .iter()
-        .map(|d| i16::try_from(d.kind_version).unwrap_or(i16::MAX))
-        .collect();
-    let names: Vec<&str> = sorted.iter().map(|d| d.name).collect();
-    let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
-    let specs: Vec<Json<&Value>> = sorted.iter().map(|d| Json(d.spec)).collect();
-    let providers: Vec<Option<&str>> = sorted.iter().map(|d| d.provider_config.flatten()).collect();
-    let sql = format!(
-        "WITH created AS (
-             INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
-             SELECT kind, kind_version, name, labels, spec, provider_config
-             FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
-                 WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
-             ORDER BY n
-             ON CONFLICT (kind, name) DO NOTHING
-             RETURNING *
-         ),
-         -- A new resource's timeline has no run to extend, nothing to trim
-         -- and no concurrent writer: no other transaction can see it yet.
-         started AS (
-             INSERT INTO resource_events (resource_id, category, type, reason, message, detail, actor, generation)
-             SELECT id, $7, $8, $9, $10, $11, $12, generation FROM created
-             RETURNING 1
-         ),
-         woken AS (
-             SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)
-         ),
-         -- A resource the API creates has no upstream and no children, so
-         -- the gate (schedule_eligible) would pass it: its task is queued
-         -- with it instead of in another round trip.
-         queued AS (
-             INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-             SELECT c.id, 'reconcile', c.kind, c.kind_version, c.generation, k.manifest_version, c.shard_id
-             FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
-             ORDER BY c.id
-             RETURNING 1
-         ),
-         ready AS (
-             SELECT notify_throttled('work_ready', 'wake_work_ready') WHERE EXISTS (SELECT 1 FROM queued)
-         )
-         -- New roots: no references, no conditions yet.
-         SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions
-         FROM created r LEFT JOIN woken ON true LEFT JOIN ready ON true",
-        columns = columns!()
-    );
-    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kinds)
-        .bind(versions)
-        .bind(names)
-        .bind(labels)
-        .bind(specs)
-        .bind(providers)
-        .bind(first.category)
-        .bind(first.type_.as_db())
-        .bind(first.reason)
-        .bind(&first.message)
-        .bind(first.detail.as_ref().map(Json))
-        .bind(actor)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(by_key(rows))
+    measured("resources.insert_many", async move {
+        if desired.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut sorted: Vec<&DesiredResource<'_>> = desired.iter().collect();
+        sorted.sort_by(|a, b| (a.kind, a.name).cmp(&(b.kind, b.name)));
+        let kinds: Vec<&str> = sorted.iter().map(|d| d.kind).collect();
+        let versions: Vec<i16> = sorted
+            .iter()
+            .map(|d| i16::try_from(d.kind_version).unwrap_or(i16::MAX))
+            .collect();
+        let names: Vec<&str> = sorted.iter().map(|d| d.name).collect();
+        let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
+        let specs: Vec<Json<&Value>> = sorted.iter().map(|d| Json(d.spec)).collect();
+        let providers: Vec<Option<&str>> = sorted.iter().map(|d| d.provider_config.flatten()).collect();
+        let sql = format!(
+            "WITH created AS (
+                 INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
+                 SELECT kind, kind_version, name, labels, spec, provider_config
+                 FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
+                     WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
+                 ORDER BY n
+                 ON CONFLICT (kind, name) DO NOTHING
+                 RETURNING *
+             ),
+             -- A new resource's timeline has no run to extend, nothing to trim
+             -- and no concurrent writer: no other transaction can see it yet.
+             started AS (
+                 INSERT INTO resource_events (resource_id, category, type, reason, message, detail, actor, generation)
+                 SELECT id, $7, $8, $9, $10, $11, $12, generation FROM created
+                 RETURNING 1
+             ),
+             woken AS (
+                 SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)
+             ),
+             -- A resource the API creates has no upstream and no children, so
+             -- the gate (schedule_eligible) would pass it: its task is queued
+             -- with it instead of in another round trip.
+             -- It carries the call's trace context when the call is traced
+             -- (see schedule_eligible).
+             queued AS (
+                 INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                         trace_context)
+                 SELECT c.id, 'reconcile', c.kind, c.kind_version, c.generation, k.manifest_version, c.shard_id,
+                        nullif(current_setting('converge.trace_context', true), '')
+                 FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
+                 ORDER BY c.id
+                 RETURNING 1
+             ),
+             ready AS (
+                 SELECT notify_throttled('work_ready', 'wake_work_ready') WHERE EXISTS (SELECT 1 FROM queued)
+             )
+             -- New roots: no references, no conditions yet.
+             SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions
+             FROM created r LEFT JOIN woken ON true LEFT JOIN ready ON true",
+            columns = columns!()
+        );
+        let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kinds)
+            .bind(versions)
+            .bind(names)
+            .bind(labels)
+            .bind(specs)
+            .bind(providers)
+            .bind(first.category)
+            .bind(first.type_.as_db())
+            .bind(first.reason)
+            .bind(&first.message)
+            .bind(first.detail.as_ref().map(Json))
+            .bind(actor)
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(by_key(rows))
+    })
+    .await
 }
 
 /// Rows as resources keyed by (kind, name).
@@ -337,25 +351,28 @@ pub async fn update_desired(
     id: Uuid,
     desired: &DesiredResource<'_>,
 ) -> StoreResult<Option<Resource>> {
-    let updated: Option<Uuid> = sqlx::query_scalar(
-        "UPDATE resources
-         SET kind_version = $2, labels = $3, spec = $4,
-             provider_config = CASE WHEN $5 THEN $6 ELSE provider_config END,
-             generation = generation + CASE WHEN spec IS DISTINCT FROM $4 OR kind_version <> $2 THEN 1 ELSE 0 END
-         WHERE id = $1
-           AND (kind_version <> $2 OR labels IS DISTINCT FROM $3 OR spec IS DISTINCT FROM $4
-                OR ($5 AND provider_config IS DISTINCT FROM $6))
-         RETURNING id",
-    )
-    .bind(id)
-    .bind(i16::try_from(desired.kind_version).unwrap_or(i16::MAX))
-    .bind(Json(desired.labels))
-    .bind(Json(desired.spec))
-    .bind(desired.provider_config.is_some())
-    .bind(desired.provider_config.flatten())
-    .fetch_optional(&mut *conn)
-    .await?;
-    reread(conn, updated).await
+    measured("resources.update_desired", async move {
+        let updated: Option<Uuid> = sqlx::query_scalar(
+            "UPDATE resources
+             SET kind_version = $2, labels = $3, spec = $4,
+                 provider_config = CASE WHEN $5 THEN $6 ELSE provider_config END,
+                 generation = generation + CASE WHEN spec IS DISTINCT FROM $4 OR kind_version <> $2 THEN 1 ELSE 0 END
+             WHERE id = $1
+               AND (kind_version <> $2 OR labels IS DISTINCT FROM $3 OR spec IS DISTINCT FROM $4
+                    OR ($5 AND provider_config IS DISTINCT FROM $6))
+             RETURNING id",
+        )
+        .bind(id)
+        .bind(i16::try_from(desired.kind_version).unwrap_or(i16::MAX))
+        .bind(Json(desired.labels))
+        .bind(Json(desired.spec))
+        .bind(desired.provider_config.is_some())
+        .bind(desired.provider_config.flatten())
+        .fetch_optional(&mut *conn)
+        .await?;
+        reread(conn, updated).await
+    })
+    .await
 }
 
 /// The resource a write touched, as the API reads it (`None`: nothing written).
@@ -368,43 +385,55 @@ async fn reread(conn: &mut PgConnection, written: Option<Uuid>) -> StoreResult<O
 
 /// Reads one resource (with conditions) by id.
 pub async fn get_by_id(conn: &mut PgConnection, id: Uuid) -> StoreResult<Option<Resource>> {
-    let sql = format!("{SELECT} WHERE r.id = $1");
-    let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(ResourceRow::into_resource))
+    measured("resources.get_by_id", async move {
+        let sql = format!("{SELECT} WHERE r.id = $1");
+        let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(ResourceRow::into_resource))
+    })
+    .await
 }
 
 /// Reads one resource (with conditions) by kind and name, on a pool or
 /// inside the caller's transaction.
 pub async fn get<'e>(executor: impl PgExecutor<'e>, kind: &str, name: &str) -> StoreResult<Option<Resource>> {
-    let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2");
-    let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(kind)
-        .bind(name)
-        .fetch_optional(executor)
-        .await?;
-    Ok(row.map(ResourceRow::into_resource))
+    measured("resources.get", async move {
+        let sql = format!("{SELECT} WHERE r.kind = $1 AND r.name = $2");
+        let row: Option<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(kind)
+            .bind(name)
+            .fetch_optional(executor)
+            .await?;
+        Ok(row.map(ResourceRow::into_resource))
+    })
+    .await
 }
 
 /// Whether a resource with this id exists.
 pub async fn exists(conn: &mut PgConnection, id: Uuid) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE id = $1)")
-        .bind(id)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("resources.exists", async move {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM resources WHERE id = $1)")
+            .bind(id)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The id of a resource by kind and name.
 pub async fn id_of(pool: &PgPool, kind: &str, name: &str) -> StoreResult<Option<Uuid>> {
-    sqlx::query_scalar("SELECT id FROM resources WHERE kind = $1 AND name = $2")
-        .bind(kind)
-        .bind(name)
-        .fetch_optional(pool)
-        .await
-        .map_err(Into::into)
+    measured("resources.id_of", async move {
+        sqlx::query_scalar("SELECT id FROM resources WHERE kind = $1 AND name = $2")
+            .bind(kind)
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Writes conditions of one resource; returns how many changed.
@@ -414,13 +443,16 @@ pub async fn set_conditions(
     generation: i64,
     conditions: &[ConditionInput],
 ) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT set_resource_conditions($1, $2, $3)")
-        .bind(id)
-        .bind(generation)
-        .bind(Json(conditions))
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("resources.set_conditions", async move {
+        sqlx::query_scalar("SELECT set_resource_conditions($1, $2, $3)")
+            .bind(id)
+            .bind(generation)
+            .bind(Json(conditions))
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Filters of a resource list.
@@ -462,8 +494,11 @@ pub async fn list(
     after: Option<ListCursor>,
     limit: usize,
 ) -> StoreResult<Vec<Resource>> {
-    let mut conn = pool.acquire().await?;
-    list_in(&mut conn, filter, after, limit).await
+    measured("resources.list", async move {
+        let mut conn = pool.acquire().await?;
+        list_in(&mut conn, filter, after, limit).await
+    })
+    .await
 }
 
 /// [`list`] on a given connection (e.g. inside a snapshot transaction).
@@ -473,52 +508,55 @@ pub async fn list_in(
     after: Option<ListCursor>,
     limit: usize,
 ) -> StoreResult<Vec<Resource>> {
-    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{SELECT} WHERE true"));
-    if let Some(kind) = &filter.kind {
-        query.push(" AND r.kind = ").push_bind(kind.clone());
-    }
-    if let Some(version) = filter.kind_version {
-        query
-            .push(" AND r.kind_version = ")
-            .push_bind(i16::try_from(version).unwrap_or(i16::MAX));
-    }
-    if !filter.phases.is_empty() {
-        let phases: Vec<String> = filter.phases.iter().map(|p| p.as_db().to_owned()).collect();
-        query.push(" AND r.phase = ANY(").push_bind(phases).push(")");
-        // The phase is not indexed (a sync would then never be a HOT update,
-        // ADR 14); rare phases are reached through partial indexes on the
-        // columns they imply.
-        let implied: Option<Vec<&str>> = filter.phases.iter().map(|p| implied_by_phase(*p)).collect();
-        if let Some(implied) = implied {
-            query.push(" AND (").push(implied.join(" OR ")).push(")");
+    measured("resources.list_in", async move {
+        let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{SELECT} WHERE true"));
+        if let Some(kind) = &filter.kind {
+            query.push(" AND r.kind = ").push_bind(kind.clone());
         }
-    }
-    if let Some(owner) = filter.owner_id {
-        query.push(" AND r.owner_id = ").push_bind(owner);
-    }
-    if let Some(config) = &filter.provider_config {
-        query.push(" AND r.provider_config = ").push_bind(config.clone());
-    }
-    if let Some(root) = filter.root_id {
-        query.push(" AND r.root_id = ").push_bind(root);
-    }
-    if filter.roots_only {
-        query.push(" AND r.owner_id IS NULL");
-    }
-    push_selector(&mut query, &filter.selector);
-    if let Some(cursor) = after {
+        if let Some(version) = filter.kind_version {
+            query
+                .push(" AND r.kind_version = ")
+                .push_bind(i16::try_from(version).unwrap_or(i16::MAX));
+        }
+        if !filter.phases.is_empty() {
+            let phases: Vec<String> = filter.phases.iter().map(|p| p.as_db().to_owned()).collect();
+            query.push(" AND r.phase = ANY(").push_bind(phases).push(")");
+            // The phase is not indexed (a sync would then never be a HOT update,
+            // ADR 14); rare phases are reached through partial indexes on the
+            // columns they imply.
+            let implied: Option<Vec<&str>> = filter.phases.iter().map(|p| implied_by_phase(*p)).collect();
+            if let Some(implied) = implied {
+                query.push(" AND (").push(implied.join(" OR ")).push(")");
+            }
+        }
+        if let Some(owner) = filter.owner_id {
+            query.push(" AND r.owner_id = ").push_bind(owner);
+        }
+        if let Some(config) = &filter.provider_config {
+            query.push(" AND r.provider_config = ").push_bind(config.clone());
+        }
+        if let Some(root) = filter.root_id {
+            query.push(" AND r.root_id = ").push_bind(root);
+        }
+        if filter.roots_only {
+            query.push(" AND r.owner_id IS NULL");
+        }
+        push_selector(&mut query, &filter.selector);
+        if let Some(cursor) = after {
+            query
+                .push(" AND (r.created_at, r.id) < (")
+                .push_bind(cursor.created_at)
+                .push(", ")
+                .push_bind(cursor.id)
+                .push(")");
+        }
         query
-            .push(" AND (r.created_at, r.id) < (")
-            .push_bind(cursor.created_at)
-            .push(", ")
-            .push_bind(cursor.id)
-            .push(")");
-    }
-    query
-        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(conn).await?;
-    Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
+            .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(conn).await?;
+        Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
+    })
+    .await
 }
 
 /// A predicate every resource in `phase` satisfies and that a partial index
@@ -536,18 +574,21 @@ fn implied_by_phase(phase: Phase) -> Option<&'static str> {
 
 /// The current state of several resources (missing ones are left out).
 pub async fn get_many(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<Vec<Resource>> {
-    match ids {
-        [] => return Ok(Vec::new()),
-        // A scalar key gets a cached plan; an array is planned on every call.
-        [id] => return Ok(get_by_id(conn, *id).await?.into_iter().collect()),
-        _ => {}
-    }
-    let sql = format!("{SELECT} WHERE r.id = ANY($1)");
-    let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(ids)
-        .fetch_all(conn)
-        .await?;
-    Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
+    measured("resources.get_many", async move {
+        match ids {
+            [] => return Ok(Vec::new()),
+            // A scalar key gets a cached plan; an array is planned on every call.
+            [id] => return Ok(get_by_id(conn, *id).await?.into_iter().collect()),
+            _ => {}
+        }
+        let sql = format!("{SELECT} WHERE r.id = ANY($1)");
+        let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(ids)
+            .fetch_all(conn)
+            .await?;
+        Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
+    })
+    .await
 }
 
 /// The `resources` row as `to_jsonb` renders it (the change log keeps this
@@ -676,13 +717,16 @@ pub async fn names_of_kind(
     kind_version: i32,
     limit: i64,
 ) -> StoreResult<Vec<String>> {
-    sqlx::query_scalar("SELECT name FROM resources WHERE kind = $1 AND kind_version = $2 ORDER BY name LIMIT $3")
-        .bind(kind)
-        .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-        .bind(limit)
-        .fetch_all(conn)
-        .await
-        .map_err(Into::into)
+    measured("resources.names_of_kind", async move {
+        sqlx::query_scalar("SELECT name FROM resources WHERE kind = $1 AND kind_version = $2 ORDER BY name LIMIT $3")
+            .bind(kind)
+            .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+            .bind(limit)
+            .fetch_all(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// A page of (id, name, spec) of the resources of (kind, kind_version) after
@@ -694,18 +738,21 @@ pub async fn specs_of_kind(
     after_id: Option<Uuid>,
     limit: i64,
 ) -> StoreResult<Vec<(Uuid, String, Json<Value>)>> {
-    sqlx::query_as(
-        "SELECT id, name, spec FROM resources
-         WHERE kind = $1 AND kind_version = $2 AND ($3::uuid IS NULL OR id > $3)
-         ORDER BY id LIMIT $4",
-    )
-    .bind(kind)
-    .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(conn)
+    measured("resources.specs_of_kind", async move {
+        sqlx::query_as(
+            "SELECT id, name, spec FROM resources
+             WHERE kind = $1 AND kind_version = $2 AND ($3::uuid IS NULL OR id > $3)
+             ORDER BY id LIMIT $4",
+        )
+        .bind(kind)
+        .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(conn)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }
 
 #[cfg(test)]

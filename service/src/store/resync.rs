@@ -1,6 +1,7 @@
 //! Periodic resync: which kind versions have it on, and queueing the due
 //! resources of one slice.
 
+use super::measured::measured;
 use sqlx::PgPool;
 
 use super::{StoreResult, small_version};
@@ -21,24 +22,30 @@ pub struct ResyncPolicy {
 /// The kind versions whose resync is on (a read of the small kind config
 /// table: with none, the resync duty does nothing else).
 pub async fn enabled(pool: &PgPool) -> StoreResult<Vec<ResyncPolicy>> {
-    sqlx::query_as(
-        "SELECT kind, kind_version::int4 AS kind_version, resync_interval_secs, resync_recomposes
-         FROM kind_config WHERE resync_interval_secs > 0 ORDER BY kind, kind_version",
-    )
-    .fetch_all(pool)
+    measured("resync.enabled", async move {
+        sqlx::query_as(
+            "SELECT kind, kind_version::int4 AS kind_version, resync_interval_secs, resync_recomposes
+             FROM kind_config WHERE resync_interval_secs > 0 ORDER BY kind, kind_version",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }
 
 /// How many resources the kind has (all versions): sizes the walk's
 /// slices. A count over the kind's key, taken once a minute per kind
 /// version while its resync is on.
 pub async fn size(pool: &PgPool, kind: &str) -> StoreResult<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = $1")
-        .bind(kind)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("resync.size", async move {
+        sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = $1")
+            .bind(kind)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// What one slice of a resync walk did.
@@ -56,14 +63,17 @@ pub struct ResyncStep {
 /// Queues the due resyncs among the next `scan` resources of the policy's
 /// kind after the name `after`.
 pub async fn queue(pool: &PgPool, policy: &ResyncPolicy, after: Option<&str>, scan: i32) -> StoreResult<ResyncStep> {
-    sqlx::query_as("SELECT * FROM queue_resyncs($1, $2, $3, $4, $5, $6)")
-        .bind(&policy.kind)
-        .bind(small_version(policy.kind_version))
-        .bind(after)
-        .bind(scan)
-        .bind(f64::from(policy.resync_interval_secs))
-        .bind(policy.resync_recomposes)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("resync.queue", async move {
+        sqlx::query_as("SELECT * FROM queue_resyncs($1, $2, $3, $4, $5, $6)")
+            .bind(&policy.kind)
+            .bind(small_version(policy.kind_version))
+            .bind(after)
+            .bind(scan)
+            .bind(f64::from(policy.resync_interval_secs))
+            .bind(policy.resync_recomposes)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }

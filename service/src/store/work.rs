@@ -1,6 +1,7 @@
 //! `work_queue`: scheduling, claims, fenced completions, leases and the
 //! reaper's backstops.
 
+use super::measured::measured;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -17,53 +18,59 @@ use crate::domain::shard::ShardRange;
 /// Queues reconcile tasks for the given resources where they are eligible;
 /// returns how many were queued or re-pointed.
 pub async fn schedule(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    sqlx::query_scalar("SELECT schedule_eligible($1)")
-        .bind(ids)
-        .fetch_one(conn)
-        .await
-        .map_err(Into::into)
+    measured("work.schedule", async move {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        sqlx::query_scalar("SELECT schedule_eligible($1)")
+            .bind(ids)
+            .fetch_one(conn)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Asks for a resource to be reconciled now: skips a pending retry delay,
 /// clears a terminal failure of the current generation (and the failure
 /// count when `reset`), and queues a task even if the resource is synced.
 pub async fn request_reconcile(conn: &mut PgConnection, id: Uuid, reset: bool) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE resources SET failure_gen = 0,
-                failure_attempts = CASE WHEN $2 THEN 0 ELSE failure_attempts END
-         WHERE id = $1 AND (failure_gen <> 0 OR ($2 AND failure_attempts <> 0))",
-    )
-    .bind(id)
-    .bind(reset)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-         SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id
-         FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
-         WHERE r.id = $1 AND r.deletion_requested_at IS NULL AND r.frozen_until IS NULL
-         ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE SET not_before = now()
-             WHERE w.broker_id IS NULL",
-    )
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    // A teardown parked after a terminal failure (or waiting out a retry
-    // delay) is released at once.
-    sqlx::query(
-        "UPDATE work_queue SET not_before = now()
-         WHERE resource_id = $1 AND task_type = 'delete' AND broker_id IS NULL AND not_before > now()",
-    )
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-        .execute(conn)
+    measured("work.request_reconcile", async move {
+        sqlx::query(
+            "UPDATE resources SET failure_gen = 0,
+                    failure_attempts = CASE WHEN $2 THEN 0 ELSE failure_attempts END
+             WHERE id = $1 AND (failure_gen <> 0 OR ($2 AND failure_attempts <> 0))",
+        )
+        .bind(id)
+        .bind(reset)
+        .execute(&mut *conn)
         .await?;
-    Ok(())
+        sqlx::query(
+            "INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
+             SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id
+             FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
+             WHERE r.id = $1 AND r.deletion_requested_at IS NULL AND r.frozen_until IS NULL
+             ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE SET not_before = now()
+                 WHERE w.broker_id IS NULL",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        // A teardown parked after a terminal failure (or waiting out a retry
+        // delay) is released at once.
+        sqlx::query(
+            "UPDATE work_queue SET not_before = now()
+             WHERE resource_id = $1 AND task_type = 'delete' AND broker_id IS NULL AND not_before > now()",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+            .execute(conn)
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// The `task_type` of a teardown task.
@@ -128,6 +135,11 @@ row_struct! {
         pub config_spec: Option<Json<Value>>,
         /// The override's data bundle.
         pub config_data: Option<Vec<u8>>,
+        /// W3C trace context of the call that queued this generation, when
+        /// it was traced (`traceparent`, then `tracestate` on a second line).
+        pub trace_context: Option<String>,
+        /// When this generation was queued.
+        pub queued_at: Option<chrono::DateTime<chrono::Utc>>,
     }
 }
 
@@ -172,14 +184,17 @@ impl ClaimedTask {
 /// The leased tasks behind `leases` whose results are not in yet (for
 /// leases adopted after a reconnect).
 pub async fn leased(pool: &PgPool, leases: &[Uuid]) -> StoreResult<Vec<ClaimedTask>> {
-    if leases.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_as("SELECT * FROM leased_tasks($1)")
-        .bind(leases)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("work.leased", async move {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query_as("SELECT * FROM leased_tasks($1)")
+            .bind(leases)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Claims up to `limit` runnable tasks of (kind, kind_version) for `broker`,
@@ -196,17 +211,20 @@ pub async fn claim(
     limit: i64,
     shards: Option<ShardRange>,
 ) -> StoreResult<Vec<ClaimedTask>> {
-    let own = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
-    sqlx::query_as("SELECT * FROM claim_work($1, $2, $3, $4, $5, $6)")
-        .bind(broker)
-        .bind(kind)
-        .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
-        .bind(i32::try_from(limit).unwrap_or(i32::MAX))
-        .bind(own.lo)
-        .bind(own.hi)
-        .fetch_all(pool)
-        .await
-        .map_err(Into::into)
+    measured("work.claim", async move {
+        let own = shards.unwrap_or(ShardRange { lo: 0, hi: 255 });
+        sqlx::query_as("SELECT * FROM claim_work($1, $2, $3, $4, $5, $6)")
+            .bind(broker)
+            .bind(kind)
+            .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+            .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+            .bind(own.lo)
+            .bind(own.hi)
+            .fetch_all(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// The final result of one task's pipeline, bound for the outbox. Sent to
@@ -265,14 +283,20 @@ pub struct TaskResult {
 /// Writes results to the outbox where their fences still match; returns the
 /// leases whose results were accepted (the others were stale).
 pub async fn append_outbox(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
-    write_results(pool, "SELECT append_outbox($1)", results).await
+    measured("work.append_outbox", async move {
+        write_results(pool, "SELECT append_outbox($1)", results).await
+    })
+    .await
 }
 
 /// Applies results directly where their fences still match, in one
 /// transaction (no outbox row, no drainer wake-up): the idle path. Returns
 /// the leases whose results were accepted (the others were stale).
 pub async fn complete(pool: &PgPool, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
-    write_results(pool, "SELECT complete_work($1)", results).await
+    measured("work.complete", async move {
+        write_results(pool, "SELECT complete_work($1)", results).await
+    })
+    .await
 }
 
 /// Runs `call` (a function of the results as JSON returning the accepted
@@ -290,55 +314,67 @@ async fn write_results(pool: &PgPool, call: &'static str, results: &[TaskResult]
 
 /// Applies up to `max` outbox rows of `range` in one transaction; returns how many.
 pub async fn drain_outbox(pool: &PgPool, max: i32, range: ShardRange) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT drain_outbox_batch($1, $2, $3)")
-        .bind(max)
-        .bind(range.lo)
-        .bind(range.hi)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("work.drain_outbox", async move {
+        sqlx::query_scalar("SELECT drain_outbox_batch($1, $2, $3)")
+            .bind(max)
+            .bind(range.lo)
+            .bind(range.hi)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Whether any owner of `range` is armed for a rollup recheck.
 pub async fn rollup_rechecks_armed(pool: &PgPool, range: ShardRange) -> StoreResult<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM rollup_recheck WHERE shard_id BETWEEN $1 AND $2)")
-        .bind(range.lo)
-        .bind(range.hi)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("work.rollup_rechecks_armed", async move {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM rollup_recheck WHERE shard_id BETWEEN $1 AND $2)")
+            .bind(range.lo)
+            .bind(range.hi)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Re-pends owners armed for a rollup recheck in `range`; returns tasks queued.
 pub async fn drain_rollup_rechecks(pool: &PgPool, max: i32, range: ShardRange, window_secs: f64) -> StoreResult<i32> {
-    sqlx::query_scalar("SELECT drain_rollup_rechecks($1, $2, $3, $4)")
-        .bind(max)
-        .bind(range.lo)
-        .bind(range.hi)
-        .bind(window_secs)
-        .fetch_one(pool)
-        .await
-        .map_err(Into::into)
+    measured("work.drain_rollup_rechecks", async move {
+        sqlx::query_scalar("SELECT drain_rollup_rechecks($1, $2, $3, $4)")
+            .bind(max)
+            .bind(range.lo)
+            .bind(range.hi)
+            .bind(window_secs)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into)
+    })
+    .await
 }
 
 /// Takes over leases a reconnecting worker still holds (its tasks keep running).
 pub async fn adopt(pool: &PgPool, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<Vec<Uuid>> {
-    if leases.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-    sqlx::query_scalar(
-        "UPDATE work_queue w SET broker_id = $1, heartbeat_at = now()
-         FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-         WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch
-         RETURNING w.lease_token",
-    )
-    .bind(broker)
-    .bind(&tokens)
-    .bind(&epochs)
-    .fetch_all(pool)
+    measured("work.adopt", async move {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+        sqlx::query_scalar(
+            "UPDATE work_queue w SET broker_id = $1, heartbeat_at = now()
+             FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
+             WHERE w.lease_token = l.token AND w.claim_epoch = l.epoch
+             RETURNING w.lease_token",
+        )
+        .bind(broker)
+        .bind(&tokens)
+        .bind(&epochs)
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+    })
     .await
-    .map_err(Into::into)
 }
 
 /// What one reaper pass did.
@@ -411,36 +447,39 @@ pub struct Sweeps {
 /// One reaper pass over all backstops; `sweeps` carries the walks from one
 /// pass to the next.
 pub async fn reap(pool: &PgPool, stale_secs: f64, limit: i32, sweeps: &mut Sweeps) -> StoreResult<ReapReport> {
-    // Separate statements: each backstop sees the previous one's effect.
-    let stale: i32 = sqlx::query_scalar("SELECT reap_stale_work($1, $2)")
-        .bind(stale_secs)
-        .bind(limit)
-        .fetch_one(pool)
-        .await?;
-    let overdue: i32 = sqlx::query_scalar("SELECT expire_overdue_work($1)")
-        .bind(limit)
-        .fetch_one(pool)
-        .await?;
-    let requeued = requeue_lagging(pool, &mut sweeps.lagging).await?;
-    let (dropped, next) = drop_orphaned_work(pool, sweeps.orphans_after.as_ref(), ORPHAN_SLICE).await?;
-    sweeps.orphans_after = next;
-    // Orphans first: an expired one is marked, and the sweep then starts its teardown.
-    let mut sweep_counts = [0i32; 2];
-    for (slot, sql) in sweep_counts.iter_mut().zip([
-        "SELECT sweep_expired_orphans($1, 0::smallint, 255::smallint)",
-        "SELECT sweep_deletable($1, 0::smallint, 255::smallint)",
-    ]) {
-        *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
-    }
-    let [expired_orphans, swept] = sweep_counts;
-    Ok(ReapReport {
-        stale,
-        overdue,
-        requeued,
-        dropped,
-        swept,
-        expired_orphans,
+    measured("work.reap", async move {
+        // Separate statements: each backstop sees the previous one's effect.
+        let stale: i32 = sqlx::query_scalar("SELECT reap_stale_work($1, $2)")
+            .bind(stale_secs)
+            .bind(limit)
+            .fetch_one(pool)
+            .await?;
+        let overdue: i32 = sqlx::query_scalar("SELECT expire_overdue_work($1)")
+            .bind(limit)
+            .fetch_one(pool)
+            .await?;
+        let requeued = requeue_lagging(pool, &mut sweeps.lagging).await?;
+        let (dropped, next) = drop_orphaned_work(pool, sweeps.orphans_after.as_ref(), ORPHAN_SLICE).await?;
+        sweeps.orphans_after = next;
+        // Orphans first: an expired one is marked, and the sweep then starts its teardown.
+        let mut sweep_counts = [0i32; 2];
+        for (slot, sql) in sweep_counts.iter_mut().zip([
+            "SELECT sweep_expired_orphans($1, 0::smallint, 255::smallint)",
+            "SELECT sweep_deletable($1, 0::smallint, 255::smallint)",
+        ]) {
+            *slot = sqlx::query_scalar(sql).bind(limit).fetch_one(pool).await?;
+        }
+        let [expired_orphans, swept] = sweep_counts;
+        Ok(ReapReport {
+            stale,
+            overdue,
+            requeued,
+            dropped,
+            swept,
+            expired_orphans,
+        })
     })
+    .await
 }
 
 /// One slice of the orphaned-task backstop: drops waiting tasks whose
@@ -452,20 +491,23 @@ pub async fn drop_orphaned_work(
     after: Option<&OrphanCursor>,
     scan: i32,
 ) -> StoreResult<(i32, Option<OrphanCursor>)> {
-    let (kind, kind_version, id, dropped): (Option<String>, Option<i16>, Option<Uuid>, i32) = sqlx::query_as(
-        "SELECT next_kind, next_kind_version, next_after, dropped FROM drop_orphaned_work($1, $2, $3, $4)",
-    )
-    .bind(after.map(|c| c.kind.as_str()))
-    .bind(after.map(|c| c.kind_version))
-    .bind(after.map(|c| c.id))
-    .bind(scan)
-    .fetch_one(pool)
-    .await?;
-    let next = match (kind, kind_version, id) {
-        (Some(kind), Some(kind_version), Some(id)) => Some(OrphanCursor { kind, kind_version, id }),
-        _ => None,
-    };
-    Ok((dropped, next))
+    measured("work.drop_orphaned_work", async move {
+        let (kind, kind_version, id, dropped): (Option<String>, Option<i16>, Option<Uuid>, i32) = sqlx::query_as(
+            "SELECT next_kind, next_kind_version, next_after, dropped FROM drop_orphaned_work($1, $2, $3, $4)",
+        )
+        .bind(after.map(|c| c.kind.as_str()))
+        .bind(after.map(|c| c.kind_version))
+        .bind(after.map(|c| c.id))
+        .bind(scan)
+        .fetch_one(pool)
+        .await?;
+        let next = match (kind, kind_version, id) {
+            (Some(kind), Some(kind_version), Some(id)) => Some(OrphanCursor { kind, kind_version, id }),
+            _ => None,
+        };
+        Ok((dropped, next))
+    })
+    .await
 }
 
 /// The lost-task backstop: queues resources that lag without a task, one
@@ -498,16 +540,85 @@ async fn requeue_lagging(pool: &PgPool, sweep: &mut LaggingSweep) -> StoreResult
 /// How long until each of the unclaimed tasks `ids` falls due (retry
 /// backoff), for those not due yet. By primary key: a handful of rows.
 pub async fn due_in(pool: &PgPool, ids: &[Uuid]) -> StoreResult<Vec<std::time::Duration>> {
-    let millis: Vec<i64> = sqlx::query_scalar(
-        "SELECT ceil(extract(epoch FROM not_before - clock_timestamp()) * 1000)::bigint
-         FROM work_queue WHERE id = ANY($1) AND broker_id IS NULL AND not_before > clock_timestamp()",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
-    Ok(millis
-        .into_iter()
-        .filter_map(|ms| u64::try_from(ms).ok())
-        .map(std::time::Duration::from_millis)
-        .collect())
+    measured("work.due_in", async move {
+        let millis: Vec<i64> = sqlx::query_scalar(
+            "SELECT ceil(extract(epoch FROM not_before - clock_timestamp()) * 1000)::bigint
+             FROM work_queue WHERE id = ANY($1) AND broker_id IS NULL AND not_before > clock_timestamp()",
+        )
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+        Ok(millis
+            .into_iter()
+            .filter_map(|ms| u64::try_from(ms).ok())
+            .map(std::time::Duration::from_millis)
+            .collect())
+    })
+    .await
+}
+
+/// One kind's figures of the work queue, as the metrics sampler reads them.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct QueueFigure {
+    /// The kind.
+    pub kind: String,
+    /// Tasks waiting for a claim (due or not).
+    pub queued: i64,
+    /// Tasks held by a broker.
+    pub leased: i64,
+    /// Age, in seconds, of the oldest due task nobody holds (0 when none).
+    pub oldest_due_secs: f64,
+}
+
+/// The work queue by kind (every configured kind, 0 when it has none): one
+/// pass over the queue, for the metrics sampler only (it runs when metrics
+/// are on, every few seconds).
+pub async fn queue_figures(pool: &PgPool) -> StoreResult<Vec<QueueFigure>> {
+    measured("work.queue_figures", async move {
+        sqlx::query_as(
+            // Every configured kind, so an emptied queue reads 0 rather than
+            // dropping its series.
+            "SELECT k.kind,
+                    count(w.id) FILTER (WHERE w.broker_id IS NULL) AS queued,
+                    count(w.id) FILTER (WHERE w.broker_id IS NOT NULL) AS leased,
+                    COALESCE(extract(epoch FROM now() - min(w.not_before)
+                                 FILTER (WHERE w.broker_id IS NULL AND w.not_before <= now())), 0)::float8
+                        AS oldest_due_secs
+             FROM (SELECT DISTINCT kind FROM kind_config) k
+             LEFT JOIN work_queue w ON w.kind = k.kind
+             GROUP BY k.kind ORDER BY k.kind",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
+    })
+    .await
+}
+
+/// Age, in seconds, of the oldest result waiting in the outbox for the
+/// drainer (0 when it is empty): an index probe.
+pub async fn drain_lag_secs(pool: &PgPool) -> StoreResult<f64> {
+    measured("work.drain_lag_secs", async move {
+        sqlx::query_scalar(
+            "SELECT COALESCE(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM work_outbox",
+        )
+        .fetch_one(pool)
+        .await
+        .map_err(Into::into)
+    })
+    .await
+}
+
+/// Makes the work queued by the rest of this transaction carry `context`
+/// (a traced call's W3C trace context): a transaction-local setting that
+/// `schedule_eligible` reads.
+pub async fn carry_trace_context(conn: &mut sqlx::PgConnection, context: &str) -> StoreResult<()> {
+    measured("work.carry_trace_context", async move {
+        sqlx::query("SELECT set_config('converge.trace_context', $1, true)")
+            .bind(context)
+            .execute(conn)
+            .await?;
+        Ok(())
+    })
+    .await
 }

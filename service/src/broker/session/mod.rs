@@ -16,6 +16,7 @@ use converge_proto::json;
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use futures::FutureExt;
+use opentelemetry::KeyValue;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
@@ -37,6 +38,7 @@ use crate::store::provider_configs;
 use crate::store::reactors::{self, ClaimedDelivery};
 use crate::store::work::{self, ClaimedTask, TaskResult};
 use crate::store::{StoreError, StoreResult};
+use crate::telemetry;
 use operations::HeldOperation;
 
 /// Failsafe interval between claim attempts when idle.
@@ -87,6 +89,37 @@ struct InFlight {
     status: Option<Value>,
     conditions: Vec<ConditionInput>,
     events: Vec<ReportedEvent>,
+    /// The reconcile's span when its trace is exported (disabled otherwise):
+    /// the parent of the worker's handler spans and of each completion.
+    span: tracing::Span,
+}
+
+/// The carrier of a dispatch's trace context: the reconcile's span, started
+/// at its first dispatch as a child of the call that queued the work, when
+/// tracing is on and that call was traced.
+fn trace_context(flight: &mut InFlight) -> std::collections::BTreeMap<String, String> {
+    if !telemetry::tracing_enabled() {
+        return std::collections::BTreeMap::new();
+    }
+    if flight.span.is_disabled()
+        && let Some(context) = &flight.task.trace_context
+    {
+        let span = tracing::info_span!(
+            "reconcile",
+            otel.name = format!("reconcile {}", flight.task.kind),
+            otel.kind = "producer",
+            converge.kind = %flight.task.kind,
+            converge.resource = %flight.task.name,
+            converge.generation = flight.task.generation,
+            converge.attempt = flight.task.attempts,
+        );
+        telemetry::propagation::continue_from_text(&span, context);
+        flight.span = span;
+    }
+    if flight.span.is_disabled() {
+        return std::collections::BTreeMap::new();
+    }
+    telemetry::propagation::to_map(&flight.span).into_iter().collect()
 }
 
 /// The broker side of one worker stream.
@@ -368,6 +401,7 @@ impl Session {
                     status: None,
                     conditions: Vec::new(),
                     events: Vec::new(),
+                    span: tracing::Span::none(),
                 },
             );
         }
@@ -526,6 +560,10 @@ impl Session {
             if claimed.is_empty() {
                 continue;
             }
+            if let Some(m) = telemetry::metrics() {
+                m.claims
+                    .add(claimed.len() as u64, &[KeyValue::new("converge.kind", kind.clone())]);
+            }
             for task in claimed {
                 // No silent fallback to the default: the override may point
                 // at another account or region than the default does.
@@ -542,6 +580,7 @@ impl Session {
                             status: None,
                             conditions: Vec::new(),
                             events: Vec::new(),
+                            span: tracing::Span::none(),
                         })
                     });
                     continue;
@@ -561,6 +600,7 @@ impl Session {
                     status: None,
                     conditions: Vec::new(),
                     events: Vec::new(),
+                    span: tracing::Span::none(),
                 };
                 match first {
                     // A child may have started progressing again since the
@@ -600,6 +640,7 @@ impl Session {
             status: None,
             conditions: Vec::new(),
             events: Vec::new(),
+            span: tracing::Span::none(),
         };
         if plan.teardown(&finalizer).is_none() {
             self.finish(&flight, None, true);
@@ -660,7 +701,8 @@ impl Session {
         }
         .unwrap_or_default()
         .to_owned();
-        let message = wire::stage_task(&flight.task, &reaction, input);
+        let carrier = trace_context(&mut flight);
+        let message = wire::stage_task(&flight.task, &reaction, input, carrier);
         flight.stage = Some(stage);
         // Tracked before sending: if the stream is gone, it is released with the others.
         self.tasks.insert(flight.task.lease_token, flight);
@@ -751,6 +793,7 @@ impl Session {
             return stale(self);
         };
         let stage = flight.stage.or_else(|| wire::stage_of(&complete));
+        self.observe_completion(&flight, stage, &complete);
         match wire::events(&complete.events, &self.actor) {
             Ok(events) => flight.events.extend(events),
             Err(problems) => {
@@ -803,6 +846,39 @@ impl Session {
             Some(Stage::Rollup | Stage::Delete) | None => self.finish(&flight, healthy, true),
         }
         Ok(())
+    }
+
+    /// Counts a stage result by kind, stage and outcome, and marks the
+    /// completion in the reconcile's trace.
+    fn observe_completion(&self, flight: &InFlight, stage: Option<Stage>, complete: &wpb::StageComplete) {
+        let outcome = match &complete.error {
+            Some(error) if error.terminal => "failed",
+            Some(_) => "retrying",
+            None if wire::requeue_after_ms(complete).is_some() => "requeued",
+            None => "succeeded",
+        };
+        let stage = stage.map_or("unknown", Stage::name);
+        if let Some(m) = telemetry::metrics() {
+            m.stages.add(
+                1,
+                &[
+                    KeyValue::new("converge.kind", flight.task.kind.clone()),
+                    KeyValue::new("converge.stage", stage),
+                    KeyValue::new("converge.outcome", outcome),
+                ],
+            );
+        }
+        if !flight.span.is_disabled() {
+            let _completion = tracing::info_span!(
+                parent: &flight.span,
+                "complete",
+                otel.name = format!("complete {stage}"),
+                converge.stage = stage,
+                converge.outcome = outcome,
+                converge.claim_epoch = complete.claim_epoch,
+            )
+            .entered();
+        }
     }
 
     /// Applies a composition, then moves the task on.
@@ -920,6 +996,13 @@ impl Session {
     /// Ends a task with what its stages produced: fully (`advance`), or as a
     /// composite's partial result whose rollup has to wait.
     fn finish(&mut self, flight: &InFlight, healthy: Option<bool>, advance: bool) {
+        if advance && let (Some(m), Some(queued_at)) = (telemetry::metrics(), flight.task.queued_at) {
+            let waited = (chrono::Utc::now() - queued_at).to_std().unwrap_or_default();
+            m.reconcile_duration.record(
+                waited.as_secs_f64(),
+                &[KeyValue::new("converge.kind", flight.task.kind.clone())],
+            );
+        }
         self.results.push(TaskResult {
             healthy,
             advance,

@@ -1778,6 +1778,11 @@ type StageTask struct {
 	// Bundle override attached to the resource. Empty = use the default
 	// config's bundle.
 	ProviderBundle []byte `protobuf:"bytes,14,opt,name=provider_bundle,json=providerBundle,proto3" json:"provider_bundle,omitempty"`
+	// W3C trace context of the reconcile this task belongs to (keys
+	// "traceparent" and, when present, "tracestate"), for the worker to
+	// continue the trace in its handler span. Empty when the server does not
+	// trace or the reconcile is not sampled.
+	TraceContext map[string]string `protobuf:"bytes,15,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The stage-specific input; exactly one is set, matching stage.
 	//
 	// Types that are valid to be assigned to Input:
@@ -1917,6 +1922,13 @@ func (x *StageTask) GetProviderConfig() *structpb.Struct {
 func (x *StageTask) GetProviderBundle() []byte {
 	if x != nil {
 		return x.ProviderBundle
+	}
+	return nil
+}
+
+func (x *StageTask) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -3025,7 +3037,7 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\bR\x05ready\"E\n" +
 	"\rWorkHeartbeat\x124\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\x86\b\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\x9d\t\n" +
 	"\tStageTask\x12/\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x19.converge.worker.v1.StageR\x05stage\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
@@ -3045,7 +3057,8 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\rtask_deadline\x18\v \x01(\v2\x19.google.protobuf.DurationR\ftaskDeadline\x12\x18\n" +
 	"\aattempt\x18\f \x01(\x05R\aattempt\x12@\n" +
 	"\x0fprovider_config\x18\r \x01(\v2\x17.google.protobuf.StructR\x0eproviderConfig\x12'\n" +
-	"\x0fprovider_bundle\x18\x0e \x01(\fR\x0eproviderBundle\x12G\n" +
+	"\x0fprovider_bundle\x18\x0e \x01(\fR\x0eproviderBundle\x12T\n" +
+	"\rtrace_context\x18\x0f \x03(\v2/.converge.worker.v1.StageTask.TraceContextEntryR\ftraceContext\x12G\n" +
 	"\rcompose_input\x18\x14 \x01(\v2 .converge.worker.v1.ComposeInputH\x00R\fcomposeInput\x12>\n" +
 	"\n" +
 	"work_input\x18\x15 \x01(\v2\x1d.converge.worker.v1.WorkInputH\x00R\tworkInput\x12D\n" +
@@ -3053,7 +3066,10 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\fdelete_input\x18\x17 \x01(\v2\x1f.converge.worker.v1.DeleteInputH\x00R\vdeleteInput\x12G\n" +
 	"\roperate_input\x18\x18 \x01(\v2 .converge.worker.v1.OperateInputH\x00R\foperateInput\x12A\n" +
 	"\vreact_input\x18\x19 \x01(\v2\x1e.converge.worker.v1.ReactInputH\x00R\n" +
-	"reactInputB\a\n" +
+	"reactInput\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
 	"\x05input\"\xf6\x01\n" +
 	"\fComposeInput\x128\n" +
 	"\bobserved\x18\x01 \x03(\v2\x1c.converge.worker.v1.ResourceR\bobserved\x127\n" +
@@ -3177,7 +3193,7 @@ func file_converge_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_converge_worker_v1_worker_proto_goTypes = []any{
 	(Stage)(0),                        // 0: converge.worker.v1.Stage
 	(Trigger)(0),                      // 1: converge.worker.v1.Trigger
@@ -3217,29 +3233,30 @@ var file_converge_worker_v1_worker_proto_goTypes = []any{
 	(*ProviderConfigEntry)(nil),       // 35: converge.worker.v1.ProviderConfigEntry
 	nil,                               // 36: converge.worker.v1.Resource.LabelsEntry
 	nil,                               // 37: converge.worker.v1.ChildSpec.LabelsEntry
-	(*structpb.Struct)(nil),           // 38: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 40: google.protobuf.Duration
+	nil,                               // 38: converge.worker.v1.StageTask.TraceContextEntry
+	(*structpb.Struct)(nil),           // 39: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),     // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 41: google.protobuf.Duration
 }
 var file_converge_worker_v1_worker_proto_depIdxs = []int32{
 	36, // 0: converge.worker.v1.Resource.labels:type_name -> converge.worker.v1.Resource.LabelsEntry
-	38, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
-	38, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
+	39, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
+	39, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
 	6,  // 3: converge.worker.v1.Resource.owner:type_name -> converge.worker.v1.ResourceRef
 	6,  // 4: converge.worker.v1.Resource.root:type_name -> converge.worker.v1.ResourceRef
-	39, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
-	39, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
+	40, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
+	40, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
 	3,  // 7: converge.worker.v1.Condition.status:type_name -> converge.worker.v1.ConditionStatus
-	40, // 8: converge.worker.v1.Condition.liveness:type_name -> google.protobuf.Duration
+	41, // 8: converge.worker.v1.Condition.liveness:type_name -> google.protobuf.Duration
 	4,  // 9: converge.worker.v1.WorkerEvent.type:type_name -> converge.worker.v1.EventType
-	38, // 10: converge.worker.v1.WorkerEvent.detail:type_name -> google.protobuf.Struct
+	39, // 10: converge.worker.v1.WorkerEvent.detail:type_name -> google.protobuf.Struct
 	37, // 11: converge.worker.v1.ChildSpec.labels:type_name -> converge.worker.v1.ChildSpec.LabelsEntry
-	38, // 12: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
+	39, // 12: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
 	6,  // 13: converge.worker.v1.DepEdge.dependent:type_name -> converge.worker.v1.ResourceRef
 	6,  // 14: converge.worker.v1.DepEdge.dependency:type_name -> converge.worker.v1.ResourceRef
 	11, // 15: converge.worker.v1.DepEdge.value_flows:type_name -> converge.worker.v1.ValueFlow
-	38, // 16: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
-	38, // 17: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
+	39, // 16: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
+	39, // 17: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
 	17, // 18: converge.worker.v1.WorkStreamRequest.subscribe:type_name -> converge.worker.v1.Subscribe
 	29, // 19: converge.worker.v1.WorkStreamRequest.complete:type_name -> converge.worker.v1.StageComplete
 	20, // 20: converge.worker.v1.WorkStreamRequest.interest:type_name -> converge.worker.v1.Interest
@@ -3252,47 +3269,48 @@ var file_converge_worker_v1_worker_proto_depIdxs = []int32{
 	0,  // 27: converge.worker.v1.StageTask.stage:type_name -> converge.worker.v1.Stage
 	7,  // 28: converge.worker.v1.StageTask.resource:type_name -> converge.worker.v1.Resource
 	1,  // 29: converge.worker.v1.StageTask.trigger:type_name -> converge.worker.v1.Trigger
-	40, // 30: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
-	38, // 31: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
-	23, // 32: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
-	24, // 33: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
-	25, // 34: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
-	26, // 35: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
-	27, // 36: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
-	28, // 37: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
-	7,  // 38: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
-	10, // 39: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
-	12, // 40: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
-	13, // 41: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	38, // 42: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
-	7,  // 43: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
-	38, // 44: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
-	14, // 45: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
-	2,  // 46: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
-	0,  // 47: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
-	38, // 48: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
-	8,  // 49: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
-	30, // 50: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
-	38, // 51: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
-	31, // 52: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
-	40, // 53: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
-	9,  // 54: converge.worker.v1.StageComplete.events:type_name -> converge.worker.v1.WorkerEvent
-	10, // 55: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
-	12, // 56: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
-	13, // 57: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	38, // 58: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
-	5,  // 59: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
-	35, // 60: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
-	38, // 61: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
-	15, // 62: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
-	33, // 63: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
-	16, // 64: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
-	34, // 65: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
-	64, // [64:66] is the sub-list for method output_type
-	62, // [62:64] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	41, // 30: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
+	39, // 31: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
+	38, // 32: converge.worker.v1.StageTask.trace_context:type_name -> converge.worker.v1.StageTask.TraceContextEntry
+	23, // 33: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
+	24, // 34: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
+	25, // 35: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
+	26, // 36: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
+	27, // 37: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
+	28, // 38: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
+	7,  // 39: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
+	10, // 40: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 41: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 42: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	39, // 43: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
+	7,  // 44: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
+	39, // 45: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
+	14, // 46: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
+	2,  // 47: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
+	0,  // 48: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
+	39, // 49: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
+	8,  // 50: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
+	30, // 51: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
+	39, // 52: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
+	31, // 53: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
+	41, // 54: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
+	9,  // 55: converge.worker.v1.StageComplete.events:type_name -> converge.worker.v1.WorkerEvent
+	10, // 56: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 57: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 58: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	39, // 59: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
+	5,  // 60: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
+	35, // 61: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
+	39, // 62: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
+	15, // 63: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
+	33, // 64: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
+	16, // 65: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
+	34, // 66: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
+	65, // [65:67] is the sub-list for method output_type
+	63, // [63:65] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_converge_worker_v1_worker_proto_init() }
@@ -3325,7 +3343,7 @@ func file_converge_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_worker_v1_worker_proto_rawDesc), len(file_converge_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
