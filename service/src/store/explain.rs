@@ -7,6 +7,7 @@ use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::measured::measured;
 use super::{StoreResult, resources};
 use crate::domain::explain::{Facts, MAX_NAMED, Named, TaskCause, TaskFacts, TaskType, WorkerFacts};
 use crate::domain::resource::{Phase, Resource, ResourceRef};
