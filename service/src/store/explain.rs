@@ -1,7 +1,6 @@
 //! The facts `ExplainResource` derives its waits from: one resource row and
 //! one statement of index probes around it, read in one snapshot.
 
-use super::measured::measured;
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, PgPool};
