@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, count, expect_error, find, get, spawn_worker};
+use common::{apply, apply_manifest, apply_ok, count, expect_error, find, get, reaction, spawn_worker};
 use converge_integration::processes::{
     connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
 };
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ConditionStatus, DeleteResourceRequest, Emit, KindManifest, KindPolicy, ListResourceEventsRequest, Phase,
-    QuarantineResourceRequest, Reaction, ReconcileResourceRequest, Resource, Trigger, UnquarantineResourceRequest,
+    QuarantineResourceRequest, ReconcileResourceRequest, Resource, Trigger, UnquarantineResourceRequest,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -212,15 +212,6 @@ impl Provider for Stacks {
             }
             (stage, _) => Err(HandlerError::terminal(format!("unexpected stage {stage:?}"))),
         }
-    }
-}
-
-fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
-    Reaction {
-        name: name.into(),
-        trigger: trigger.into(),
-        emits: emits.iter().map(|e| (*e).into()).collect(),
-        ..Default::default()
     }
 }
 

@@ -3,24 +3,15 @@
 
 mod common;
 
-use common::{apply, apply_manifest, apply_ok, expect_error, fields, work_manifest};
+use common::{apply, apply_manifest, apply_ok, expect_error, fields, reaction, work_manifest};
 use converge_integration::{TestDatabase, TestServer};
 use converge_proto::v1::{
     ApplyKindManifestRequest, DeleteKindManifestRequest, Emit, GetKindConfigRequest, GetKindManifestRequest,
-    KindConfig, ListKindManifestsRequest, Reaction, Trigger, UpdateKindConfigRequest,
+    KindConfig, ListKindManifestsRequest, Trigger, UpdateKindConfigRequest,
 };
 use converge_service::config::Role;
 use serde_json::json;
 use tonic::Code;
-
-fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
-    Reaction {
-        name: name.into(),
-        trigger: trigger.into(),
-        emits: emits.iter().map(|e| (*e).into()).collect(),
-        ..Default::default()
-    }
-}
 
 #[tokio::test]
 async fn manifests_are_stored_reapplied_listed_and_deleted() -> anyhow::Result<()> {

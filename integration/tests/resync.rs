@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, find, wait_phase};
+use common::{apply, apply_manifest, apply_ok, find, reaction, wait_phase};
 use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
@@ -48,15 +48,6 @@ elif doc["stage"] == "work":
                       "conditions": [{"type": "Ready", "status": "True" if healthy else "False",
                                       "reason": "Probed" if healthy else "Drifted"}]}))
 "#;
-
-fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
-    Reaction {
-        name: name.into(),
-        trigger: trigger.into(),
-        emits: emits.iter().map(|e| (*e).into()).collect(),
-        ..Default::default()
-    }
-}
 
 fn manifest(kind: &str, reactions: Vec<Reaction>, policy: KindPolicy) -> KindManifest {
     KindManifest {

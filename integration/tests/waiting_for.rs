@@ -8,13 +8,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{apply, apply_manifest, apply_ok, expect_error, find, spawn_worker, wait_phase};
+use common::{apply, apply_manifest, apply_ok, expect_error, find, reaction, spawn_worker, wait_phase};
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::wait::Cause;
 use converge_proto::v1::{
     ApplyResourceRequest, DeleteResourceRequest, Emit, ExplainResourceRequest, ExplainResourceResponse, KindManifest,
-    KindPolicy, Phase, QuarantineResourceRequest, Reaction, ReconcileResourceRequest, TaskCause, TaskType, Trigger,
-    Wait,
+    KindPolicy, Phase, QuarantineResourceRequest, ReconcileResourceRequest, TaskCause, TaskType, Trigger, Wait,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -149,15 +148,6 @@ impl Provider for Stacks {
             }
             _ => Ok(Outcome::new().with_status(json!({"rolled_up": true}))),
         }
-    }
-}
-
-fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
-    Reaction {
-        name: name.into(),
-        trigger: trigger.into(),
-        emits: emits.iter().map(|e| (*e).into()).collect(),
-        ..Default::default()
     }
 }
 

@@ -186,3 +186,13 @@ pub async fn count(pool: &PgPool, sql: &str) -> anyhow::Result<i64> {
         .fetch_one(pool)
         .await?)
 }
+
+/// A reaction named `name`, fired by `trigger`, emitting `emits`.
+pub fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
+    Reaction {
+        name: name.into(),
+        trigger: trigger.into(),
+        emits: emits.iter().map(|e| (*e).into()).collect(),
+        ..Default::default()
+    }
+}

@@ -105,11 +105,6 @@ pub fn prometheus_text() -> Option<Result<String, String>> {
     )
 }
 
-/// Seconds as the latency histograms record them.
-pub fn seconds(elapsed: Duration) -> f64 {
-    elapsed.as_secs_f64()
-}
-
 /// Records one store operation.
 pub fn record_db(name: &'static str, elapsed: Duration, error: Option<&'static str>) {
     if let Some(m) = metrics() {
@@ -120,6 +115,6 @@ pub fn record_db(name: &'static str, elapsed: Duration, error: Option<&'static s
         if let Some(error) = error {
             attributes.push(KeyValue::new("error.type", error));
         }
-        m.db_duration.record(seconds(elapsed), &attributes);
+        m.db_duration.record(elapsed.as_secs_f64(), &attributes);
     }
 }

@@ -2,7 +2,7 @@
 //! `trace_context` map of a worker task, and the text stored with queued
 //! work (`traceparent` and, when present, `tracestate`, one per line).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector};
@@ -23,7 +23,7 @@ impl Extractor for Headers<'_> {
     }
 }
 
-struct Map<'a>(&'a HashMap<String, String>);
+struct Map<'a>(&'a BTreeMap<String, String>);
 
 impl Extractor for Map<'_> {
     fn get(&self, key: &str) -> Option<&str> {
@@ -35,7 +35,7 @@ impl Extractor for Map<'_> {
     }
 }
 
-struct IntoMap<'a>(&'a mut HashMap<String, String>);
+struct IntoMap<'a>(&'a mut BTreeMap<String, String>);
 
 impl Injector for IntoMap<'_> {
     fn set(&mut self, key: &str, value: String) {
@@ -51,14 +51,15 @@ pub fn from_headers(headers: &http::HeaderMap) -> Context {
 }
 
 /// The remote parent named by a carrier map.
-pub fn from_map(map: &HashMap<String, String>) -> Context {
+pub fn from_map(map: &BTreeMap<String, String>) -> Context {
     opentelemetry::global::get_text_map_propagator(|p| p.extract(&Map(map)))
 }
 
-/// The carrier map of a span's context; empty when the span is not part of
+/// The carrier map of a span's context (the shape of
+/// `StageTask.trace_context`); empty when the span is not part of
 /// a sampled trace.
-pub fn to_map(span: &tracing::Span) -> HashMap<String, String> {
-    let mut map = HashMap::new();
+pub fn to_map(span: &tracing::Span) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
     let context = span.context();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut IntoMap(&mut map)));
     map
@@ -79,9 +80,9 @@ pub fn current_as_text() -> Option<String> {
 }
 
 /// The carrier map of text stored by [`current_as_text`].
-pub fn map_of_text(text: &str) -> HashMap<String, String> {
+pub fn map_of_text(text: &str) -> BTreeMap<String, String> {
     let mut lines = text.splitn(2, '\n');
-    let mut map = HashMap::new();
+    let mut map = BTreeMap::new();
     if let Some(parent) = lines.next().filter(|p| !p.is_empty()) {
         map.insert("traceparent".to_owned(), parent.to_owned());
     }

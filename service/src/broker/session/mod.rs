@@ -119,7 +119,7 @@ fn trace_context(flight: &mut InFlight) -> std::collections::BTreeMap<String, St
     if flight.span.is_disabled() {
         return std::collections::BTreeMap::new();
     }
-    telemetry::propagation::to_map(&flight.span).into_iter().collect()
+    telemetry::propagation::to_map(&flight.span)
 }
 
 /// The broker side of one worker stream.
