@@ -357,6 +357,12 @@ async fn apply_twice_then_get_in_every_format_and_apply_the_output_back() -> any
     read_until(&mut lines, &mut seen, |l| l.contains("Quarantine")).await?;
     let described = ok(&address, &["describe", "noop", "alpha"]).await?;
     assert!(described.contains("\n  quarantined: "), "{described}");
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("Quarantined:") && l.contains("yes, since ") && l.contains("hands off")),
+        "the header names the quarantine's note:\n{described}"
+    );
     ok(&address, &["unquarantine", "noop", "alpha"]).await?;
     ok(&address, &["reconcile", "noop", "alpha", "--reset-backoff"]).await?;
     let history = ok(&address, &["history", "noop", "alpha"]).await?;
@@ -368,6 +374,50 @@ async fn apply_twice_then_get_in_every_format_and_apply_the_output_back() -> any
     assert!(rolled.contains("now generation 3"), "{rolled}");
     let spec: Value = serde_json::from_str(&ok(&address, &["get", "noop", "alpha", "-o", "json"]).await?)?;
     assert_eq!(spec["spec"], json!({"size": 1}), "{spec}");
+    // The history's machine formats are envelopes with the enum's names.
+    let revisions: Value = serde_json::from_str(&ok(&address, &["history", "noop", "alpha", "-o", "json"]).await?)?;
+    let items = revisions["items"].as_array().cloned().unwrap_or_default();
+    let rollback = items
+        .iter()
+        .find(|r| r["generation"] == 3)
+        .ok_or_else(|| anyhow::anyhow!("no generation 3 in {revisions}"))?;
+    assert_eq!(rollback["apiVersion"], "converge.dev/v1", "{rollback}");
+    assert_eq!(rollback["type"], "SpecRevision", "{rollback}");
+    assert_eq!(rollback["source"], "SPEC_REVISION_SOURCE_ROLLBACK", "{rollback}");
+    assert_eq!(rollback["restoredGeneration"], 1, "{rollback}");
+    assert_eq!(
+        rollback["resource"],
+        json!({"kind": "noop", "name": "alpha"}),
+        "{rollback}"
+    );
+    assert_eq!(rollback["spec"], json!({"size": 1}), "{rollback}");
+    assert!(
+        items.iter().any(|r| r["generation"] == 1
+            && r["source"] == "SPEC_REVISION_SOURCE_APPLY"
+            && r.get("restoredGeneration").is_none()),
+        "{revisions}"
+    );
+    let from_yaml: Value = serde_norway::from_str(&ok(&address, &["history", "noop", "alpha", "-o", "yaml"]).await?)?;
+    assert_eq!(from_yaml, revisions);
+    let mut names: Vec<String> = ok(&address, &["history", "noop", "alpha", "-o", "name"])
+        .await?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "SpecRevision/noop/alpha/1",
+            "SpecRevision/noop/alpha/2",
+            "SpecRevision/noop/alpha/3"
+        ]
+    );
+    let wide = ok(&address, &["history", "noop", "alpha", "-o", "wide"]).await?;
+    assert!(
+        wide.starts_with("GENERATION") && wide.lines().next().is_some_and(|h| h.contains("CREATED")),
+        "{wide}"
+    );
     let listed = ok(&address, &["events", "noop", "alpha"]).await?;
     assert!(listed.starts_with("LAST") && listed.contains("Created"), "{listed}");
     signal(&events, Signal::SIGTERM)?;
@@ -462,6 +512,231 @@ async fn failures_exit_with_distinct_codes_and_print_the_reason() -> anyhow::Res
         completion.contains("converge") && completion.contains("describe"),
         "{completion:.200}"
     );
+    Ok(())
+}
+
+/// The Python that reads YAML with PyYAML (a YAML 1.1 reader): the SDK
+/// toolchain's venv (sdk-gen/generate installs PyYAML there), else the
+/// system's.
+fn python_with_pyyaml() -> std::path::PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk-gen/.venv/bin/python");
+    if venv.exists() { venv } else { "python3".into() }
+}
+
+/// `text` read by PyYAML's safe_load, as JSON.
+async fn read_with_pyyaml(text: &str) -> anyhow::Result<Value> {
+    let mut child = Command::new(python_with_pyyaml())
+        .args([
+            "-c",
+            "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        stdin.write_all(text.as_bytes()).await?;
+    }
+    let out = child.wait_with_output().await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "PyYAML cannot read:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+#[tokio::test]
+async fn yaml_output_reads_the_same_in_a_yaml_1_1_reader() -> anyhow::Result<()> {
+    let site = Site::new().await?;
+    let (mut server, _client) = site.start("server.log").await?;
+    let address = site.address();
+    // Every string here is one a YAML 1.1 reader resolves to another type
+    // when it is printed plain.
+    let documents = r#"
+apiVersion: converge.dev/v1
+type: KindManifest
+kind: noop
+kindVersion: 1
+specSchema: {type: object}
+reactions: [{name: work, trigger: TRIGGER_SPEC_CHANGE, emits: [EMIT_STATUS]}]
+---
+apiVersion: converge.dev/v1
+type: Resource
+kind: noop
+kindVersion: 1
+name: tricky
+labels: {public: "off", enabled: "yes", answer: "no", state: "On", release: "2026-01-01", count: "1_000", hex: "0x1f", octal: "0755"}
+spec:
+  eq: "="
+  at: "12:30"
+  tilde: "~"
+  big: 1.0e+300
+  small: 2.5e-7
+  words: ["y", "n", "null", "true", ".inf", "-", "1e5"]
+  multi: "first line
+second line
+"
+  quote: 'say "hi"'
+  empty: ""
+  nested: {list: [{k: "off"}, []], map: {}}
+"#;
+    let out = converge(&address, &["apply", "-f", "-"], Some(documents)).await?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for args in [
+        &["get", "noop", "tricky"][..],
+        &["get", "noop"][..],
+        &["get", "kinds"][..],
+    ] {
+        let json_text = ok(&address, &[args, &["-o", "json"]].concat()).await?;
+        let yaml_text = ok(&address, &[args, &["-o", "yaml"]].concat()).await?;
+        let expected: Value = serde_json::from_str(&json_text)?;
+        assert_eq!(read_with_pyyaml(&yaml_text).await?, expected, "{args:?}:\n{yaml_text}");
+        let own: Value = serde_norway::from_str(&yaml_text)?;
+        assert_eq!(own, expected, "{args:?}:\n{yaml_text}");
+    }
+    let one: Value = serde_json::from_str(&ok(&address, &["get", "noop", "tricky", "-o", "json"]).await?)?;
+    assert_eq!(one["labels"]["public"], "off");
+    assert_eq!(one["spec"]["big"], 1e300);
+    stop_cleanly(&mut server).await?;
+    Ok(())
+}
+
+/// Runs `converge ARGS` with a stdout whose reader is already gone.
+async fn with_closed_stdout(address: &str, args: &[&str]) -> anyhow::Result<Output> {
+    let (read, write) = std::io::pipe()?;
+    drop(read);
+    let child = Command::new(binary("converge")?)
+        .args(args)
+        .env("CONVERGE_SERVER", address)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    Ok(tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??)
+}
+
+#[tokio::test]
+async fn typos_missing_roots_closed_pipes_and_byte_order_marks_are_handled() -> anyhow::Result<()> {
+    let site = Site::new().await?;
+    let (mut server, _client) = site.start("server.log").await?;
+    let address = site.address();
+    let code = |out: &Output| out.status.code();
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    // A file saved with a UTF-8 byte-order mark applies like any other.
+    let file = site.scratch.path().join("bom.yaml");
+    std::fs::write(
+        &file,
+        "\u{feff}apiVersion: converge.dev/v1\ntype: KindManifest\nkind: noop\nkindVersion: 1\n\
+         reactions: [{name: work, trigger: TRIGGER_SPEC_CHANGE, emits: [EMIT_STATUS]}]\n---\n\
+         apiVersion: converge.dev/v1\ntype: Resource\nkind: noop\nkindVersion: 1\nname: hello\n",
+    )?;
+    assert_eq!(
+        ok(&address, &["apply", "-f", &file.to_string_lossy()]).await?,
+        "KindManifest/noop.v1 created\nResource/noop/hello created\n"
+    );
+
+    // A kind nobody declared is reported, with the close one when there is.
+    let unknown = converge(&address, &["get", "nosuchkind"], None).await?;
+    assert_eq!(code(&unknown), Some(3), "{}", stderr(&unknown));
+    assert_eq!(
+        stderr(&unknown),
+        "converge: not found: no kind named \"nosuchkind\" (see `converge get kinds`)\n"
+    );
+    assert!(unknown.stdout.is_empty());
+    for args in [&["get", "nop"][..], &["watch", "nop"][..]] {
+        let typo = converge(&address, args, None).await?;
+        assert_eq!(code(&typo), Some(3), "{args:?}: {}", stderr(&typo));
+        assert_eq!(
+            stderr(&typo),
+            "converge: not found: no kind named \"nop\"; did you mean \"noop\"?\n",
+            "{args:?}"
+        );
+    }
+    // An empty list of a declared kind is no error.
+    let none = converge(&address, &["get", "noop", "-l", "team=nobody"], None).await?;
+    assert_eq!(code(&none), Some(0), "{}", stderr(&none));
+
+    // graph reports a missing root as every command does.
+    let missing = converge(&address, &["graph", "noop", "missing"], None).await?;
+    assert_eq!(code(&missing), Some(3), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).starts_with("converge: NOT_FOUND: ")
+            && stderr(&missing).contains("\n  reason: RESOURCE_NOT_FOUND\n"),
+        "{}",
+        stderr(&missing)
+    );
+
+    // A closed stdout ends the command quietly, with success.
+    for args in [
+        &["completion", "bash"][..],
+        &["get", "noop", "-o", "yaml"][..],
+        &["get", "kinds"][..],
+    ] {
+        let out = with_closed_stdout(&address, args).await?;
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+    stop_cleanly(&mut server).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_peer_that_never_answers_ends_the_command_with_exit_4_in_bounded_time() -> anyhow::Result<()> {
+    // A listener that accepts connections and never says a word, as a
+    // wedged or stopped server does.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir()?;
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, converge_integration::pki::TestCa::new("silent CA")?.pem())?;
+    let ca = ca.to_string_lossy().into_owned();
+    /// A command line and the environment it runs with.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case<'_>; 4] = [
+        (&["get", "noop", "--request-timeout", "2s"], &[]),
+        (&["describe", "noop", "hello"], &[("CONVERGE_REQUEST_TIMEOUT", "2s")]),
+        (&["watch", "noop"], &[("CONVERGE_REQUEST_TIMEOUT", "2s")]),
+        // Over TLS the handshake itself never completes.
+        (&["get", "kinds", "--ca-file", &ca, "--connect-timeout", "1s"], &[]),
+    ];
+    for (args, env) in cases {
+        let started = std::time::Instant::now();
+        let out = Command::new(binary("converge")?)
+            .args(args)
+            .env("CONVERGE_SERVER", &address)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?
+            .wait_with_output();
+        let out = tokio::time::timeout(Duration::from_secs(30), out)
+            .await
+            .map_err(|_| anyhow::anyhow!("converge {args:?} still waits after 30 s"))??;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("converge: unavailable: "), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    held.abort();
     Ok(())
 }
 
@@ -677,6 +952,25 @@ async fn describe_names_a_missing_worker_and_an_upstream_not_synced() -> anyhow:
     )
     .await?;
     waits_on(&address, "bom", "demo", "children", &["account/demo-payments"]).await?;
+    // The dependency's phase is shown although it is a sibling, outside
+    // the VPC's own graph.
+    let described = ok(&address, &["describe", "vpc", "demo-payments"]).await?;
+    let depends = described.split("Depends on:\n").nth(1).unwrap_or_default();
+    let row = depends
+        .lines()
+        .find(|l| l.contains("account/demo-payments"))
+        .ok_or_else(|| anyhow::anyhow!("no dependency row:\n{described}"))?;
+    assert!(row.contains(" Reconciling "), "{row}\n{described}");
+    // A dry-run invocation records nothing, so it prints no operation id.
+    let dry = ok(
+        &address,
+        &["invoke", "account", "demo-payments", "rotate_credentials", "--dry-run"],
+    )
+    .await?;
+    assert_eq!(
+        dry,
+        "Operation rotate_credentials on Resource/account/demo-payments accepted (dry run)\n"
+    );
     signal(&dev, Signal::SIGTERM)?;
     tokio::time::timeout(Duration::from_secs(30), dev.wait()).await??;
     Ok(())

@@ -434,6 +434,21 @@ async fn the_documented_command_lines_and_documents_are_accepted() -> anyhow::Re
         }
     }
     assert!(documents >= 4, "the quickstart's heredocs were not found");
+    // The documents the help and docs/cli.md apply as their first example.
+    let out = tokio::process::Command::new(&converge)
+        .args(["apply", "-f", "examples/cli/", "--server", &server.address()])
+        .current_dir(repo())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), out).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !stdout.contains("Resource/noop/hello ") || !stdout.contains("Resource/noop/world ") {
+        wrong.push(format!(
+            "converge apply -f examples/cli/: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     server.shutdown().await
 }

@@ -531,6 +531,36 @@ name: one
         .unwrap_or_default();
     assert!(actors.contains(&format!("api:{OPERATOR}").as_str()), "{events}");
 
+    // An https:// server without --ca-file is verified against the system's
+    // CA bundle, here named by SSL_CERT_FILE as OpenSSL tools read it.
+    let system_trust = tokio::process::Command::new(converge_integration::processes::binary("converge")?)
+        .args([
+            "get",
+            "kinds",
+            "-o",
+            "name",
+            "--server",
+            &address,
+            "--cert-file",
+            &cert,
+            "--key-file",
+            &key,
+        ])
+        .env("SSL_CERT_FILE", &*ca)
+        .env_remove("CONVERGE_CA_FILE")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
+    assert!(
+        system_trust.status.success(),
+        "{}",
+        String::from_utf8_lossy(&system_trust.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&system_trust.stdout),
+        "KindManifest/certified.v1\n"
+    );
+
     // Without the client certificate, or over plaintext, nothing is served,
     // and the exit code says unavailable.
     let no_cert = converge_cli(&["get", "kinds", "--server", &address, "--ca-file", &ca], "").await?;

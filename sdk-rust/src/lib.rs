@@ -60,6 +60,11 @@ macro_rules! service_clients {
     };
 }
 
+/// `address` as an endpoint.
+fn endpoint(address: String) -> Result<Endpoint, ClientError> {
+    Endpoint::from_shared(address.clone()).map_err(|source| ClientError::InvalidAddress { address, source })
+}
+
 /// A typed client for the converge API. Cheap to clone; clones share the
 /// connection.
 #[derive(Debug, Clone)]
@@ -70,29 +75,27 @@ pub struct Client {
 impl Client {
     /// Connects to `address` (e.g. `http://127.0.0.1:50051`).
     pub async fn connect(address: impl Into<String>) -> Result<Self, ClientError> {
-        let address = address.into();
-        let endpoint = Endpoint::from_shared(address.clone()).map_err(|source| ClientError::InvalidAddress {
-            address: address.clone(),
-            source,
-        })?;
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|source| ClientError::Connect { address, source })?;
-        Ok(Self { channel })
+        Self::connect_endpoint(endpoint(address.into())?, None).await
     }
 
     /// Connects to `address` (e.g. `https://converge.internal:50051`)
     /// through `tls`; see [`tls`] for what is verified and reloaded.
     pub async fn connect_tls(address: impl Into<String>, tls: tls::ClientTls) -> Result<Self, ClientError> {
-        let address = address.into();
-        let endpoint = Endpoint::from_shared(address.clone()).map_err(|source| ClientError::InvalidAddress {
-            address: address.clone(),
+        Self::connect_endpoint(endpoint(address.into())?, Some(tls)).await
+    }
+
+    /// Connects through a configured `endpoint` (connect and request
+    /// timeouts, HTTP/2 keepalive, ...), over `tls` when given. The
+    /// endpoint's `connect_timeout` bounds the TLS handshake too.
+    pub async fn connect_endpoint(endpoint: Endpoint, tls: Option<tls::ClientTls>) -> Result<Self, ClientError> {
+        let connected = match tls {
+            Some(tls) => tls::channel(&endpoint, tls).await,
+            None => endpoint.connect().await,
+        };
+        let channel = connected.map_err(|source| ClientError::Connect {
+            address: endpoint.uri().to_string().trim_end_matches('/').to_owned(),
             source,
         })?;
-        let channel = tls::channel(&endpoint, tls)
-            .await
-            .map_err(|source| ClientError::Connect { address, source })?;
         Ok(Self { channel })
     }
 

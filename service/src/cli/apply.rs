@@ -72,7 +72,10 @@ pub fn read(args: &ApplyArgs) -> Result<Vec<Document>, CliError> {
                 (file.display().to_string(), text)
             };
             let json = file.extension().is_some_and(|e| e == "json");
-            let values = split(&text, json).map_err(|e| CliError::Invalid(format!("{name}: {e}")))?;
+            // Editors on Windows start UTF-8 files with a byte-order mark,
+            // which neither parser skips.
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            let values = split(text, json).map_err(|e| CliError::Invalid(format!("{name}: {e}")))?;
             let many = values.len() > 1;
             for (i, value) in values.into_iter().enumerate() {
                 let source = if many {

@@ -1,14 +1,33 @@
 //! Which server the client commands talk to, and over what: plaintext, or
 //! TLS (and mTLS) through the converge-tls client configuration the SDK
-//! uses.
+//! uses; and how long they wait for it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 use converge_sdk::Client;
 use converge_sdk::tls::{ClientTls, ClientTlsFiles, DEFAULT_RELOAD_INTERVAL};
+use tonic::transport::Endpoint;
 
 use super::error::CliError;
+use super::output::parse_duration;
+
+/// How often an open connection is pinged (HTTP/2 keepalive), so that a
+/// long `watch` notices a peer that went away without closing it.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long a ping may go unanswered before the connection counts as dead.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The CA bundles of common systems, tried in order when an `https://`
+/// server is given without `--ca-file` (after `SSL_CERT_FILE`): Debian and
+/// Ubuntu, Fedora and RHEL, openSUSE, Alpine and macOS.
+const SYSTEM_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
 
 /// The server's address when none is given (where `converge` listens by
 /// default).
@@ -39,6 +58,17 @@ pub struct ConnectionArgs {
     /// host of --server (e.g. connecting by IP).
     #[arg(long, env = "CONVERGE_SERVER_NAME", global = true)]
     pub server_name: Option<String>,
+
+    /// How long to wait for the connection (TCP and TLS handshake); exit
+    /// code 4 when it runs out.
+    #[arg(long, env = "CONVERGE_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// How long each call may wait for the server's answer (a watch only
+    /// until it is established; it then relies on keepalive pings); exit
+    /// code 4 when it runs out. 0 waits forever.
+    #[arg(long, env = "CONVERGE_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration, global = true)]
+    pub request_timeout: Duration,
 }
 
 impl ConnectionArgs {
@@ -48,11 +78,6 @@ impl ConnectionArgs {
         let server = self.server.trim().trim_end_matches('/');
         let tls_asked = self.ca_file.is_some();
         if let Some(rest) = server.strip_prefix("https://") {
-            if !tls_asked {
-                return Err(CliError::Invalid(
-                    "an https:// server needs --ca-file (CONVERGE_CA_FILE) to verify it".to_owned(),
-                ));
-            }
             return Ok((format!("https://{rest}"), true));
         }
         if let Some(rest) = server.strip_prefix("http://") {
@@ -76,27 +101,45 @@ impl ConnectionArgs {
     /// is sent). The channel reconnects by itself after a disconnect.
     pub async fn connect(&self) -> Result<Client, CliError> {
         let (address, tls) = self.address()?;
-        let connected = if tls {
-            Client::connect_tls(address.clone(), self.tls()?).await
-        } else {
-            if self.cert_file.is_some() || self.server_name.is_some() {
-                return Err(CliError::Invalid(
-                    "--cert-file, --key-file and --server-name need TLS: give --ca-file".to_owned(),
-                ));
-            }
-            Client::connect(address.clone()).await
-        };
-        connected.map_err(|e| match e {
-            converge_sdk::ClientError::InvalidAddress { .. } => CliError::Invalid(format!("--server: {e}")),
-            converge_sdk::ClientError::Connect { .. } => CliError::Unavailable(error_chain(&e)),
-        })
+        if !tls && (self.cert_file.is_some() || self.server_name.is_some()) {
+            return Err(CliError::Invalid(
+                "--cert-file, --key-file and --server-name need TLS: give --ca-file or an https:// server".to_owned(),
+            ));
+        }
+        let mut endpoint = Endpoint::from_shared(address.clone())
+            .map_err(|e| CliError::Invalid(format!("--server: invalid server address {address:?}: {e}")))?
+            .connect_timeout(self.connect_timeout)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        if !self.request_timeout.is_zero() {
+            endpoint = endpoint.timeout(self.request_timeout);
+        }
+        let tls = if tls { Some(self.tls()?) } else { None };
+        // The endpoint's connect timeout covers TCP and TLS; the HTTP/2
+        // handshake after them is bounded here too.
+        let bound = self.connect_timeout.saturating_mul(2);
+        match tokio::time::timeout(bound, Client::connect_endpoint(endpoint, tls)).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(CliError::Unavailable(error_chain(&e))),
+            Err(_) => Err(CliError::Unavailable(format!(
+                "cannot connect to {address}: no answer within {}s (--connect-timeout)",
+                bound.as_secs()
+            ))),
+        }
     }
 
     fn tls(&self) -> Result<ClientTls, CliError> {
-        let ca = self
-            .ca_file
-            .clone()
-            .ok_or_else(|| CliError::Invalid("TLS needs --ca-file".to_owned()))?;
+        let ca = match &self.ca_file {
+            Some(ca) => ca.clone(),
+            None => system_ca_bundle().ok_or_else(|| {
+                CliError::Invalid(
+                    "an https:// server is verified against --ca-file (CONVERGE_CA_FILE) or the system's CA \
+                     bundle (SSL_CERT_FILE), and neither was found"
+                        .to_owned(),
+                )
+            })?,
+        };
         let identity = self.cert_file.clone().zip(self.key_file.clone());
         let tls = ClientTls::load(&ClientTlsFiles { ca, identity }, DEFAULT_RELOAD_INTERVAL)
             .map_err(|e| CliError::Invalid(format!("TLS files: {e}")))?;
@@ -107,6 +150,19 @@ impl ConnectionArgs {
             None => Ok(tls),
         }
     }
+}
+
+/// The system's CA bundle: `SSL_CERT_FILE` when set, else the first of
+/// [`SYSTEM_CA_BUNDLES`] that exists.
+fn system_ca_bundle() -> Option<PathBuf> {
+    if let Some(file) = std::env::var_os("SSL_CERT_FILE").filter(|f| !f.is_empty()) {
+        return Some(PathBuf::from(file));
+    }
+    SYSTEM_CA_BUNDLES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .map(Path::to_path_buf)
 }
 
 /// An error and its causes on one line (transport errors hide the useful
@@ -136,6 +192,8 @@ mod tests {
             cert_file: None,
             key_file: None,
             server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
         }
     }
 
@@ -150,7 +208,10 @@ mod tests {
             args("https://h:1/", true).address().ok(),
             Some(("https://h:1".to_owned(), true))
         );
-        assert!(args("https://h:1", false).address().is_err());
+        assert_eq!(
+            args("https://h:1", false).address().ok(),
+            Some(("https://h:1".to_owned(), true))
+        );
         assert!(args("http://h:1", true).address().is_err());
         assert!(args("ftp://h:1", false).address().is_err());
     }

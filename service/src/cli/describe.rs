@@ -24,6 +24,9 @@ Examples:
 
 /// Children listed by name under "Children" (the rest are counted).
 const CHILDREN_SHOWN: usize = 10;
+/// Dependencies outside the resource's graph whose phase is read (a
+/// resource with more shows `-` for the rest).
+const DEPENDENCIES_READ: usize = 20;
 
 /// Arguments of `converge describe`.
 #[derive(Debug, Args)]
@@ -64,13 +67,14 @@ pub async fn run(client: &Client, args: &DescribeArgs) -> Result<(), CliError> {
         Err(status) if status.code() == tonic::Code::Unimplemented => None,
         Err(status) => return Err(status.into()),
     };
+    let sibling_phases = dependency_phases(client, &r, &graph).await?;
     let mut out = String::new();
-    header(&mut out, &r);
+    header(&mut out, &r, explained.as_ref());
     conditions(&mut out, &r);
     section(&mut out, "Spec", r.spec.clone())?;
     section(&mut out, "Status", r.status.clone())?;
     children(&mut out, &r, &graph);
-    dependencies(&mut out, &r, &graph);
+    dependencies(&mut out, &r, &graph, &sibling_phases);
     waiting_for(&mut out, explained.as_ref());
     let _ = writeln!(out, "Events:");
     let table = events_table(&events).render();
@@ -92,7 +96,54 @@ fn reference(r: Option<&pb::ResourceRef>) -> Option<String> {
     r.map(|r| format!("{}/{}", r.kind, r.name))
 }
 
-fn header(out: &mut String, r: &pb::Resource) {
+/// The phases of this resource's dependencies that its own graph does not
+/// hold (siblings in its owner's tree, or other roots), read one by one:
+/// at most [`DEPENDENCIES_READ`] of them. A dependency that does not exist
+/// (yet) is `Missing`.
+async fn dependency_phases(
+    client: &Client,
+    r: &pb::Resource,
+    graph: &pb::GetResourceGraphResponse,
+) -> Result<BTreeMap<(String, String), String>, CliError> {
+    let in_graph = |d: &pb::ResourceRef| {
+        graph
+            .nodes
+            .iter()
+            .chain(graph.root.as_ref())
+            .any(|n| n.kind == d.kind && n.name == d.name)
+    };
+    let mut phases = BTreeMap::new();
+    for edge in &graph.edges {
+        let (Some(dependent), Some(dependency)) = (&edge.dependent, &edge.dependency) else {
+            continue;
+        };
+        let key = (dependency.kind.clone(), dependency.name.clone());
+        if dependent.kind != r.kind
+            || dependent.name != r.name
+            || in_graph(dependency)
+            || phases.contains_key(&key)
+            || phases.len() >= DEPENDENCIES_READ
+        {
+            continue;
+        }
+        let found = client
+            .resources()
+            .get_resource(pb::GetResourceRequest {
+                kind: dependency.kind.clone(),
+                name: dependency.name.clone(),
+            })
+            .await;
+        let shown = match found {
+            Ok(answer) => answer.into_inner().resource.map_or("Missing", |d| phase(d.phase)),
+            Err(status) if status.code() == tonic::Code::NotFound => "Missing",
+            Err(status) => return Err(status.into()),
+        };
+        phases.insert(key, shown.to_owned());
+    }
+    Ok(phases)
+}
+
+fn header(out: &mut String, r: &pb::Resource, explained: Option<&pb::ExplainResourceResponse>) {
     field(out, "Name", format!("{}/{}", r.kind, r.name));
     field(out, "Kind version", r.kind_version);
     field(out, "UID", &r.uid);
@@ -119,7 +170,21 @@ fn header(out: &mut String, r: &pb::Resource) {
         field(out, "Failed generation", r.failed_generation);
     }
     if r.quarantined {
-        field(out, "Quarantined", "yes");
+        let wait = explained
+            .into_iter()
+            .flat_map(|e| &e.waiting_for)
+            .find_map(|w| match &w.cause {
+                Some(pb::wait::Cause::Quarantined(q)) => Some(q),
+                _ => None,
+            });
+        let mut line = "yes".to_owned();
+        if let Some(since) = wait.and_then(|q| q.since_time.as_ref()) {
+            let _ = write!(line, ", since {}", timestamp(since));
+        }
+        if let Some(note) = wait.map(|q| q.message.as_str()).filter(|m| !m.is_empty()) {
+            let _ = write!(line, ": {note}");
+        }
+        field(out, "Quarantined", line);
     }
     if !r.provider_config.is_empty() {
         field(out, "Provider config", &r.provider_config);
@@ -180,7 +245,7 @@ fn indent(out: &mut String, text: &str) {
 fn section(out: &mut String, title: &str, value: Option<prost_types::Struct>) -> Result<(), CliError> {
     let _ = writeln!(out, "{title}:");
     match value.map(struct_to_json) {
-        Some(v) if v.as_object().is_some_and(|o| !o.is_empty()) => indent(out, &yaml(&v)?),
+        Some(v) if v.as_object().is_some_and(|o| !o.is_empty()) => indent(out, &yaml(&v)),
         _ => indent(out, ""),
     }
     Ok(())
@@ -228,15 +293,22 @@ fn children(out: &mut String, r: &pb::Resource, graph: &pb::GetResourceGraphResp
     }
 }
 
-/// The edges whose dependent is this resource: what it waits to be synced.
-fn dependencies(out: &mut String, r: &pb::Resource, graph: &pb::GetResourceGraphResponse) {
+/// The edges whose dependent is this resource: what it waits to be synced,
+/// each with its phase (from the graph, else from `read`).
+fn dependencies(
+    out: &mut String,
+    r: &pb::Resource,
+    graph: &pb::GetResourceGraphResponse,
+    read: &BTreeMap<(String, String), String>,
+) {
     let _ = writeln!(out, "Depends on:");
-    let phases: BTreeMap<(String, String), i32> = graph
+    let mut phases: BTreeMap<(String, String), String> = graph
         .nodes
         .iter()
         .chain(graph.root.as_ref())
-        .map(|n| ((n.kind.clone(), n.name.clone()), n.phase))
+        .map(|n| ((n.kind.clone(), n.name.clone()), phase(n.phase).to_owned()))
         .collect();
+    phases.extend(read.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut table = Table::new(&["DEPENDENCY", "PHASE", "VALUES"]);
     for edge in &graph.edges {
         let (Some(dependent), Some(dependency)) = (&edge.dependent, &edge.dependency) else {
@@ -253,7 +325,7 @@ fn dependencies(out: &mut String, r: &pb::Resource, graph: &pb::GetResourceGraph
             .collect();
         table.row(vec![
             format!("{}/{}", dependency.kind, dependency.name),
-            known.map_or("-", |p| phase(*p)).to_owned(),
+            known.map_or("-", String::as_str).to_owned(),
             flows.join(", "),
         ]);
     }

@@ -606,6 +606,27 @@ pub fn member_value(c: &pb::ClusterMember) -> Value {
     Value::Object(m)
 }
 
+/// A retained spec revision of the resource `kind`/`name` (output only).
+pub fn spec_revision_value(kind: &str, name: &str, r: &pb::SpecRevision) -> Value {
+    let mut m = head("SpecRevision");
+    put(&mut m, "resource", json!({"kind": kind, "name": name}));
+    put(&mut m, "generation", json!(r.generation));
+    put(
+        &mut m,
+        "source",
+        json!(
+            pb::SpecRevisionSource::try_from(r.source).map_or("SPEC_REVISION_SOURCE_UNSPECIFIED", |s| s.as_str_name())
+        ),
+    );
+    if let Some(g) = r.restored_generation {
+        m.insert("restoredGeneration".to_owned(), json!(g));
+    }
+    put(&mut m, "createTime", time(r.create_time.as_ref()));
+    // An empty spec is still the spec of that generation.
+    m.insert("spec".to_owned(), r.spec.clone().map_or(json!({}), struct_to_json));
+    Value::Object(m)
+}
+
 /// An event run (output only).
 pub fn event_value(e: &pb::ResourceEvent) -> Value {
     let mut m = head("ResourceEvent");

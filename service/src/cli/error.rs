@@ -32,19 +32,16 @@ pub enum CliError {
     Unavailable(String),
     /// A wait ran out of time.
     Timeout(String),
-    /// Anything else (e.g. stdout closed).
+    /// Anything else.
     Failed(String),
+    /// Stdout was closed by its reader (`| head`): the command ends
+    /// quietly, with success.
+    StdoutClosed,
 }
 
 impl From<tonic::Status> for CliError {
     fn from(status: tonic::Status) -> Self {
         Self::Status(status)
-    }
-}
-
-impl From<std::io::Error> for CliError {
-    fn from(e: std::io::Error) -> Self {
-        Self::Failed(e.to_string())
     }
 }
 
@@ -65,6 +62,7 @@ impl CliError {
             CliError::Unavailable(_) => EXIT_UNAVAILABLE,
             CliError::Timeout(_) => EXIT_TIMEOUT,
             CliError::Failed(_) => EXIT_FAILURE,
+            CliError::StdoutClosed => 0,
         }
     }
 
@@ -78,6 +76,7 @@ impl CliError {
             CliError::Unavailable(m) => format!("converge: unavailable: {m}\n"),
             CliError::Timeout(m) => format!("converge: timed out: {m}\n"),
             CliError::Failed(m) => format!("converge: {m}\n"),
+            CliError::StdoutClosed => String::new(),
         }
     }
 }
@@ -95,9 +94,28 @@ fn broken_connection(status: &tonic::Status) -> bool {
         )
 }
 
+/// Whether the status is this side's `--request-timeout` running out (the
+/// channel's timeout layer), not an answer of the server.
+fn local_timeout(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source = status.source();
+    while let Some(cause) = source {
+        if cause.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// `converge: CODE: message`, then `  reason: R` and one
 /// `  field F: description` line per violation from the status details.
 fn render_status(status: &tonic::Status) -> String {
+    if local_timeout(status) {
+        return "converge: unavailable: the server did not answer within the request timeout \
+                (--request-timeout, CONVERGE_REQUEST_TIMEOUT)\n"
+            .to_owned();
+    }
     if broken_connection(status) {
         return format!("converge: unavailable: the connection failed: {}\n", status.message());
     }

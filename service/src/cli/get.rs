@@ -138,6 +138,10 @@ pub async fn run(client: &Client, args: &GetArgs) -> Result<(), CliError> {
         }
         Target::Resources(kind, None) => {
             let resources = list_resources(client, args, kind).await?;
+            // An empty list of a kind nobody declared is a typo, not "none".
+            if let (true, Some(kind)) = (resources.is_empty(), kind) {
+                check_kind(client, kind).await?;
+            }
             show_resources(args, resources, false)
         }
         Target::Kinds(kind) => {
@@ -271,6 +275,64 @@ fn truncate<T>(args: &GetArgs, items: &mut Vec<T>) {
     if let Some(limit) = args.limit {
         items.truncate(limit);
     }
+}
+
+/// The kinds read to suggest a name for a mistyped one, at most.
+const KINDS_COMPARED: usize = 5_000;
+
+/// Succeeds when a manifest of `kind` exists; else a not-found error that
+/// names the closest existing kind, if one is close.
+pub async fn check_kind(client: &Client, kind: &str) -> Result<(), CliError> {
+    let exists = !client
+        .kinds()
+        .list_kind_manifests(pb::ListKindManifestsRequest {
+            kind: Some(kind.to_owned()),
+            page_size: 1,
+            page_token: String::new(),
+        })
+        .await?
+        .into_inner()
+        .manifests
+        .is_empty();
+    if exists {
+        return Ok(());
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .kinds()
+            .list_kind_manifests(pb::ListKindManifestsRequest {
+                kind: None,
+                page_size: PAGE_SIZE,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        names.extend(page.manifests.into_iter().map(|m| m.kind));
+        if page.next_page_token.is_empty() || names.len() >= KINDS_COMPARED {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let shown = converge_service::domain::names::first_chars(kind, 64);
+    let mut message = format!("no kind named {shown:?} (see `converge get kinds`)");
+    if let Some(close) = closest(kind, &names) {
+        message = format!("no kind named {shown:?}; did you mean {close:?}?");
+    }
+    Err(CliError::NotFound(message))
+}
+
+/// The name in `names` closest to `typed`, when it is close enough to be
+/// the one meant: a few edits away, or differing only in case.
+fn closest<'a>(typed: &str, names: &'a [String]) -> Option<&'a str> {
+    let typed_lower = typed.to_lowercase();
+    names
+        .iter()
+        .map(|n| (strsim::damerau_levenshtein(&typed_lower, &n.to_lowercase()), n))
+        .filter(|(distance, n)| *distance <= (n.chars().count() / 3).clamp(1, 3))
+        .min_by_key(|(distance, n)| (*distance, n.as_str()))
+        .map(|(_, n)| n.as_str())
 }
 
 /// One resource by kind and name.
@@ -602,6 +664,17 @@ fn show_members(args: &GetArgs, members: Vec<pb::ClusterMember>) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_close_kind_is_suggested() {
+        let names: Vec<String> = ["noop", "account", "vpc", "route"].map(String::from).to_vec();
+        assert_eq!(closest("nop", &names), Some("noop"));
+        assert_eq!(closest("accuont", &names), Some("account"));
+        assert_eq!(closest("Account", &names), Some("account"));
+        assert_eq!(closest("vcp", &names), Some("vpc"));
+        assert_eq!(closest("nosuchkind", &names), None);
+        assert_eq!(closest("x", &names), None);
+    }
 
     #[test]
     fn phases_parse_in_any_case() {

@@ -6,8 +6,15 @@ use converge_sdk::Client;
 use converge_sdk::proto::v1 as pb;
 
 use super::error::CliError;
+use super::get::get_resource;
 use super::output::print;
 use crate::dev;
+
+/// Examples in `--help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  converge graph bom demo
+  watch -n1 converge graph bom demo               # follow a tree filling in";
 
 /// Arguments of `converge graph`.
 #[derive(Debug, Args)]
@@ -20,6 +27,9 @@ pub struct GraphArgs {
 
 /// Runs `converge graph`.
 pub async fn run(client: &Client, args: &GraphArgs) -> Result<(), CliError> {
+    // The root is read first so that a missing one is reported like every
+    // other command reports it (the server's status, code and reason).
+    get_resource(client, &args.kind, &args.name).await?;
     let root = pb::ResourceRef {
         kind: args.kind.clone(),
         name: args.name.clone(),

@@ -23,6 +23,7 @@ mod graph;
 mod output;
 mod verbs;
 mod watch;
+mod yaml;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -45,7 +46,7 @@ Exit codes:
 /// Examples shown by `converge <client command> --help` at the top level.
 const EXAMPLES: &str = "\
 Examples:
-  converge apply -f examples/noop/kind.yaml -f resources/
+  converge apply -f examples/cli/
   converge get noop -l team=payments -o wide
   converge describe noop hello
   converge watch noop
@@ -91,28 +92,28 @@ pub enum ClientCommand {
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", delete::EXAMPLES))]
     Delete(delete::DeleteArgs),
     /// Ask for a reconcile now.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::RECONCILE_EXAMPLES))]
     Reconcile(verbs::ReconcileArgs),
     /// Stop reconciling a resource until it is released.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::QUARANTINE_EXAMPLES))]
     Quarantine(verbs::QuarantineArgs),
     /// Release a quarantined resource.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::UNQUARANTINE_EXAMPLES))]
     Unquarantine(verbs::QuarantineArgs),
     /// List a resource's event runs, newest first.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::EVENTS_EXAMPLES))]
     Events(verbs::EventsArgs),
     /// Invoke a verb (an operation) on a resource.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::INVOKE_EXAMPLES))]
     Invoke(verbs::InvokeArgs),
     /// List a root resource's retained spec revisions.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::HISTORY_EXAMPLES))]
     History(verbs::HistoryArgs),
     /// Restore the spec of an earlier generation.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::ROLLBACK_EXAMPLES))]
     Rollback(verbs::RollbackArgs),
     /// Print a resource's composition tree, as `converge dev` does.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
     /// Print a shell completion script.
     #[command(
@@ -164,8 +165,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Err(e) => e.exit(),
     };
     if let ClientCommand::Completion(args) = &cli.command {
-        clap_complete::generate(args.shell, &mut full_command(), "converge", &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        // Written through `print`, so that `| head` ends it quietly (the
+        // generator itself panics on a closed stdout).
+        let mut script = Vec::new();
+        clap_complete::generate(args.shell, &mut full_command(), "converge", &mut script);
+        return finish(output::print_bytes(&script));
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -174,10 +178,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(error::EXIT_FAILURE);
         }
     };
-    match runtime.block_on(run(cli)) {
+    finish(runtime.block_on(run(cli)))
+}
+
+/// The exit code of a command's result, its error (if any) on stderr.
+fn finish(result: Result<(), CliError>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprint!("{}", e.render());
+            use std::io::Write as _;
+            // A closed stderr has nobody to tell.
+            let _ = std::io::stderr().write_all(e.render().as_bytes());
             ExitCode::from(e.exit_code())
         }
     }
@@ -220,6 +231,89 @@ mod tests {
     fn the_command_line_is_valid() {
         ClientCli::command().debug_assert();
         full_command().debug_assert();
+    }
+
+    /// `line`'s words as a shell would split them (single and double
+    /// quotes), up to a `#` comment.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let (mut word, mut quote, mut any) = (String::new(), None, false);
+        for c in line.chars() {
+            match (quote, c) {
+                (None, '#') if word.is_empty() => break,
+                (None, '\'' | '"') => (quote, any) = (Some(c), true),
+                (Some(q), c) if c == q => quote = None,
+                (None, c) if c.is_whitespace() => {
+                    if any || !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                (_, c) => word.push(c),
+            }
+        }
+        if any || !word.is_empty() {
+            words.push(word);
+        }
+        words
+    }
+
+    #[test]
+    fn every_help_example_parses_and_names_files_that_exist() {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut client = ClientCli::command();
+        client.build();
+        let mut checked = 0;
+        let helps = std::iter::once(client.render_long_help().to_string()).chain(
+            client
+                .get_subcommands()
+                .map(|s| s.clone().render_long_help().to_string()),
+        );
+        for help in helps {
+            let examples = help.split_once("Examples:\n").map_or("", |(_, rest)| rest);
+            for line in examples.lines().take_while(|l| !l.trim().is_empty()) {
+                let Some(command) = line.trim_start().strip_prefix("converge ") else {
+                    continue;
+                };
+                let mut words = vec!["converge".to_owned()];
+                words.extend(shell_words(command));
+                if let Some(source) = words.iter().position(|w| w == "source") {
+                    words.truncate(source);
+                }
+                let stop = words
+                    .iter()
+                    .position(|w| matches!(w.as_str(), "|" | ">" | "<"))
+                    .unwrap_or(words.len());
+                words.truncate(stop);
+                let parsed = ClientCli::try_parse_from(&words);
+                assert!(parsed.is_ok(), "`{line}` does not parse: {:?}", parsed.err());
+                for pair in words.windows(2) {
+                    if pair[0] == "-f" && pair[1].starts_with("examples/") {
+                        assert!(
+                            repo.join(&pair[1]).exists(),
+                            "`{line}` names {}, which does not exist",
+                            pair[1]
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} examples found");
+    }
+
+    #[test]
+    fn every_client_command_has_examples() {
+        let mut client = ClientCli::command();
+        client.build();
+        for sub in client.get_subcommands().filter(|s| s.get_name() != "help") {
+            let help = sub.clone().render_long_help().to_string();
+            assert!(
+                help.contains("Examples:\n  "),
+                "{} --help has no examples",
+                sub.get_name()
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use clap::ValueEnum;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::envelope::API_VERSION;
 use super::error::CliError;
@@ -76,18 +76,28 @@ impl Table {
     }
 }
 
-/// `value` as YAML text.
-pub fn yaml(value: &Value) -> Result<String, CliError> {
-    serde_norway::to_string(value).map_err(|e| CliError::Failed(format!("cannot print YAML: {e}")))
+/// `value` as YAML text that YAML 1.1 and 1.2 readers take back alike.
+pub fn yaml(value: &Value) -> String {
+    super::yaml::to_string(value)
 }
 
-/// Writes `text` to stdout (a closed pipe ends the command quietly with a
-/// failure rather than a panic).
+/// Writes `text` to stdout. A closed pipe (`converge get ... | head`) is
+/// [`CliError::StdoutClosed`], which ends the command quietly with success
+/// as other Unix tools do.
 pub fn print(text: &str) -> Result<(), CliError> {
+    print_bytes(text.as_bytes())
+}
+
+/// [`print`] for bytes.
+pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    out.write_all(bytes).and_then(|()| out.flush()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::StdoutClosed
+        } else {
+            CliError::Failed(format!("cannot write to stdout: {e}"))
+        }
+    })
 }
 
 /// The keys a document starts with, in this order (the rest follow by
@@ -104,6 +114,13 @@ const LEADING_KEYS: &[&str] = &[
     "items",
 ];
 
+/// An envelope's entries, [`LEADING_KEYS`] first, the rest by name.
+fn leading_first(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let leading = LEADING_KEYS.iter().filter_map(|k| map.get_key_value(*k));
+    let rest = map.iter().filter(|(k, _)| !LEADING_KEYS.contains(&k.as_str()));
+    leading.chain(rest).collect()
+}
+
 /// An envelope printed with [`LEADING_KEYS`] first, at every level that is
 /// a document (the top, and each item of a `List`).
 struct Document<'a>(&'a Value);
@@ -115,9 +132,7 @@ impl serde::Serialize for Document<'_> {
             return self.0.serialize(serializer);
         };
         let mut out = serializer.serialize_map(Some(map.len()))?;
-        let leading = LEADING_KEYS.iter().filter_map(|k| map.get_key_value(*k));
-        let rest = map.iter().filter(|(k, _)| !LEADING_KEYS.contains(&k.as_str()));
-        for (key, value) in leading.chain(rest) {
+        for (key, value) in leading_first(map) {
             match value {
                 Value::Array(items) if key == "items" => {
                     let items: Vec<Document<'_>> = items.iter().map(Document).collect();
@@ -144,8 +159,7 @@ pub fn print_documents(format: Format, items: Vec<Value>, single: bool) -> Resul
             text.push('\n');
             text
         }
-        _ => serde_norway::to_string(&Document(&value))
-            .map_err(|e| CliError::Failed(format!("cannot print YAML: {e}")))?,
+        _ => super::yaml::document(&value, leading_first),
     };
     print(&text)
 }

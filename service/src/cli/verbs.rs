@@ -18,6 +18,42 @@ Examples:
   converge invoke account demo-payments rotate_credentials --input '{\"reason\": \"quarterly\"}'
   converge invoke account demo-payments rotate_credentials --wait   # prints the output";
 
+/// Examples of `reconcile` in `--help`.
+pub const RECONCILE_EXAMPLES: &str = "\
+Examples:
+  converge reconcile noop hello                   # run the reconcile again now
+  converge reconcile noop hello --reset-backoff   # and forget the failed attempts";
+
+/// Examples of `quarantine` in `--help`.
+pub const QUARANTINE_EXAMPLES: &str = "\
+Examples:
+  converge quarantine noop hello -m 'provider outage, INC-1234'
+  converge describe noop hello                    # Quarantined: yes, with the note";
+
+/// Examples of `unquarantine` in `--help`.
+pub const UNQUARANTINE_EXAMPLES: &str = "\
+Examples:
+  converge unquarantine noop hello -m 'provider is back'";
+
+/// Examples of `events` in `--help`.
+pub const EVENTS_EXAMPLES: &str = "\
+Examples:
+  converge events bom demo
+  converge events account demo-payments --warnings --limit 20
+  converge events noop hello --category lifecycle -o yaml";
+
+/// Examples of `history` in `--help`.
+pub const HISTORY_EXAMPLES: &str = "\
+Examples:
+  converge history bom demo
+  converge history bom demo -o yaml               # with the spec of each generation";
+
+/// Examples of `rollback` in `--help`.
+pub const ROLLBACK_EXAMPLES: &str = "\
+Examples:
+  converge rollback bom demo --to-generation 2 --dry-run
+  converge rollback bom demo --to-generation 2";
+
 /// A resource named by kind and name.
 #[derive(Debug, Args)]
 pub struct Target {
@@ -95,7 +131,8 @@ pub struct InvokeArgs {
 pub struct HistoryArgs {
     #[command(flatten)]
     target: Target,
-    /// Output format (table, json or yaml; json and yaml include the specs).
+    /// Output format (json and yaml print `SpecRevision` documents with
+    /// their specs; wide adds the creation time).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     output: Format,
 }
@@ -272,10 +309,17 @@ pub async fn invoke(client: &Client, args: &InvokeArgs) -> Result<(), CliError> 
         .into_inner()
         .operation
         .ok_or_else(|| CliError::Failed("the server returned no operation".to_owned()))?;
-    if args.dry_run || !args.wait {
-        let dry = if args.dry_run { " (dry run)" } else { "" };
+    if args.dry_run {
+        // Nothing was recorded, so there is no operation id to print.
         return print(&format!(
-            "Operation/{} {}{dry}\n",
+            "Operation {} on {} accepted (dry run)\n",
+            args.verb,
+            name(&args.target)
+        ));
+    }
+    if !args.wait {
+        return print(&format!(
+            "Operation/{} {}\n",
             operation.uid,
             envelope::operation_state_name(operation.state)
         ));
@@ -286,7 +330,7 @@ pub async fn invoke(client: &Client, args: &InvokeArgs) -> Result<(), CliError> 
         match pb::OperationState::try_from(current.state) {
             Ok(pb::OperationState::Succeeded) => {
                 let output = current.output.clone().map_or(serde_json::json!({}), struct_to_json);
-                return print(&format!("Operation/{} succeeded\n{}", current.uid, yaml(&output)?));
+                return print(&format!("Operation/{} succeeded\n{}", current.uid, yaml(&output)));
             }
             Ok(pb::OperationState::Failed) => {
                 let message = current.error.as_ref().map_or("", |e| e.message.as_str());
@@ -343,26 +387,47 @@ pub async fn history(client: &Client, args: &HistoryArgs) -> Result<(), CliError
         _ => "apply".to_owned(),
     };
     match args.output {
-        Format::Json | Format::Yaml => {
-            let items = all
-                .iter()
+        Format::Json | Format::Yaml => print_documents(
+            args.output,
+            all.iter()
+                .map(|r| envelope::spec_revision_value(&args.target.kind, &args.target.name, r))
+                .collect(),
+            false,
+        ),
+        Format::Name => print(
+            &all.iter()
                 .map(|r| {
-                    serde_json::json!({
-                        "generation": r.generation,
-                        "source": source(r),
-                        "createTime": r.create_time.as_ref().map(envelope::timestamp),
-                        "spec": r.spec.clone().map_or(serde_json::json!({}), struct_to_json),
-                    })
+                    format!(
+                        "SpecRevision/{}/{}/{}\n",
+                        args.target.kind, args.target.name, r.generation
+                    )
                 })
-                .collect();
-            print_documents(args.output, items, false)
-        }
-        _ => {
-            let mut table = Table::new(&["GENERATION", "SOURCE", "AGE"]);
-            for r in &all {
-                table.row(vec![r.generation.to_string(), source(r), age(r.create_time.as_ref())]);
+                .collect::<String>(),
+        ),
+        Format::Table | Format::Wide => {
+            let wide = args.output == Format::Wide;
+            let mut header = vec!["GENERATION", "SOURCE", "AGE"];
+            if wide {
+                header.push("CREATED");
             }
-            print(&table.render())
+            let mut table = Table::new(&header);
+            for r in &all {
+                let mut row = vec![r.generation.to_string(), source(r), age(r.create_time.as_ref())];
+                if wide {
+                    row.push(
+                        r.create_time
+                            .as_ref()
+                            .map_or_else(|| "-".to_owned(), envelope::timestamp),
+                    );
+                }
+                table.row(row);
+            }
+            let text = table.render();
+            if text.is_empty() {
+                eprintln!("No revisions found.");
+                return Ok(());
+            }
+            print(&text)
         }
     }
 }

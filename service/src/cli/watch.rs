@@ -11,7 +11,7 @@ use converge_sdk::proto::v1 as pb;
 use tokio_stream::StreamExt as _;
 
 use super::error::CliError;
-use super::get::phase;
+use super::get::{check_kind, phase};
 use super::output::print;
 
 /// Examples in `--help`.
@@ -51,7 +51,10 @@ pub async fn run(client: &Client, args: &WatchArgs) -> Result<(), CliError> {
     match args.target.as_slice() {
         [events, kind, name] if events == "events" => watch_events(client, args, kind, name).await,
         [] => watch_resources(client, args, None).await,
-        [kind] => watch_resources(client, args, Some(kind)).await,
+        [kind] => {
+            check_kind(client, kind).await?;
+            watch_resources(client, args, Some(kind)).await
+        }
         _ => Err(CliError::Invalid(
             "expected `watch [KIND]` or `watch events KIND NAME`".to_owned(),
         )),
@@ -65,6 +68,24 @@ fn retryable(status: &tonic::Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::ResourceExhausted
     )
+}
+
+/// What a failed attempt leads to: the command fails when the watch was
+/// never established (nothing to resume: the server is unreachable or
+/// refused it) or the failure does not pass; else the watch resumes, and
+/// the first failure of an outage is said on stderr.
+fn resume_or_fail(failure: tonic::Status, established: bool, announced: &mut bool) -> Result<(), CliError> {
+    if !established || !retryable(&failure) {
+        return Err(failure.into());
+    }
+    if !*announced {
+        *announced = true;
+        eprintln!(
+            "converge: the watch was interrupted ({}); resuming",
+            failure.code().description()
+        );
+    }
+    Ok(())
 }
 
 /// Whether the resume position is no longer (or not yet) usable: start
@@ -92,6 +113,7 @@ async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) 
     let mut position = String::new();
     let mut snapshot = !args.no_snapshot;
     let mut delay = FIRST_BACKOFF;
+    let (mut established, mut announced) = (false, false);
     loop {
         let request = pb::WatchResourcesRequest {
             kind: kind.map(str::to_owned),
@@ -104,10 +126,12 @@ async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) 
         let failure = match client.resources().watch_resources(request).await {
             Ok(stream) => {
                 let mut stream = stream.into_inner();
+                established = true;
                 loop {
                     match stream.next().await {
                         Some(Ok(message)) => {
                             delay = FIRST_BACKOFF;
+                            announced = false;
                             if let Some(r) = &message.resource
                                 && message.r#type != pb::WatchEventType::Bookmark as i32
                             {
@@ -136,8 +160,8 @@ async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) 
             eprintln!("converge: the watch position expired; starting over with a snapshot");
             position.clear();
             snapshot = true;
-        } else if !retryable(&failure) {
-            return Err(failure.into());
+        } else {
+            resume_or_fail(failure, established, &mut announced)?;
         }
         back_off(&mut delay).await;
     }
@@ -146,6 +170,7 @@ async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) 
 async fn watch_events(client: &Client, args: &WatchArgs, kind: &str, name: &str) -> Result<(), CliError> {
     let mut position = String::new();
     let mut delay = FIRST_BACKOFF;
+    let (mut established, mut announced) = (false, false);
     loop {
         let request = pb::WatchResourceEventsRequest {
             kind: kind.to_owned(),
@@ -158,11 +183,13 @@ async fn watch_events(client: &Client, args: &WatchArgs, kind: &str, name: &str)
         let failure = match client.resources().watch_resource_events(request).await {
             Ok(stream) => {
                 let mut stream = stream.into_inner();
+                established = true;
                 let mut skip_snapshot = args.no_snapshot && position.is_empty();
                 loop {
                     match stream.next().await {
                         Some(Ok(message)) => {
                             delay = FIRST_BACKOFF;
+                            announced = false;
                             let t = pb::EventWatchType::try_from(message.r#type);
                             if t == Ok(pb::EventWatchType::Bookmark) && message.initial_events_end {
                                 skip_snapshot = false;
@@ -195,8 +222,8 @@ async fn watch_events(client: &Client, args: &WatchArgs, kind: &str, name: &str)
         } else if failure.code() == tonic::Code::NotFound && !position.is_empty() {
             // The resource was removed while watched: the watch is over.
             return print(&format!("{kind}/{name} is gone\n"));
-        } else if !retryable(&failure) {
-            return Err(failure.into());
+        } else {
+            resume_or_fail(failure, established, &mut announced)?;
         }
         back_off(&mut delay).await;
     }
