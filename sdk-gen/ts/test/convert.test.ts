@@ -23,7 +23,7 @@ describe("Fence", () => {
 
   it("encodes status, conditions, health, operation output and requeue", () => {
     const c = fence(pb.Stage.OPERATE).succeeded({
-      status: { n: 1, when: undefined, list: [1, "a", null] } as never,
+      status: { n: 1, when: undefined, list: [1, "a", null] },
       conditions: [{ type: "Ready", status: "False", reason: "Waiting" }],
       healthy: false,
       operationOutput: { ok: true },

@@ -42,6 +42,8 @@ export {
   type DepEdge,
   type WorkerEvent,
   type EventType,
+  type InputJsonObject,
+  type InputJsonValue,
   type JsonObject,
   type JsonValue,
   type KindVersion,

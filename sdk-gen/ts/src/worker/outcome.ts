@@ -1,6 +1,6 @@
 // What a handler returns on success.
 
-import type { ChildSpec, Condition, DepEdge, WorkerEvent, JsonObject, ProviderConfigSpec } from "./types.js";
+import type { ChildSpec, Condition, DepEdge, InputJsonObject, ProviderConfigSpec, WorkerEvent } from "./types.js";
 
 /**
  * The result of a successful handler run. Every part is optional; only the
@@ -9,15 +9,18 @@ import type { ChildSpec, Condition, DepEdge, WorkerEvent, JsonObject, ProviderCo
  * outcome.
  *
  * JSON documents (`status`, `operationOutput`, child and config specs, event
- * details) must be JSON objects; they are normalised the way `JSON.stringify`
- * does (undefined members dropped, non-finite numbers become null). A value
- * that cannot be encoded fails the task terminally with reason
- * `InvalidOutcome`, since running the same code again would produce it again;
- * the outcome's events are then not sent.
+ * details) must be JSON objects. Their members may be `undefined`
+ * ({@link InputJsonObject}), so a handler can return differently shaped
+ * documents from different branches without spelling out its return type.
+ * They are normalised the way `JSON.stringify` does (undefined members
+ * dropped, non-finite numbers become null). A value that cannot be encoded
+ * fails the task terminally with reason `InvalidOutcome`, since running the
+ * same code again would produce it again; the outcome's events are then not
+ * sent.
  */
 export interface Outcome {
   /** New status document; absent = unchanged. */
-  status?: JsonObject;
+  status?: InputJsonObject;
   /** Conditions to record (each type is stored on change only). */
   conditions?: Condition[];
   /**
@@ -25,13 +28,13 @@ export interface Outcome {
    * composition, so for a compose task children, edges and configs are always
    * sent: absent = none, which prunes everything composed before.
    */
-  children?: ChildSpec[];
+  children?: ChildSpec<InputJsonObject>[];
   /** Every dependency edge among the children (compose). */
   edges?: DepEdge[];
   /** Every provider config the resource should own (compose). */
-  configs?: ProviderConfigSpec[];
+  configs?: ProviderConfigSpec<InputJsonObject>[];
   /** Result document of an operation (operate). */
-  operationOutput?: JsonObject;
+  operationOutput?: InputJsonObject;
   /** Explicit health; absent = taken from a Ready condition, if any, else unchanged. */
   healthy?: boolean;
   /**

@@ -7,6 +7,20 @@ import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 export type { JsonObject, JsonValue };
 
 /**
+ * A JSON value as a handler builds it: {@link JsonValue}, except that object
+ * members may be `undefined` and arrays may be readonly. TypeScript gives
+ * object literals returned from different branches the keys of the others as
+ * `key?: undefined` (`{ a: 1 }` | `{ b: "x" }` becomes `{ a: number; b?:
+ * undefined }` | ...), which `JsonObject` refuses. The runtime encodes these
+ * documents as `JSON.stringify` does, so an `undefined` member is simply not
+ * sent.
+ */
+export type InputJsonValue = number | string | boolean | null | InputJsonObject | readonly InputJsonValue[];
+
+/** A JSON object as a handler builds it; `undefined` members are dropped when sent. See {@link InputJsonValue}. */
+export type InputJsonObject = { [key: string]: InputJsonValue | undefined };
+
+/**
  * A (kind, kind_version) pair. Routing is exact: a provider for version 1
  * never receives version 2 tasks.
  */
@@ -90,8 +104,8 @@ export interface WorkerEvent {
   reason: string;
   /** Human-readable message; the server cuts it at 1024 characters. */
   message?: string;
-  /** Structured detail, a JSON object of at most 8 KiB as JSON. */
-  detail?: JsonObject;
+  /** Structured detail, a JSON object of at most 8 KiB as JSON (`undefined` members dropped). */
+  detail?: InputJsonObject;
 }
 
 /** Public identity of a resource. */
@@ -133,8 +147,13 @@ export interface Resource {
   quarantined: boolean;
 }
 
-/** A child a composer wants to exist, owned by the task's resource. */
-export interface ChildSpec {
+/**
+ * A child a composer wants to exist, owned by the task's resource. `Spec` is
+ * {@link JsonObject} where the runtime hands children out (a compose task's
+ * `desired`) and {@link InputJsonObject} where a handler returns them
+ * (`Outcome.children`).
+ */
+export interface ChildSpec<Spec extends InputJsonObject = JsonObject> {
   kind: string;
   /** Kind version of the child, >= 1. */
   kindVersion: number;
@@ -142,7 +161,7 @@ export interface ChildSpec {
   name: string;
   labels?: Record<string, string>;
   /** Desired spec (a JSON object). Fields targeted by value flows are filled in by the server. */
-  spec?: JsonObject;
+  spec?: Spec;
   /**
    * Name of a provider config to attach as the child's override: one of this
    * composition's configs, or any config of the child's pair. Absent = none.
@@ -169,8 +188,11 @@ export interface DepEdge {
   valueFlows?: ValueFlow[];
 }
 
-/** A provider config a composer wants to exist, owned by the task's resource. */
-export interface ProviderConfigSpec {
+/**
+ * A provider config a composer wants to exist, owned by the task's resource.
+ * `Spec` as for {@link ChildSpec}.
+ */
+export interface ProviderConfigSpec<Spec extends InputJsonObject = JsonObject> {
   /** Cluster-wide unique name of the config. */
   name: string;
   kind: string;
@@ -178,7 +200,7 @@ export interface ProviderConfigSpec {
   /** Whether it is the default config of its pair. */
   isDefault?: boolean;
   /** Configuration document (validated against the kind's config schema). */
-  spec?: JsonObject;
+  spec?: Spec;
   /** Opaque bundle; absent or empty = none. */
   data?: Uint8Array;
 }
