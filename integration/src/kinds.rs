@@ -4,6 +4,8 @@
 //! every run with a global order.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -87,12 +89,29 @@ impl Provider for Cells {
     }
 }
 
+/// What a [`Stacks`] runs for a stack's teardown (its `kind/name` given):
+/// a test's script of successes and failures.
+pub type TeardownHook =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Outcome, HandlerError>> + Send>> + Send + Sync>;
+
 /// Serves `stack`: composes the children and edges its spec lists and rolls
-/// them up (Ready=False naming every child that is not ready).
+/// them up (Ready=False naming every child that is not ready); a teardown
+/// (for kinds that declare one) runs the hook, or succeeds.
 #[derive(Clone, Default)]
 pub struct Stacks {
     /// Rollups run so far.
     pub rollups: Arc<AtomicU64>,
+    teardown: Option<TeardownHook>,
+}
+
+impl Stacks {
+    /// A composer whose teardowns run `hook`.
+    pub fn with_teardown(hook: TeardownHook) -> Self {
+        Self {
+            rollups: Arc::default(),
+            teardown: Some(hook),
+        }
+    }
 }
 
 #[async_trait]
@@ -103,6 +122,10 @@ impl Provider for Stacks {
 
     async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
         match (request.stage, request.input) {
+            (Stage::Delete, _) => match &self.teardown {
+                Some(hook) => hook(format!("stack/{}", request.resource.name)).await,
+                None => Ok(Outcome::new()),
+            },
             (Stage::Compose, _) => {
                 let spec = &request.resource.spec;
                 let mut outcome = Outcome::new().with_status(json!({"composed": true}));

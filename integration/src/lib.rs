@@ -2,6 +2,7 @@
 //! database of its own (real PostgreSQL), reached over real gRPC on loopback
 //! through the Rust SDK.
 
+pub mod api;
 pub mod kinds;
 pub mod pki;
 pub mod postgres;

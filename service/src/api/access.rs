@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use tonic::codegen::http;
 
-use super::caller::PeerIdentity;
 use super::gate::{GateLayer, Gatekeeper};
 use crate::config::AccessSettings;
+use crate::contract::caller::PeerIdentity;
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::identity::admitted;
 

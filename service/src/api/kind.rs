@@ -19,9 +19,8 @@ use super::pages::{decode_token, finish_page, invalid_token};
 use super::write::{self, WriteCall};
 use crate::contract::convert::{json_to_struct, optional_struct_to_json, timestamp};
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::manifest::{
-    CompiledKind, Emit, KindManifest, KindPolicy, Reaction, Trigger, compile_manifest, validate_policy,
-};
+use crate::domain::compiled::{CompiledKind, compile_manifest};
+use crate::domain::manifest::{Emit, KindManifest, KindPolicy, Reaction, Trigger, validate_policy};
 use crate::domain::names::{validate_kind_name, validate_kind_version};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::violation::Violation;

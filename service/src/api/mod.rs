@@ -3,7 +3,6 @@
 
 pub mod access;
 pub mod availability;
-pub mod caller;
 pub mod cluster;
 pub mod gate;
 pub mod kind;

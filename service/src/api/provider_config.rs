@@ -12,15 +12,15 @@ use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
-use super::caller;
 use super::pages::{decode_token, finish_page, invalid_token};
 use super::write::{self, WriteCall};
+use crate::contract::caller;
 use crate::contract::convert::{provider_config_to_proto, struct_to_json};
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::composition::Ref;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::provider_config::{ConfigContent, ProviderConfig};
+use crate::domain::resource::ResourceRef;
 use crate::domain::violation::Violation;
 use crate::store::kinds;
 use crate::store::provider_configs::{self, ConfigFilter, ConfigLock};
@@ -69,7 +69,7 @@ fn check_etag(config: &ProviderConfig, etag: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn owned(config: &ProviderConfig, owner: &Ref) -> ApiError {
+fn owned(config: &ProviderConfig, owner: &ResourceRef) -> ApiError {
     ApiError::refused(
         Reason::ProviderConfigOwned,
         format!(
@@ -266,7 +266,7 @@ fn filter_of(req: &ListProviderConfigsRequest) -> Result<ConfigFilter, ApiError>
             if !problems.is_empty() {
                 return Err(ApiError::violations(Reason::InvalidName, problems));
             }
-            Some(Ref {
+            Some(ResourceRef {
                 kind: owner.kind.clone(),
                 name: owner.name.clone(),
             })

@@ -103,7 +103,7 @@ pub async fn watch_resources(
     req: WatchResourcesRequest,
 ) -> Result<ResponseStream<WatchResourcesResponse>, ApiError> {
     let hub = hub(state)?;
-    super::resource::check_kind_filter(req.kind.as_deref(), req.kind_version)?;
+    check_kind_filter(req.kind.as_deref(), req.kind_version)?;
     let selector = LabelSelector::parse(&req.label_selector).map_err(|e| {
         ApiError::violations(
             Reason::InvalidLabelSelector,
@@ -444,4 +444,18 @@ fn event_bookmark(position: Position, initial_events_end: bool) -> WatchResource
         event_version: position.to_string(),
         initial_events_end,
     }
+}
+
+/// Refuses a watch or list filter (lists share the watch's filter) whose kind name is malformed or whose kind
+/// version is out of its range (≥ 1).
+pub(super) fn check_kind_filter(kind: Option<&str>, kind_version: Option<i32>) -> Result<(), ApiError> {
+    if let Some(kind) = kind
+        && let Err(v) = crate::domain::names::validate_kind_name("/kind", kind)
+    {
+        return Err(ApiError::violations(Reason::InvalidName, vec![v]));
+    }
+    if let Some(version) = kind_version {
+        crate::domain::names::validate_kind_version("/kind_version", version)?;
+    }
+    Ok(())
 }

@@ -29,10 +29,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
-use crate::api::caller;
 use crate::catalog::KindCatalog;
 use crate::cluster::LoadSource;
 use crate::contract::ResponseStream;
+use crate::contract::caller;
 use crate::contract::status::ApiError;
 use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::shard::{MemberLoad, ShardRange};

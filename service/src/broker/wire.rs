@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use converge_proto::json;
 
 use crate::contract::convert::{json_to_struct, timestamp};
-use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Ref, Stage, ValueFlow};
+use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, ValueFlow};
 use crate::domain::event::{
     EventType, MAX_DETAIL_BYTES, MAX_MESSAGE_CHARS, MAX_REPORTED_EVENTS, ReportedEvent, WORKER_CATEGORY,
     category_problem, reason_problem,
@@ -18,7 +18,7 @@ use crate::domain::event::{
 use crate::domain::names::first_chars;
 use crate::domain::provider_config::ProviderConfig;
 use crate::domain::reactor::Transition;
-use crate::domain::resource::{ConditionInput, ConditionStatus, MAX_LIVENESS_MS, MIN_LIVENESS_MS};
+use crate::domain::resource::{ConditionInput, ConditionStatus, MAX_LIVENESS_MS, MIN_LIVENESS_MS, ResourceRef};
 use crate::domain::violation::Violation;
 use crate::store::operations::ClaimedOperation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
@@ -354,7 +354,87 @@ fn edge_of(row: EdgeRow) -> wpb::DepEdge {
     }
 }
 
+/// A worker's report that a stage failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerFailure {
+    /// What went wrong (storable; never empty).
+    pub message: String,
+    /// The worker's reason, when it gave one.
+    pub reason: Option<String>,
+    /// Whether retrying cannot help.
+    pub terminal: bool,
+}
+
+/// A task's `StageComplete` decoded once, where it arrives: every part in
+/// domain form, or the violations that refuse it.
+#[derive(Debug)]
+pub struct StageResult {
+    /// The stage the worker says it finished.
+    pub stage: Option<Stage>,
+    /// The events it reported.
+    pub events: Result<Vec<ReportedEvent>, Vec<Violation>>,
+    /// Its failure report, if the stage failed.
+    pub failure: Option<WorkerFailure>,
+    /// The status it wrote, if any.
+    pub status: Result<Option<Value>, Violation>,
+    /// The conditions it set.
+    pub conditions: Result<Vec<ConditionInput>, Vec<Violation>>,
+    /// Whether it reported the resource healthy (`healthy`, else its
+    /// `Ready` condition).
+    pub healthy: Option<bool>,
+    /// The delay it asked to run again after, in milliseconds.
+    pub requeue_after_ms: Option<i64>,
+    /// A composer's result.
+    pub composition: Option<Composition>,
+}
+
+impl StageResult {
+    /// Decodes `complete`; events are recorded as `actor`'s.
+    pub fn decode(complete: wpb::StageComplete, actor: &str) -> Self {
+        let healthy = health(&complete);
+        let requeue_after_ms = requeue_after_ms(&complete);
+        let stage = stage_of(&complete);
+        let events = events(&complete.events, actor);
+        let conditions = conditions(&complete.conditions);
+        let failure = complete.error.map(|error| WorkerFailure {
+            message: if error.message.is_empty() {
+                "the worker reported a failure without a message".to_owned()
+            } else {
+                text(&error.message)
+            },
+            reason: Some(text(&error.reason)).filter(|r| !r.is_empty()),
+            terminal: error.terminal,
+        });
+        let status = complete
+            .status
+            .map(json::storable_struct_to_json)
+            .transpose()
+            .map_err(|e| Violation::new(format!("/status{}", e.pointer()), e.description()));
+        Self {
+            stage,
+            events,
+            failure,
+            status,
+            conditions,
+            healthy,
+            requeue_after_ms,
+            composition: complete.compose_result.map(composition),
+        }
+    }
+
+    /// The outcome as the stage metric labels it.
+    pub fn outcome(&self) -> &'static str {
+        match &self.failure {
+            Some(failure) if failure.terminal => "failed",
+            Some(_) => "retrying",
+            None if self.requeue_after_ms.is_some() => "requeued",
+            None => "succeeded",
+        }
+    }
+}
+
 /// A compose result in domain form.
+#[derive(Debug, Default)]
 pub struct Composition {
     /// The desired children.
     pub children: Vec<ChildSpec>,
@@ -415,7 +495,7 @@ pub fn composition(result: wpb::ComposeResult) -> Composition {
         .collect();
     let reference = |r: Option<wpb::ResourceRef>| {
         let r = r.unwrap_or_default();
-        Ref {
+        ResourceRef {
             kind: r.kind,
             name: r.name,
         }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::db::notify::{Channel, Notice, Notifications};
-use crate::domain::manifest::{CompiledKind, compile_manifest};
+use crate::domain::compiled::{CompiledKind, compile_manifest};
 use crate::store::{StoreError, kinds};
 
 /// How often the whole cache is re-checked against the database even without

@@ -379,7 +379,7 @@ async fn list_resources(client: &Client, args: &GetArgs, kind: Option<&str>) -> 
 
 /// `Ready`, `Reconciling`, ... as shown in tables.
 pub fn phase(p: i32) -> &'static str {
-    crate::dev::view::phase_name(p)
+    super::tree::phase_name(p)
 }
 
 fn labels_text(labels: &std::collections::BTreeMap<String, String>) -> String {

@@ -8,7 +8,7 @@ use converge_sdk::proto::v1 as pb;
 use super::error::CliError;
 use super::get::get_resource;
 use super::output::print;
-use crate::dev;
+use super::tree;
 
 /// Examples in `--help`.
 pub const EXAMPLES: &str = "\
@@ -34,13 +34,13 @@ pub async fn run(client: &Client, args: &GraphArgs) -> Result<(), CliError> {
         kind: args.kind.clone(),
         name: args.name.clone(),
     };
-    let snapshot = dev::snapshot(client, &root)
+    let snapshot = tree::snapshot(client, &root)
         .await?
         .ok_or_else(|| CliError::NotFound(format!("{}/{}", args.kind, args.name)))?;
     print(&format!(
         "{} is {}\n{}",
         snapshot.root_name(),
-        dev::view::phase_name(snapshot.root.phase),
+        tree::phase_name(snapshot.root.phase),
         snapshot.tree()
     ))
 }

@@ -21,6 +21,7 @@ mod error;
 mod get;
 mod graph;
 mod output;
+pub(crate) mod tree;
 mod verbs;
 mod watch;
 mod yaml;

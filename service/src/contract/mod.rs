@@ -1,9 +1,11 @@
 //! The contract's shapes shared by every gRPC-facing duty: proto ⇄ domain
 //! conversion ([`convert`]), the one mapping of errors to statuses
-//! ([`status`]) and the stream type of server-streaming answers. The API
+//! ([`status`]), who is calling ([`caller`]) and the stream type of
+//! server-streaming answers. The API
 //! services, the broker's worker endpoint and the watch hub all depend on
 //! this module, and it depends on none of them.
 
+pub mod caller;
 pub mod convert;
 pub mod status;
 

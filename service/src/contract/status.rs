@@ -464,29 +464,9 @@ pub fn is_undecodable(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Internal && status.message().starts_with(TONIC_UNDECODABLE)
 }
 
-/// The canonical name of a status code, as the gRPC specification (and
-/// `docs/errors.md`) writes it: the value of metric labels and span fields.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
+/// The canonical name of a status code (one definition, in the telemetry
+/// layer below this one, which labels metrics and spans with it).
+pub use crate::telemetry::rpc::code_name;
 
 #[cfg(test)]
 mod tests {

@@ -230,11 +230,25 @@ pub async fn ensure_database(admin: &PgConnectOptions, database: &str) -> Result
         match sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
             Ok(_) => {}
             // A concurrent creator won the race: the database exists, which is all we need.
-            Err(e) if crate::store::error::is_duplicate_database(&e) => {}
+            Err(e) if is_duplicate_database(&e) => {}
             Err(e) => return Err(DatabaseError::Connect(e)),
         }
     }
     conn.close().await.map_err(DatabaseError::Connect)
+}
+
+/// SQLSTATE 42P04: `CREATE DATABASE` of a database that exists. Database
+/// setup reads this one code itself; the codes of runtime statements are
+/// read in one place, `store::error`, which sits above this layer.
+const DUPLICATE_DATABASE: &str = "42P04";
+
+/// Whether `error` is [`DUPLICATE_DATABASE`] (a concurrent `CREATE
+/// DATABASE` won the race).
+fn is_duplicate_database(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|c| c == DUPLICATE_DATABASE)
 }
 
 /// Quotes an SQL identifier.

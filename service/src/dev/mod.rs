@@ -9,8 +9,6 @@
 //! summary. It keeps serving (and following the BOM) until SIGINT/SIGTERM,
 //! or exits after the summary with `--exit-when-ready`.
 
-pub(crate) mod view;
-
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -27,7 +25,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use self::view::Snapshot;
+use crate::cli::tree::{self as view, Snapshot};
 
 /// Region of the demo BOM.
 const REGION: &str = "us-east-1";
@@ -240,43 +238,6 @@ impl DemoWorker {
     }
 }
 
-/// Reads the BOM (or any root) and its tree; `None` when it does not exist.
-pub(crate) async fn snapshot(client: &Client, bom: &pb::ResourceRef) -> Result<Option<Snapshot>, tonic::Status> {
-    let root = match client
-        .resources()
-        .get_resource(pb::GetResourceRequest {
-            kind: bom.kind.clone(),
-            name: bom.name.clone(),
-        })
-        .await
-    {
-        Ok(response) => response.into_inner().resource,
-        Err(status) if status.code() == tonic::Code::NotFound => None,
-        Err(status) => return Err(status),
-    };
-    let Some(root) = root else { return Ok(None) };
-    let mut children = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .resources()
-            .list_resources(pb::ListResourcesRequest {
-                root: Some(bom.clone()),
-                page_size: 1000,
-                page_token,
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        children.extend(page.resources);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
-    Ok(Some(Snapshot { root, children }))
-}
-
 /// Follows the BOM: progress while it reconciles, a summary each time it
 /// settles in a new state. Returns on a signal, or (with
 /// `--exit-when-ready`) after the first summary or at the timeout.
@@ -304,7 +265,14 @@ async fn follow(
             }
             _ = tick.tick() => {}
         }
-        let snap = match snapshot(client, bom).await {
+        // The demo's kinds are shown in provisioning order.
+        let read = view::snapshot(client, bom).await;
+        let snap = match read.map(|s| {
+            s.map(|s| Snapshot {
+                kind_order: &bom::KINDS,
+                ..s
+            })
+        }) {
             Ok(Some(snap)) => Some(snap),
             Ok(None) => {
                 progress.show(&format!("bom/{} does not exist (deleted?)", bom.name), "missing");
@@ -539,7 +507,8 @@ mod tests {
                     max_transient_attempts: policy.max_transient_attempts,
                 },
             };
-            let kind = domain::compile_manifest(manifest).unwrap_or_else(|v| panic!("{}: {v:?}", m.kind));
+            let kind = converge_service::domain::compiled::compile_manifest(manifest)
+                .unwrap_or_else(|v| panic!("{}: {v:?}", m.kind));
             compiled.insert(m.kind, kind);
         }
         let spec: converge_examples::bom::compose::BomSpec = serde_json::from_value(bom_spec(&args(&[]))).unwrap();

@@ -16,6 +16,7 @@ use super::manifest::{Emit, Reaction, Trigger};
 use super::names::{validate_kind_name, validate_kind_version, validate_resource_name};
 use super::operation::{VerbReaction, verbs_of};
 use super::provider_config::{ConfigContent, MAX_COMPOSED_CONFIGS};
+use super::resource::ResourceRef;
 use super::violation::Violation;
 
 /// Most children one composition may declare.
@@ -162,15 +163,6 @@ fn emits_state(r: &Reaction) -> bool {
     r.emits.contains(&Emit::Status) || r.emits.contains(&Emit::Conditions)
 }
 
-/// A reference to a resource by kind and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Ref {
-    /// Kind.
-    pub kind: String,
-    /// Name.
-    pub name: String,
-}
-
 /// A child a composer wants to exist.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -227,9 +219,9 @@ pub struct ValueFlow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Edge {
     /// The resource that waits.
-    pub dependent: Ref,
+    pub dependent: ResourceRef,
     /// The resource waited for.
-    pub dependency: Ref,
+    pub dependency: ResourceRef,
     /// Values copied along the edge.
     pub flows: Vec<ValueFlow>,
 }
@@ -418,20 +410,20 @@ fn is_pointer(pointer: &str) -> bool {
 
 /// A dependency cycle, as "a -> b -> a", if the edges have one.
 fn find_cycle(edges: &[Edge]) -> Option<String> {
-    let mut next: HashMap<&Ref, Vec<&Ref>> = HashMap::new();
+    let mut next: HashMap<&ResourceRef, Vec<&ResourceRef>> = HashMap::new();
     for edge in edges {
         next.entry(&edge.dependent).or_default().push(&edge.dependency);
     }
     // 0 = unvisited, 1 = on the current path, 2 = done.
-    let mut state: HashMap<&Ref, u8> = HashMap::new();
-    let mut starts: Vec<&Ref> = next.keys().copied().collect();
+    let mut state: HashMap<&ResourceRef, u8> = HashMap::new();
+    let mut starts: Vec<&ResourceRef> = next.keys().copied().collect();
     starts.sort();
     for start in starts {
         if state.get(start).copied().unwrap_or(0) != 0 {
             continue;
         }
         // Iterative depth-first search: (node, index of the next successor).
-        let mut path: Vec<(&Ref, usize)> = vec![(start, 0)];
+        let mut path: Vec<(&ResourceRef, usize)> = vec![(start, 0)];
         state.insert(start, 1);
         while let Some((node, index)) = path.last().copied() {
             let successors = next.get(node).map(Vec::as_slice).unwrap_or_default();
@@ -482,11 +474,11 @@ mod tests {
 
     fn edge(from: (&str, &str), to: (&str, &str)) -> Edge {
         Edge {
-            dependent: Ref {
+            dependent: ResourceRef {
                 kind: from.0.into(),
                 name: from.1.into(),
             },
-            dependency: Ref {
+            dependency: ResourceRef {
                 kind: to.0.into(),
                 name: to.1.into(),
             },

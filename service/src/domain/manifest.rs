@@ -13,7 +13,6 @@ use std::collections::hash_map::Entry;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::schema::{self, CompiledSchema};
 use super::violation::Violation;
 
 /// What makes a reaction fire. The set is closed.
@@ -146,21 +145,6 @@ pub struct KindManifest {
     pub policy: KindPolicy,
 }
 
-/// A manifest that passed every check, with its content hash and compiled spec schema.
-#[derive(Debug, Clone)]
-pub struct CompiledKind {
-    /// The manifest, unchanged.
-    pub manifest: KindManifest,
-    /// Content hash of the manifest (see [`manifest_version`]); always > 0.
-    pub manifest_version: i64,
-    /// The compiled spec schema; `None` when the kind is untyped.
-    pub spec: Option<CompiledSchema>,
-    /// The compiled provider-config schema; `None` when configs are untyped.
-    pub config: Option<CompiledSchema>,
-    /// The compiled input schemas of the verbs that declare one, by verb.
-    pub inputs: HashMap<String, CompiledSchema>,
-}
-
 /// Longest accepted description, in bytes.
 pub const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// Longest reaction name or verb, in characters.
@@ -180,11 +164,11 @@ pub const MAX_ORPHAN_GRACE_SECS: i32 = 2_592_000;
 /// Upper bound of `max_transient_attempts`.
 pub const MAX_TRANSIENT_ATTEMPTS: i32 = 10_000;
 
-const REACTIONS: &str = "/manifest/reactions";
+pub(super) const REACTIONS: &str = "/manifest/reactions";
 const FINALIZER_NAME: &str = "/manifest/finalizer_name";
 
 /// `Some(s)` for a non-empty string, `None` for absent or empty.
-fn non_empty(value: Option<&str>) -> Option<&str> {
+pub(super) fn non_empty(value: Option<&str>) -> Option<&str> {
     value.filter(|s| !s.is_empty())
 }
 
@@ -569,59 +553,10 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// Runs every check on `m` and compiles its spec schema. Every violation found is returned:
-/// the description, the three schemas (compiled at `/manifest/spec_schema`, `/manifest/status_schema`
-/// and `/manifest/config_schema`; status and config only for validity), reactions and finalizer, and
-/// policy (`/manifest/policy`). The kind name and version are identifiers and are checked by the
-/// caller, not here.
-pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>> {
-    let mut out = Vec::new();
-    if let Err(v) = validate_description(&m.description) {
-        out.push(v);
-    }
-    let mut compile_axis = |field: &str, schema: Option<&Value>| -> Option<CompiledSchema> {
-        match schema.map(|s| schema::compile(field, s)) {
-            Some(Ok(compiled)) => Some(compiled),
-            Some(Err(violations)) => {
-                out.extend(violations);
-                None
-            }
-            None => None,
-        }
-    };
-    let spec = compile_axis("/manifest/spec_schema", m.spec_schema.as_ref());
-    compile_axis("/manifest/status_schema", m.status_schema.as_ref());
-    let config = compile_axis("/manifest/config_schema", m.config_schema.as_ref());
-    let mut inputs = HashMap::new();
-    for (i, reaction) in m.reactions.iter().enumerate() {
-        if let (Some(schema), Some(verb)) = (&reaction.input_schema, non_empty(reaction.verb.as_deref()))
-            && let Some(compiled) = compile_axis(&format!("{REACTIONS}/{i}/input_schema"), Some(schema))
-        {
-            inputs.insert(verb.to_owned(), compiled);
-        }
-    }
-    if let Err(violations) = validate_reactions(&m.reactions, m.finalizer_name.as_deref()) {
-        out.extend(violations);
-    }
-    if let Err(violations) = validate_policy(&m.policy, "/manifest/policy") {
-        out.extend(violations);
-    }
-    if !out.is_empty() {
-        return Err(out);
-    }
-    let manifest_version = manifest_version(&m);
-    Ok(CompiledKind {
-        manifest: m,
-        manifest_version,
-        spec,
-        config,
-        inputs,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::compiled::compile_manifest;
     use serde_json::json;
 
     fn r(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {

@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::composition::Ref;
 use super::names::{validate_kind_name, validate_kind_version, validate_resource_name};
 use super::resource::MAX_SPEC_BYTES;
+use super::resource::ResourceRef;
 use super::violation::Violation;
 
 /// Largest config spec, in bytes of JSON (the same limit as resource specs).
@@ -33,7 +33,7 @@ pub struct ProviderConfig {
     /// The opaque bundle; empty = none.
     pub data: Vec<u8>,
     /// The composer that emitted it; `None` for configs applied through the API.
-    pub owner: Option<Ref>,
+    pub owner: Option<ResourceRef>,
     /// Moves on every change.
     pub revision: i64,
     /// Created.

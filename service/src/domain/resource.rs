@@ -65,8 +65,9 @@ impl Phase {
     }
 }
 
-/// A reference to a resource by kind and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A reference to a resource by kind and name (serialized as the row
+/// contract's `{kind, name}`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct ResourceRef {
     /// Kind.
     pub kind: String,

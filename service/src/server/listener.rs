@@ -16,7 +16,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
-use crate::api::caller::PeerIdentity;
+use crate::contract::caller::PeerIdentity;
 
 /// How long a client has to complete its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,8 +17,6 @@ pub const DEADLOCK_DETECTED: &str = "40P01";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 /// SQLSTATE 22P05: a character the database cannot translate (U+0000 in `jsonb`).
 pub const UNTRANSLATABLE_CHARACTER: &str = "22P05";
-/// SQLSTATE 42P04: `CREATE DATABASE` of a database that exists (database setup).
-pub const DUPLICATE_DATABASE: &str = "42P04";
 
 /// A SQLSTATE converge's own SQL functions raise (`RAISE ... USING ERRCODE`
 /// in `migrations/functions/`). Class `CV` is not used by PostgreSQL.
@@ -131,15 +129,6 @@ impl From<sqlx::Error> for StoreError {
             },
         }
     }
-}
-
-/// Whether `error` is PostgreSQL's [`DUPLICATE_DATABASE`] (database setup
-/// only: a concurrent `CREATE DATABASE` won the race).
-pub fn is_duplicate_database(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|db| db.code())
-        .is_some_and(|c| c == DUPLICATE_DATABASE)
 }
 
 impl crate::db::replica::Unreachable for StoreError {

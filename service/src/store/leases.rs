@@ -1,5 +1,6 @@
 //! What the three leased tables share: a worker's heartbeat refreshes the
-//! leases it attests, and a closed stream's leases are released at once,
+//! leases it attests (one statement for all three), and a closed stream's
+//! leases are released at once,
 //! whether they are tasks, reactor deliveries or operations (a lease token
 //! is unique across all three).
 
@@ -42,27 +43,39 @@ impl Leased {
     }
 }
 
-/// Refreshes the heartbeat of the leases of `table` that `broker` holds
-/// among `leases` (token and epoch); returns how many.
-pub async fn heartbeat(pool: &PgPool, table: Leased, broker: &str, leases: &[(Uuid, i64)]) -> StoreResult<u64> {
+/// The leases a worker's heartbeat attests (token and epoch), by table.
+#[derive(Debug, Default)]
+pub struct Attested {
+    /// Leases of `work_queue` rows.
+    pub tasks: Vec<(Uuid, i64)>,
+    /// Leases of `reactor_deliveries` rows.
+    pub deliveries: Vec<(Uuid, i64)>,
+    /// Leases of `operations` rows.
+    pub operations: Vec<(Uuid, i64)>,
+}
+
+/// Refreshes, in one statement, the heartbeat of the `attested` leases that
+/// `broker` holds; returns how many.
+pub async fn heartbeat(pool: &PgPool, broker: &str, attested: &Attested) -> StoreResult<u64> {
     measured("leases.heartbeat", async move {
-        if leases.is_empty() {
+        let (tasks, deliveries, operations) = (&attested.tasks, &attested.deliveries, &attested.operations);
+        if tasks.is_empty() && deliveries.is_empty() && operations.is_empty() {
             return Ok(0);
         }
-        let (tokens, epochs): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
-        let sql = format!(
-            "UPDATE {} t SET heartbeat_at = now()
-             FROM unnest($2::uuid[], $3::bigint[]) AS l(token, epoch)
-             WHERE t.lease_token = l.token AND t.claim_epoch = l.epoch AND t.broker_id = $1",
-            table.table()
-        );
-        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let split = |leases: &[(Uuid, i64)]| -> (Vec<Uuid>, Vec<i64>) { leases.iter().copied().unzip() };
+        let ((task_tokens, task_epochs), (delivery_tokens, delivery_epochs), (operation_tokens, operation_epochs)) =
+            (split(tasks), split(deliveries), split(operations));
+        let refreshed: i64 = sqlx::query_scalar(include_str!("sql/heartbeat.sql"))
             .bind(broker)
-            .bind(&tokens)
-            .bind(&epochs)
-            .execute(pool)
+            .bind(&task_tokens)
+            .bind(&task_epochs)
+            .bind(&delivery_tokens)
+            .bind(&delivery_epochs)
+            .bind(&operation_tokens)
+            .bind(&operation_epochs)
+            .fetch_one(pool)
             .await?;
-        Ok(done.rows_affected())
+        Ok(u64::try_from(refreshed).unwrap_or(0))
     })
     .await
 }

@@ -9,8 +9,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::StoreResult;
-use crate::domain::composition::Ref;
 use crate::domain::provider_config::{ConfigContent, ProviderConfig};
+use crate::domain::resource::ResourceRef;
 
 /// The columns of a config row with its owner's identity (`pc` is the
 /// config, `o` its owner).
@@ -36,7 +36,7 @@ struct ConfigRow {
 impl ConfigRow {
     fn into_config(self) -> ProviderConfig {
         let owner = match (self.owner_kind, self.owner_name) {
-            (Some(kind), Some(name)) => Some(Ref { kind, name }),
+            (Some(kind), Some(name)) => Some(ResourceRef { kind, name }),
             _ => None,
         };
         ProviderConfig {
@@ -325,7 +325,7 @@ pub struct ConfigFilter {
     /// Only defaults (true) or non-defaults (false).
     pub is_default: Option<bool>,
     /// Only configs owned by this resource.
-    pub owner: Option<Ref>,
+    pub owner: Option<ResourceRef>,
 }
 
 /// Up to `limit` configs matching `filter` with names after `after`,

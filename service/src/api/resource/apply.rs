@@ -15,7 +15,7 @@ use super::{check_etag, resource_not_found};
 use crate::api::ApiState;
 use crate::contract::convert::struct_to_json;
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::composition::StagePlan;
+use crate::domain::compiled::Refusal;
 use crate::domain::event::NewEvent;
 use crate::domain::labels::validate_labels;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
@@ -444,18 +444,12 @@ async fn validate_specs(
                 slot.insert(manifest)
             }
         };
-        if StagePlan::of(
-            &manifest.manifest.reactions,
-            manifest.manifest.finalizer_name.as_deref(),
-        )
-        .is_reactor()
-        {
-            return Err(items.at(i, reactor_kind(&input.kind, input.kind_version)));
-        }
-        if let Some(schema) = &manifest.spec {
-            schema
-                .validate("/spec", &input.spec)
-                .map_err(|violations| items.at(i, ApiError::violations(Reason::SpecSchemaViolation, violations)))?;
+        match manifest.admit("/spec", &input.spec) {
+            Ok(()) => {}
+            Err(Refusal::ReactorKind) => return Err(items.at(i, reactor_kind(&input.kind, input.kind_version))),
+            Err(Refusal::Schema(violations)) => {
+                return Err(items.at(i, ApiError::violations(Reason::SpecSchemaViolation, violations)));
+            }
         }
     }
     Ok(())

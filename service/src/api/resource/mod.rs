@@ -19,10 +19,10 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
-use super::caller;
 use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
+use crate::contract::caller;
 use crate::contract::convert::{
     edge_to_proto, event_to_proto, explanation_to_proto, from_timestamp, graph_node_to_proto, json_to_struct,
     phases_from_proto, resource_to_proto, timestamp,
@@ -264,20 +264,6 @@ async fn resolve(
     }
 }
 
-/// Refuses a list or watch filter whose kind name is malformed or whose kind
-/// version is out of its range (≥ 1).
-pub(super) fn check_kind_filter(kind: Option<&str>, kind_version: Option<i32>) -> Result<(), ApiError> {
-    if let Some(kind) = kind
-        && let Err(v) = validate_kind_name("/kind", kind)
-    {
-        return Err(ApiError::violations(Reason::InvalidName, vec![v]));
-    }
-    if let Some(version) = kind_version {
-        crate::domain::names::validate_kind_version("/kind_version", version)?;
-    }
-    Ok(())
-}
-
 fn optional_ref_key(reference: Option<&PbResourceRef>) -> String {
     reference.map(|r| format!("{}/{}", r.kind, r.name)).unwrap_or_default()
 }
@@ -413,7 +399,7 @@ impl ResourceService for ResourceApi {
     ) -> Result<Response<ListResourcesResponse>, Status> {
         let req = request.into_inner();
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
-        check_kind_filter(req.kind.as_deref(), req.kind_version)?;
+        super::watch::check_kind_filter(req.kind.as_deref(), req.kind_version)?;
         if let Some(config) = &req.provider_config
             && let Err(v) = crate::domain::names::validate_resource_name("/provider_config", config)
         {

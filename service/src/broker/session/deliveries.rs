@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use converge_proto::worker_v1 as wpb;
 
-use super::Session;
+use super::{Held, Session};
 use crate::broker::wire;
 use crate::domain::shard::ShardRange;
 use crate::store::StoreError;
@@ -35,7 +35,7 @@ impl Session {
         for delivery in claimed {
             let message = wire::react_task(&delivery, reaction);
             // Tracked before sending: if the stream is gone, it is released with the others.
-            self.deliveries.insert(delivery.lease_token, delivery);
+            self.held.insert(delivery.lease_token, Held::Delivery(delivery));
             if self.out.send(Ok(message)).await.is_err() {
                 return Ok(None);
             }

@@ -6,40 +6,34 @@
 
 mod deliveries;
 mod operations;
+mod reconciles;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use converge_proto::json;
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use futures::FutureExt;
-use opentelemetry::KeyValue;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 use uuid::Uuid;
 
 use super::Broker;
 use super::registry::Listed;
-use super::wire::{self, Input};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
-use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
-use crate::domain::event::ReportedEvent;
-use crate::domain::resource::ConditionInput;
+use crate::domain::composition::StagePlan;
 use crate::domain::violation::Violation;
 use crate::store::leases::{self, Leased};
 use crate::store::operations as operation_store;
-use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
 use crate::store::reactors::{self, ClaimedDelivery};
-use crate::store::work::{self, ClaimedTask, TaskResult};
+use crate::store::work::{self, TaskResult};
 use crate::store::{StoreError, StoreResult};
-use crate::telemetry;
 use operations::HeldOperation;
+use reconciles::InFlight;
 
 /// Failsafe interval between claim attempts when idle.
 const CLAIM_POLL: Duration = Duration::from_millis(500);
@@ -77,49 +71,25 @@ enum SessionError {
     Database(#[from] StoreError),
 }
 
-/// A task this stream holds, keyed by its current lease.
-struct InFlight {
-    task: ClaimedTask,
-    plan: Arc<StagePlan>,
-    /// The stage dispatched; `None` for a lease adopted after a reconnect
-    /// (the completion says which stage it finished).
-    stage: Option<Stage>,
-    /// Status, conditions and events produced by earlier stages of this
-    /// reconcile.
-    status: Option<Value>,
-    conditions: Vec<ConditionInput>,
-    events: Vec<ReportedEvent>,
-    /// The reconcile's span when its trace is exported (disabled otherwise):
-    /// the parent of the worker's handler spans and of each completion.
-    span: tracing::Span,
+/// What one lease of a stream holds.
+enum Held {
+    /// A reconcile or teardown task (boxed: it carries the stages' output).
+    Task(Box<InFlight>),
+    /// A reactor delivery.
+    Delivery(ClaimedDelivery),
+    /// An operation.
+    Operation(HeldOperation),
 }
 
-/// The carrier of a dispatch's trace context: the reconcile's span, started
-/// at its first dispatch as a child of the call that queued the work, when
-/// tracing is on and that call was traced.
-fn trace_context(flight: &mut InFlight) -> std::collections::BTreeMap<String, String> {
-    if !telemetry::tracing_enabled() {
-        return std::collections::BTreeMap::new();
+impl Held {
+    /// The leased table this lease is a row of.
+    fn table(&self) -> Leased {
+        match self {
+            Held::Task(_) => Leased::Tasks,
+            Held::Delivery(_) => Leased::Deliveries,
+            Held::Operation(_) => Leased::Operations,
+        }
     }
-    if flight.span.is_disabled()
-        && let Some(context) = &flight.task.trace_context
-    {
-        let span = tracing::info_span!(
-            "reconcile",
-            otel.name = format!("reconcile {}", flight.task.kind),
-            otel.kind = "producer",
-            converge.kind = %flight.task.kind,
-            converge.resource = %flight.task.name,
-            converge.generation = flight.task.generation,
-            converge.attempt = flight.task.attempts,
-        );
-        telemetry::propagation::continue_from_text(&span, context);
-        flight.span = span;
-    }
-    if flight.span.is_disabled() {
-        return std::collections::BTreeMap::new();
-    }
-    telemetry::propagation::to_map(&flight.span)
 }
 
 /// The broker side of one worker stream.
@@ -128,17 +98,12 @@ pub(super) struct Session {
     kinds: BTreeSet<(String, i32)>,
     ready: BTreeSet<(String, i32)>,
     max: usize,
-    tasks: HashMap<Uuid, InFlight>,
-    /// The stage plans of the served pairs, by the manifest version they
-    /// were derived from.
-    plans: HashMap<(String, i32), (i64, Arc<StagePlan>)>,
-    /// Reactor deliveries this stream holds, keyed by their lease.
-    deliveries: HashMap<Uuid, ClaimedDelivery>,
+    /// Everything this stream holds, by lease token (unique across the
+    /// three leased tables): one lookup per completion.
+    held: HashMap<Uuid, Held>,
     /// Deliveries that succeeded, not yet acknowledged in the database
     /// (written with the batch, like results).
     delivered: Vec<(Uuid, i64)>,
-    /// Operations this stream holds, keyed by their lease.
-    operations: HashMap<Uuid, HeldOperation>,
     /// When the next claim round looks for operations (now after a wake-up
     /// or a completion; an idle poll later after a claim found none).
     operations_due: tokio::time::Instant,
@@ -168,11 +133,8 @@ impl Session {
             ready: kinds.clone(),
             kinds,
             max,
-            tasks: HashMap::new(),
-            plans: HashMap::new(),
-            deliveries: HashMap::new(),
+            held: HashMap::new(),
             delivered: Vec::new(),
-            operations: HashMap::new(),
             operations_due: tokio::time::Instant::now(),
             results: Vec::new(),
             counted: 0,
@@ -285,17 +247,16 @@ impl Session {
                 .await;
             return;
         }
-        let tokens: Vec<Uuid> = self.tasks.keys().copied().collect();
-        if let Err(e) = leases::release(&pool, Leased::Tasks, &self.broker.member_id, &tokens).await {
-            tracing::warn!(error = %e, "could not release the leases of a closed stream; the reaper frees them");
-        }
-        let tokens: Vec<Uuid> = self.deliveries.keys().copied().collect();
-        if let Err(e) = leases::release(&pool, Leased::Deliveries, &self.broker.member_id, &tokens).await {
-            tracing::warn!(error = %e, "could not release the deliveries of a closed stream; the reaper frees them");
-        }
-        let tokens: Vec<Uuid> = self.operations.keys().copied().collect();
-        if let Err(e) = leases::release(&pool, Leased::Operations, &self.broker.member_id, &tokens).await {
-            tracing::warn!(error = %e, "could not release the operations of a closed stream; the reaper frees them");
+        for table in [Leased::Tasks, Leased::Deliveries, Leased::Operations] {
+            let tokens: Vec<Uuid> = self
+                .held
+                .iter()
+                .filter(|(_, held)| held.table() == table)
+                .map(|(token, _)| *token)
+                .collect();
+            if let Err(e) = leases::release(&pool, table, &self.broker.member_id, &tokens).await {
+                tracing::warn!(error = %e, ?table, "could not release the leases of a closed stream; the reaper frees them");
+            }
         }
     }
 
@@ -367,7 +328,7 @@ impl Session {
     }
 
     fn held(&self) -> usize {
-        self.tasks.len() + self.deliveries.len() + self.operations.len()
+        self.held.len()
     }
 
     /// Takes over the leases a reconnecting worker still holds.
@@ -375,35 +336,24 @@ impl Session {
         let adopted = work::adopt(&self.broker.pool, &self.broker.member_id, resumed).await?;
         let others: Vec<(Uuid, i64)> = resumed.iter().filter(|(t, _)| !adopted.contains(t)).copied().collect();
         for delivery in reactors::adopt(&self.broker.pool, &self.broker.member_id, &others).await? {
-            self.deliveries.insert(delivery.lease_token, delivery);
+            self.held.insert(delivery.lease_token, Held::Delivery(delivery));
         }
-        let others: Vec<(Uuid, i64)> = others
-            .into_iter()
-            .filter(|(t, _)| !self.deliveries.contains_key(t))
-            .collect();
+        let others: Vec<(Uuid, i64)> = others.into_iter().filter(|(t, _)| !self.held.contains_key(t)).collect();
         for operation in operation_store::adopt(&self.broker.pool, &self.broker.member_id, &others).await? {
             let plan = self.plan(&operation.kind, operation.kind_version).await;
             // A verb the manifest dropped meanwhile: the lease lapses and
             // the next claim ends the operation.
             if let Some(verb) = plan.verb(&operation.verb).cloned() {
-                self.operations
-                    .insert(operation.lease_token, HeldOperation { operation, verb });
+                self.held.insert(
+                    operation.lease_token,
+                    Held::Operation(HeldOperation { operation, verb }),
+                );
             }
         }
         for task in work::leased(&self.broker.pool, &adopted).await? {
             let plan = self.plan(&task.kind, task.kind_version).await;
-            self.tasks.insert(
-                task.lease_token,
-                InFlight {
-                    task,
-                    plan,
-                    stage: None,
-                    status: None,
-                    conditions: Vec::new(),
-                    events: Vec::new(),
-                    span: tracing::Span::none(),
-                },
-            );
+            self.held
+                .insert(task.lease_token, Held::Task(Box::new(InFlight::new(task, plan, None))));
         }
         Ok(())
     }
@@ -548,77 +498,9 @@ impl Session {
                 }
                 continue;
             }
-            let claimed = work::claim(
-                &self.broker.pool,
-                &self.broker.member_id,
-                &kind,
-                version,
-                i64::try_from(free).unwrap_or(i64::MAX),
-                shards,
-            )
-            .await?;
-            if claimed.is_empty() {
-                continue;
-            }
-            if let Some(m) = telemetry::metrics() {
-                m.claims
-                    .add(claimed.len() as u64, &[KeyValue::new("converge.kind", kind.clone())]);
-            }
-            for task in claimed {
-                // No silent fallback to the default: the override may point
-                // at another account or region than the default does.
-                if let Some(missing) = task.missing_config() {
-                    let message =
-                        format!("provider config {missing:?} does not exist; apply it or detach it from the resource");
-                    self.results.push(TaskResult {
-                        error: Some(message),
-                        reason: Some("ProviderConfigMissing".to_owned()),
-                        ..result_of(&InFlight {
-                            task,
-                            plan: plan.clone(),
-                            stage: None,
-                            status: None,
-                            conditions: Vec::new(),
-                            events: Vec::new(),
-                            span: tracing::Span::none(),
-                        })
-                    });
-                    continue;
-                }
-                if task.is_teardown() {
-                    if !self.dispatch_teardown(task, &plan).await? {
-                        return Ok(sent);
-                    }
-                    sent += 1;
-                    continue;
-                }
-                let first = plan.first(task.needs_compose());
-                let flight = InFlight {
-                    task,
-                    plan: plan.clone(),
-                    stage: first,
-                    status: None,
-                    conditions: Vec::new(),
-                    events: Vec::new(),
-                    span: tracing::Span::none(),
-                };
-                match first {
-                    // A child may have started progressing again since the
-                    // task was queued: the rollup waits for it.
-                    Some(Stage::Rollup)
-                        if !pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? =>
-                    {
-                        self.finish(&flight, None, false);
-                    }
-                    Some(stage) => {
-                        if !self.send_stage(flight, stage).await? {
-                            return Ok(sent);
-                        }
-                        sent += 1;
-                    }
-                    // Nothing to run (e.g. a kind with only a teardown): done.
-                    None => self.finish(&flight, None, true),
-                }
+            match self.dispatch_tasks(&kind, version, &plan, free, shards).await? {
+                Some(n) => sent += n,
+                None => return Ok(sent),
             }
         }
         if probe_operations && !more_operations {
@@ -627,90 +509,16 @@ impl Session {
         Ok(sent)
     }
 
-    /// Sends a teardown task (STAGE_DELETE running the reaction that clears
-    /// the resource's finalizer). A finalizer no reaction of the kind clears
-    /// has nothing to run: the task succeeds at once and the finalizer goes.
-    /// False if the stream is gone.
-    async fn dispatch_teardown(&mut self, task: ClaimedTask, plan: &Arc<StagePlan>) -> Result<bool, StoreError> {
-        let finalizer = task.teardown_finalizer().unwrap_or_default().to_owned();
-        let flight = InFlight {
-            task,
-            plan: plan.clone(),
-            stage: Some(Stage::Delete),
-            status: None,
-            conditions: Vec::new(),
-            events: Vec::new(),
-            span: tracing::Span::none(),
-        };
-        if plan.teardown(&finalizer).is_none() {
-            self.finish(&flight, None, true);
-            return Ok(true);
-        }
-        self.send_stage(flight, Stage::Delete).await
-    }
-
     /// The stages of a kind, from the stored manifest (the worker holds
-    /// none), derived once per manifest version: every claim round asks.
-    async fn plan(&mut self, kind: &str, version: i32) -> Arc<StagePlan> {
-        let Some(compiled) = self.broker.catalog.current(&self.broker.pool, kind, version).await else {
-            return Arc::new(StagePlan {
+    /// none), as the catalog compiled it: every claim round asks.
+    async fn plan(&self, kind: &str, version: i32) -> Arc<StagePlan> {
+        match self.broker.catalog.current(&self.broker.pool, kind, version).await {
+            Some(compiled) => compiled.plan.clone(),
+            None => Arc::new(StagePlan {
                 work: Some("work".to_owned()),
                 ..StagePlan::default()
-            });
-        };
-        let key = (kind.to_owned(), version);
-        if let Some((manifest_version, plan)) = self.plans.get(&key)
-            && *manifest_version == compiled.manifest_version
-        {
-            return plan.clone();
+            }),
         }
-        let plan = Arc::new(StagePlan::of(
-            &compiled.manifest.reactions,
-            compiled.manifest.finalizer_name.as_deref(),
-        ));
-        self.plans.insert(key, (compiled.manifest_version, plan.clone()));
-        plan
-    }
-
-    /// Sends the task for `stage` (loading its input); false if the stream is gone.
-    async fn send_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<bool, StoreError> {
-        let pool = &self.broker.pool;
-        let id = flight.task.resource_id;
-        let so_far = flight
-            .status
-            .clone()
-            .or_else(|| flight.task.status.as_ref().map(|s| s.0.clone()));
-        let input = match stage {
-            Stage::Compose => Input::Compose {
-                observed: pipeline::children(pool, id, MAX_OBSERVED_CHILDREN).await?,
-                edges: pipeline::edges(pool, id).await?,
-                configs: provider_configs::owned_by(pool, id).await?,
-            },
-            Stage::Work => Input::Work(so_far),
-            Stage::Rollup => Input::Rollup {
-                descendants: pipeline::descendants(pool, id, MAX_ROLLUP_DESCENDANTS).await?,
-                status: so_far,
-            },
-            Stage::Delete => Input::Delete {
-                finalizer: flight.task.teardown_finalizer().unwrap_or_default().to_owned(),
-            },
-        };
-        let reaction = match stage {
-            Stage::Delete => flight.task.teardown_finalizer().and_then(|f| flight.plan.teardown(f)),
-            _ => flight.plan.reaction(stage),
-        }
-        .unwrap_or_default()
-        .to_owned();
-        let carrier = trace_context(&mut flight);
-        let message = wire::stage_task(&flight.task, &reaction, input, carrier);
-        flight.stage = Some(stage);
-        // Tracked before sending: if the stream is gone, it is released with the others.
-        self.tasks.insert(flight.task.lease_token, flight);
-        if self.out.send(Ok(message)).await.is_err() {
-            return Ok(false);
-        }
-        self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
-        Ok(true)
     }
 
     async fn handle(&mut self, message: wpb::WorkStreamRequest) -> Result<(), SessionError> {
@@ -722,14 +530,17 @@ impl Session {
                     .iter()
                     .filter_map(|l| Uuid::parse_str(&l.lease_token).ok().map(|t| (t, l.claim_epoch)))
                     .collect();
-                let (pool, member) = (&self.broker.pool, &self.broker.member_id);
-                leases::heartbeat(pool, Leased::Tasks, member, &leases).await?;
-                if !self.deliveries.is_empty() {
-                    leases::heartbeat(pool, Leased::Deliveries, member, &leases).await?;
+                // By table; a token this stream does not know is tried as a
+                // task (the task table is where an unknown lease would be).
+                let mut attested = leases::Attested::default();
+                for lease in leases {
+                    match self.held.get(&lease.0).map(Held::table) {
+                        Some(Leased::Deliveries) => attested.deliveries.push(lease),
+                        Some(Leased::Operations) => attested.operations.push(lease),
+                        Some(Leased::Tasks) | None => attested.tasks.push(lease),
+                    }
                 }
-                if !self.operations.is_empty() {
-                    leases::heartbeat(pool, Leased::Operations, member, &leases).await?;
-                }
+                leases::heartbeat(&self.broker.pool, &self.broker.member_id, &attested).await?;
                 Ok(())
             }
             Some(Up::Interest(interest)) => {
@@ -764,328 +575,30 @@ impl Session {
         let Ok(token) = Uuid::parse_str(&complete.lease_token) else {
             return stale(self);
         };
-        if self
-            .deliveries
-            .get(&token)
-            .is_some_and(|d| d.claim_epoch == complete.claim_epoch && d.generation == complete.generation)
-        {
-            if let Some(delivery) = self.deliveries.remove(&token) {
+        // A completion that does not match the dispatch leaves the lease
+        // held: the right answer may still come.
+        match self.held.remove(&token) {
+            Some(Held::Delivery(delivery))
+                if delivery.claim_epoch == complete.claim_epoch && delivery.generation == complete.generation =>
+            {
                 self.delivered(delivery, &complete).await?;
+                Ok(())
             }
-            return Ok(());
-        }
-        if self
-            .operations
-            .get(&token)
-            .is_some_and(|held| held.operation.claim_epoch == complete.claim_epoch)
-        {
-            if let Some(held) = self.operations.remove(&token) {
+            Some(Held::Operation(held)) if held.operation.claim_epoch == complete.claim_epoch => {
                 self.operated(held, &complete).await?;
-            }
-            return Ok(());
-        }
-        // A completion that does not match the dispatch leaves the task in
-        // flight: the right answer may still come.
-        let matches = self.tasks.get(&token).is_some_and(|flight| {
-            complete.claim_epoch == flight.task.claim_epoch && complete.generation == flight.task.generation
-        });
-        let Some(mut flight) = matches.then(|| self.tasks.remove(&token)).flatten() else {
-            return stale(self);
-        };
-        let stage = flight.stage.or_else(|| wire::stage_of(&complete));
-        self.observe_completion(&flight, stage, &complete);
-        match wire::events(&complete.events, &self.actor) {
-            Ok(events) => flight.events.extend(events),
-            Err(problems) => {
-                self.fail(&flight, "EventInvalid", "the events", &problems);
-                return Ok(());
-            }
-        }
-        if let Some(error) = &complete.error {
-            self.results.push(TaskResult {
-                error: Some(if error.message.is_empty() {
-                    "the worker reported a failure without a message".to_owned()
-                } else {
-                    wire::text(&error.message)
-                }),
-                reason: Some(wire::text(&error.reason)).filter(|r| !r.is_empty()),
-                terminal: error.terminal,
-                ..result_of(&flight)
-            });
-            return Ok(());
-        }
-        if let Some(status) = complete.status.clone() {
-            match json::storable_struct_to_json(status) {
-                Ok(status) => flight.status = Some(status),
-                Err(e) => {
-                    let problem = Violation::new(format!("/status{}", e.pointer()), e.description());
-                    self.fail(&flight, "StatusInvalid", "the status", &[problem]);
-                    return Ok(());
-                }
-            }
-        }
-        match wire::conditions(&complete.conditions) {
-            Ok(conditions) => flight.conditions.extend(conditions),
-            Err(problems) => {
-                self.fail(&flight, "ConditionInvalid", "the conditions", &problems);
-                return Ok(());
-            }
-        }
-        let healthy = wire::health(&complete);
-        if let Some(ms) = wire::requeue_after_ms(&complete) {
-            self.results.push(TaskResult {
-                requeue_after_ms: Some(ms),
-                healthy,
-                ..result_of(&flight)
-            });
-            return Ok(());
-        }
-        match stage {
-            Some(Stage::Compose) => self.composed(flight, complete).await?,
-            Some(Stage::Work) => self.next_stage(flight, Stage::Work, healthy).await?,
-            Some(Stage::Rollup | Stage::Delete) | None => self.finish(&flight, healthy, true),
-        }
-        Ok(())
-    }
-
-    /// Counts a stage result by kind, stage and outcome, and marks the
-    /// completion in the reconcile's trace.
-    fn observe_completion(&self, flight: &InFlight, stage: Option<Stage>, complete: &wpb::StageComplete) {
-        let outcome = match &complete.error {
-            Some(error) if error.terminal => "failed",
-            Some(_) => "retrying",
-            None if wire::requeue_after_ms(complete).is_some() => "requeued",
-            None => "succeeded",
-        };
-        let stage = stage.map_or("unknown", Stage::name);
-        if let Some(m) = telemetry::metrics() {
-            m.stages.add(
-                1,
-                &[
-                    KeyValue::new("converge.kind", flight.task.kind.clone()),
-                    KeyValue::new("converge.stage", stage),
-                    KeyValue::new("converge.outcome", outcome),
-                ],
-            );
-        }
-        if !flight.span.is_disabled() {
-            let _completion = tracing::info_span!(
-                parent: &flight.span,
-                "complete",
-                otel.name = format!("complete {stage}"),
-                converge.stage = stage,
-                converge.outcome = outcome,
-                converge.claim_epoch = complete.claim_epoch,
-            )
-            .entered();
-        }
-    }
-
-    /// Applies a composition, then moves the task on.
-    async fn composed(&mut self, flight: InFlight, complete: wpb::StageComplete) -> Result<(), StoreError> {
-        let result = complete.compose_result.clone().unwrap_or_default();
-        let wire::Composition {
-            children,
-            edges,
-            configs,
-            unstorable,
-        } = wire::composition(result);
-        let checked = match self.check_composition(&children, &edges, &configs).await {
-            Ok(()) if unstorable.is_empty() => Ok(()),
-            Ok(()) => Err(unstorable),
-            Err(mut problems) => {
-                problems.extend(unstorable);
-                Err(problems)
-            }
-        };
-        if let Err(problems) = checked {
-            self.fail(&flight, "CompositionInvalid", "the composition", &problems);
-            return Ok(());
-        }
-        let task = &flight.task;
-        let composed = pipeline::apply_composition(
-            &self.broker.pool,
-            TaskFence {
-                lease: task.lease_token,
-                epoch: task.claim_epoch,
-                generation: task.generation,
-            },
-            task.resource_id,
-            Desired {
-                children: &children,
-                edges: &edges,
-                configs: &configs,
-            },
-        )
-        .await?;
-        match composed {
-            Composed::Applied { fence, .. } => {
-                self.broker.stats.composed.fetch_add(1, Ordering::Relaxed);
-                let mut flight = flight;
-                flight.task.lease_token = fence.lease_token;
-                flight.task.claim_epoch = fence.claim_epoch;
-                flight.task.deadline_secs = fence.deadline_secs;
-                flight.task.composed_gen = flight.task.generation;
-                self.continue_after(flight, Stage::Compose, wire::health(&complete))
-                    .await
-            }
-            Composed::Stale => {
-                self.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Composed::Refused(message) => {
-                self.fail(
-                    &flight,
-                    "CompositionRefused",
-                    "the composition",
-                    &[Violation::new("/compose_result", message)],
-                );
-                Ok(())
-            }
-        }
-    }
-
-    /// Moves a task past a finished `stage` under a fresh fence.
-    async fn next_stage(
-        &mut self,
-        mut flight: InFlight,
-        stage: Stage,
-        healthy: Option<bool>,
-    ) -> Result<(), StoreError> {
-        if flight.plan.after(stage).is_none() {
-            return self.continue_after(flight, stage, healthy).await;
-        }
-        let task = &flight.task;
-        let Some(fence) =
-            pipeline::advance_stage(&self.broker.pool, task.lease_token, task.claim_epoch, task.generation).await?
-        else {
-            self.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        };
-        flight.task.lease_token = fence.lease_token;
-        flight.task.claim_epoch = fence.claim_epoch;
-        flight.task.deadline_secs = fence.deadline_secs;
-        self.continue_after(flight, stage, healthy).await
-    }
-
-    /// Dispatches the stage after `stage` (the task already holds its new
-    /// fence), or ends the reconcile: fully, or as a composite's partial
-    /// result when its rollup must wait for children still progressing.
-    async fn continue_after(
-        &mut self,
-        flight: InFlight,
-        stage: Stage,
-        healthy: Option<bool>,
-    ) -> Result<(), StoreError> {
-        match flight.plan.after(stage) {
-            Some(Stage::Rollup) => {
-                if pipeline::children_settled(&self.broker.pool, flight.task.resource_id).await? {
-                    self.send_stage(flight, Stage::Rollup).await?;
-                } else {
-                    self.finish(&flight, healthy, false);
-                }
-            }
-            Some(next) => {
-                self.send_stage(flight, next).await?;
-            }
-            None => self.finish(&flight, healthy, true),
-        }
-        Ok(())
-    }
-
-    /// Ends a task with what its stages produced: fully (`advance`), or as a
-    /// composite's partial result whose rollup has to wait.
-    fn finish(&mut self, flight: &InFlight, healthy: Option<bool>, advance: bool) {
-        if advance && let (Some(m), Some(queued_at)) = (telemetry::metrics(), flight.task.queued_at) {
-            let waited = (chrono::Utc::now() - queued_at).to_std().unwrap_or_default();
-            m.reconcile_duration.record(
-                waited.as_secs_f64(),
-                &[KeyValue::new("converge.kind", flight.task.kind.clone())],
-            );
-        }
-        self.results.push(TaskResult {
-            healthy,
-            advance,
-            ..result_of(flight)
-        });
-    }
-
-    /// Records a terminal failure of the task's generation.
-    fn fail(&mut self, flight: &InFlight, reason: &str, what: &str, problems: &[Violation]) {
-        self.results.push(TaskResult {
-            error: Some(refused(what, problems)),
-            reason: Some(reason.to_owned()),
-            terminal: true,
-            ..result_of(flight)
-        });
-    }
-
-    /// The shape, kinds and spec and config schemas of a composition.
-    async fn check_composition(
-        &self,
-        children: &[ChildSpec],
-        edges: &[Edge],
-        configs: &[ConfigSpec],
-    ) -> Result<(), Vec<Violation>> {
-        validate_composition(children, edges, configs)?;
-        let mut problems = Vec::new();
-        for (i, config) in configs.iter().enumerate() {
-            let at = format!("/compose_result/configs/{i}");
-            match self
-                .broker
-                .catalog
-                .current(&self.broker.pool, &config.kind, config.kind_version)
-                .await
+            Some(Held::Task(flight))
+                if flight.task.claim_epoch == complete.claim_epoch && flight.task.generation == complete.generation =>
             {
-                None => problems.push(Violation::new(
-                    format!("{at}/kind"),
-                    format!("kind {} version {} does not exist", config.kind, config.kind_version),
-                )),
-                Some(compiled) => {
-                    if let Some(schema) = &compiled.config
-                        && let Err(found) = schema.validate(&format!("{at}/spec"), &config.spec)
-                    {
-                        problems.extend(found);
-                    }
-                }
+                self.complete_task(*flight, complete).await
             }
-        }
-        for (i, child) in children.iter().enumerate() {
-            let at = format!("/compose_result/desired/{i}");
-            match self
-                .broker
-                .catalog
-                .current(&self.broker.pool, &child.kind, child.kind_version)
-                .await
-            {
-                None => problems.push(Violation::new(
-                    format!("{at}/kind"),
-                    format!("kind {} version {} does not exist", child.kind, child.kind_version),
-                )),
-                Some(compiled)
-                    if StagePlan::of(
-                        &compiled.manifest.reactions,
-                        compiled.manifest.finalizer_name.as_deref(),
-                    )
-                    .is_reactor() =>
-                {
-                    problems.push(Violation::new(
-                        format!("{at}/kind"),
-                        format!("kind {} is a reactor kind and owns no resources", child.kind),
-                    ));
-                }
-                // Fields filled by value flows arrive later, so a schema
-                // must not require them (documented in the worker contract).
-                Some(compiled) => {
-                    if let Some(schema) = &compiled.spec
-                        && let Err(found) = schema.validate(&format!("{at}/spec"), &child.spec)
-                    {
-                        problems.extend(found);
-                    }
-                }
+            Some(other) => {
+                self.held.insert(token, other);
+                stale(self)
             }
+            None => stale(self),
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 }
 
@@ -1103,28 +616,4 @@ fn refused(what: &str, problems: &[Violation]) -> String {
         message.push_str(&format!(" (and {more} more)"));
     }
     message
-}
-
-/// A result of the task with what its stages produced so far.
-fn result_of(flight: &InFlight) -> TaskResult {
-    let task = &flight.task;
-    TaskResult {
-        work_id: task.work_id,
-        shard_id: task.shard_id,
-        resource_id: task.resource_id,
-        lease: task.lease_token,
-        epoch: task.claim_epoch,
-        generation: task.generation,
-        manifest_version: task.manifest_version,
-        status: flight.status.clone(),
-        conditions: flight.conditions.clone(),
-        events: flight.events.clone(),
-        healthy: None,
-        advance: true,
-        requeue_after_ms: None,
-        error: None,
-        reason: None,
-        terminal: false,
-        finalizer: task.teardown_finalizer().map(str::to_owned),
-    }
 }

@@ -11,7 +11,7 @@ use converge_proto::json;
 use converge_proto::worker_v1 as wpb;
 use serde_json::Value;
 
-use super::{Session, refused};
+use super::{Held, Session, refused};
 use crate::broker::wire;
 use crate::domain::composition::StagePlan;
 use crate::domain::operation::{FailureCode, MAX_OUTPUT_BYTES, VerbReaction};
@@ -77,7 +77,8 @@ impl Session {
             let message = wire::operate_task(&operation, &verb.reaction);
             let lease = operation.lease_token;
             // Tracked before sending: if the stream is gone, it is released with the others.
-            self.operations.insert(lease, HeldOperation { operation, verb });
+            self.held
+                .insert(lease, Held::Operation(HeldOperation { operation, verb }));
             if self.out.send(Ok(message)).await.is_err() {
                 return Ok(None);
             }
