@@ -67,10 +67,10 @@ fn main() -> ExitCode {
     }
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // One line, not a log line besides: an operator reading a refused
+        // boot (or a pod's last words) sees the cause once.
         Err(e) => {
-            let message = report(&e);
-            tracing::error!("{message}");
-            eprintln!("converge: {message}");
+            eprintln!("converge: {}", report(&e));
             ExitCode::FAILURE
         }
     }
