@@ -12,6 +12,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::shard::{MemberLoad, ShardRange};
@@ -114,16 +115,25 @@ impl Membership {
         self.shards.clone()
     }
 
-    /// Stops heartbeating, leaves the shard tiling (draining) and then the registry.
-    pub async fn leave(self) {
+    /// Stops heartbeating, leaves the shard tiling (draining) and then the
+    /// registry, giving up at `deadline` (a database that does not answer
+    /// would hold each statement for the pool's acquire timeout): the row
+    /// then ages out of the liveness window as a crashed member's does.
+    pub async fn leave(mut self, deadline: Instant) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
-        if let Err(e) = store::mark_draining(&self.pool, &self.member_id).await {
-            tracing::warn!(error = %e, "could not mark this member draining");
+        if tokio::time::timeout_at(deadline, &mut self.task).await.is_err() {
+            self.task.abort();
         }
-        match store::leave(&self.pool, &self.member_id).await {
-            Ok(()) => tracing::info!(member_id = %self.member_id, "left the cluster"),
-            Err(e) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
+        let steps = async {
+            if let Err(e) = store::mark_draining(&self.pool, &self.member_id).await {
+                tracing::warn!(error = %e, "could not mark this member draining");
+            }
+            store::leave(&self.pool, &self.member_id).await
+        };
+        match tokio::time::timeout_at(deadline, steps).await {
+            Ok(Ok(())) => tracing::info!(member_id = %self.member_id, "left the cluster"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
+            Err(_) => tracing::warn!("the database did not answer in time to leave the cluster registry; it ages out"),
         }
     }
 }
@@ -181,27 +191,35 @@ async fn heartbeat_loop(
             _ = tick.tick() => true,
             _ = changes.recv() => false,
         };
-        if beat {
-            if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
-                tracing::warn!(error = %e, "cluster heartbeat failed");
-                continue;
+        let round = async {
+            if beat {
+                if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
+                    tracing::warn!(error = %e, "cluster heartbeat failed");
+                    return;
+                }
+                if let Err(e) = store::delete_stale(&pool, gc_secs).await {
+                    tracing::debug!(error = %e, "member GC failed");
+                }
             }
-            if let Err(e) = store::delete_stale(&pool, gc_secs).await {
-                tracing::debug!(error = %e, "member GC failed");
+            match store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await {
+                Ok(range) => {
+                    shards.send_if_modified(|current| {
+                        let changed = *current != range;
+                        if changed {
+                            tracing::info!(?range, "shard range changed");
+                            *current = range;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
             }
-        }
-        match store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await {
-            Ok(range) => {
-                shards.send_if_modified(|current| {
-                    let changed = *current != range;
-                    if changed {
-                        tracing::info!(?range, "shard range changed");
-                        *current = range;
-                    }
-                    changed
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
+        };
+        // A stop is heard while a statement waits on the database (up to the
+        // pool's acquire timeout when it is gone), not after.
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = round => {}
         }
     }
 }
