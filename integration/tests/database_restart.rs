@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{apply, apply_manifest, work_manifest};
-use nix::sys::signal::Signal;
 use converge_integration::eventually;
 use converge_integration::postgres::PrivateServer;
 use converge_integration::processes::{
@@ -22,6 +21,7 @@ use converge_integration::processes::{
 };
 use converge_proto::v1::{GetResourceRequest, ListClusterMembersRequest};
 use converge_sdk::Client;
+use nix::sys::signal::Signal;
 use serde_json::json;
 use sqlx::postgres::PgPool;
 use tokio::process::Child;
@@ -320,7 +320,12 @@ async fn sigterm_with_the_database_down_exits_within_the_shutdown_bound() -> any
     // Work in flight: a worker holds leases through the first process, so
     // its drain has streams to end as well.
     apply_manifest(&nodes[0].1, work_manifest("noop", 1, None)).await?;
-    let mut worker = noop_worker(&format!("http://{}", nodes[0].3), 8, 600_000, &scratch.path().join("worked"))?;
+    let mut worker = noop_worker(
+        &format!("http://{}", nodes[0].3),
+        8,
+        600_000,
+        &scratch.path().join("worked"),
+    )?;
     for i in 0..8 {
         nodes[0]
             .1

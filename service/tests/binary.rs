@@ -503,11 +503,20 @@ async fn a_refused_boot_is_one_line_without_colour_codes_on_a_pipe() -> anyhow::
     let unreachable = format!("postgres://converge@{}/converge", free_addr()?);
     let cases: [(&[(&str, &str)], &str); 5] = [
         (&[("TLS_CERT_FILE", "c.pem")], "TLS needs both"),
-        (&[("TLS_CERT_FILE", &missing), ("TLS_KEY_FILE", &missing)], "TLS: cannot read"),
-        (&[("DATABASE_URL", "mysql://x")], "DATABASE_URL is not a valid PostgreSQL URL"),
+        (
+            &[("TLS_CERT_FILE", &missing), ("TLS_KEY_FILE", &missing)],
+            "TLS: cannot read",
+        ),
+        (
+            &[("DATABASE_URL", "mysql://x")],
+            "DATABASE_URL is not a valid PostgreSQL URL",
+        ),
         (&[("DATABASE_URL", &unreachable)], "cannot reach PostgreSQL"),
         (
-            &[("CONVERGE_DATA_DIR", &data_dir), ("CONVERGE_PG_BINDIR", "/nonexistent/bin")],
+            &[
+                ("CONVERGE_DATA_DIR", &data_dir),
+                ("CONVERGE_PG_BINDIR", "/nonexistent/bin"),
+            ],
             "apt-get install postgresql",
         ),
     ];
@@ -518,7 +527,10 @@ async fn a_refused_boot_is_one_line_without_colour_codes_on_a_pipe() -> anyhow::
         assert_eq!(lines.len(), 1, "{envs:?}: one line, not {stderr:?}");
         assert!(lines[0].starts_with("converge: "), "{envs:?}: {stderr:?}");
         assert!(lines[0].contains(expected), "{envs:?}: {stderr:?}");
-        assert!(!stderr.contains("\x1b["), "{envs:?}: colour codes on a pipe: {stderr:?}");
+        assert!(
+            !stderr.contains("\x1b["),
+            "{envs:?}: colour codes on a pipe: {stderr:?}"
+        );
     }
 
     // The log lines of a running server in a file are plain text too.

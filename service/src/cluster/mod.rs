@@ -191,7 +191,11 @@ async fn free_predecessor_leases(
         };
         match freed {
             Ok(0) => {}
-            Ok(freed) => tracing::info!(?table, freed, "freed the leases no worker resumed from this process's predecessor"),
+            Ok(freed) => tracing::info!(
+                ?table,
+                freed,
+                "freed the leases no worker resumed from this process's predecessor"
+            ),
             Err(e) => tracing::warn!(error = %e, ?table, "could not free the predecessor's leases; the reaper will"),
         }
     }

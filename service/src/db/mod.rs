@@ -162,7 +162,9 @@ impl Database {
         // connect the database never answered) are not worth waiting for:
         // they end with the process, and PostgreSQL rolls back what they held.
         let pool_deadline = deadline.min(tokio::time::Instant::now() + POOL_CLOSE_LIMIT);
-        if tokio::time::timeout_at(pool_deadline, self.reads.close()).await.is_err()
+        if tokio::time::timeout_at(pool_deadline, self.reads.close())
+            .await
+            .is_err()
             || tokio::time::timeout_at(pool_deadline, self.pool.close()).await.is_err()
         {
             tracing::warn!("the database pool did not close in time; leaving its connections");

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::time::Instant;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tonic::transport::server::TcpIncoming;
 
 use crate::api::{self, ApiState};
