@@ -189,3 +189,12 @@ pub fn reaction(name: &str, trigger: Trigger, emits: &[Emit]) -> Reaction {
         ..Default::default()
     }
 }
+
+/// Whether `actor` is what events record for a worker without a SPIFFE ID:
+/// `worker:<peer address>`, here a loopback socket address.
+pub fn is_plaintext_worker_actor(actor: &str) -> bool {
+    actor
+        .strip_prefix("worker:")
+        .and_then(|addr| addr.parse::<std::net::SocketAddr>().ok())
+        .is_some_and(|addr| addr.ip().is_loopback())
+}

@@ -24,6 +24,7 @@ pub fn fast_membership() -> MembershipTiming {
         heartbeat: Duration::from_millis(200),
         liveness: Duration::from_secs(2),
         gc_after: Duration::from_secs(60),
+        ..MembershipTiming::default()
     }
 }
 

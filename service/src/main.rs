@@ -19,6 +19,9 @@ use converge_service::{telemetry, version};
 /// shares the terminal with the logs.
 const DEV_DEFAULT_LOG_LEVEL: &str = "warn";
 
+/// Longest the runtime waits for blocking tasks at exit.
+const RUNTIME_STOP_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Client commands have a command line of their own, without the
@@ -65,12 +68,16 @@ fn main() -> ExitCode {
         let _entered = runtime.enter();
         telemetry.shutdown();
     }
+    // The drain has bounded everything that matters; a blocking task still
+    // running (a connect or a name lookup the database never answered) must
+    // not hold the exit, as dropping the runtime would.
+    runtime.shutdown_timeout(RUNTIME_STOP_LIMIT);
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // One line, not a log line besides: an operator reading a refused
+        // boot (or a pod's last words) sees the cause once.
         Err(e) => {
-            let message = report(&e);
-            tracing::error!("{message}");
-            eprintln!("converge: {message}");
+            eprintln!("converge: {}", report(&e));
             ExitCode::FAILURE
         }
     }

@@ -543,3 +543,104 @@ async fn a_rolling_restart_under_load_leaves_everything_ready_and_each_result_ap
     }
     Ok(())
 }
+
+/// Leases held through `member_id`.
+async fn leases_through(pool: &PgPool, member_id: &str) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM work_queue WHERE broker_id = $1 AND lease_token IS NOT NULL")
+            .bind(member_id)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Applies `noop` resources `<prefix>-0..n` and waits until `total` tasks
+/// are leased.
+async fn apply_held(client: &Client, pool: &PgPool, prefix: &str, n: usize, total: i64) -> anyhow::Result<()> {
+    for i in 0..n {
+        client
+            .resources()
+            .apply_resource(apply("noop", &format!("{prefix}-{i}"), json!({})))
+            .await?;
+    }
+    eventually(Duration::from_secs(20), || async {
+        let leased = count(pool, "SELECT count(*) FROM work_queue WHERE lease_token IS NOT NULL").await?;
+        Ok((leased == total).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_successor_frees_the_leases_no_worker_resumed_after_a_short_grace() -> anyhow::Result<()> {
+    const HELD: usize = 4;
+    let fleet = Fleet::new().await?;
+    let addr = free_local_addr()?;
+    let address = format!("http://{addr}");
+    let env = [("MEMBER_IDENTITY", "pod-0")];
+    let mut first = converge_process_with(&fleet.url, &addr, &fleet.path("pod-0.1.log"), &env)?;
+    let client = connect_when_up(&address).await?;
+    uncapped_noop(&client).await?;
+    let predecessor = members(&client, true)
+        .await?
+        .into_iter()
+        .next()
+        .map(|m| m.member_id)
+        .ok_or_else(|| anyhow::anyhow!("no member"))?;
+
+    // Worker A holds its tasks for ten minutes and dies with the process:
+    // nobody resumes its leases. Worker B finishes its tasks 10 s after
+    // claiming them and survives: it resumes its leases on the successor.
+    let (record_a, record_b) = (fleet.record("a"), fleet.record("b"));
+    let mut worker_a = noop_worker(&address, HELD, 600_000, &record_a)?;
+    apply_held(&client, &fleet.pool, "lost", HELD, HELD as i64).await?;
+    let mut worker_b = noop_worker(&address, HELD, 10_000, &record_b)?;
+    apply_held(&client, &fleet.pool, "kept", HELD, 2 * HELD as i64).await?;
+    assert_eq!(leases_through(&fleet.pool, &predecessor).await?, 2 * HELD as i64);
+
+    // The reaper frees a lease 20 s after its last attestation: not before
+    // this long after the kill.
+    let last_attested: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM now() - min(heartbeat_at))::float8 FROM work_queue WHERE broker_id = $1",
+    )
+    .bind(&predecessor)
+    .fetch_one(&fleet.pool)
+    .await?;
+    let reaper_earliest = Duration::from_secs_f64((20.0 - last_attested).max(0.0));
+    signal(&first, Signal::SIGKILL)?;
+    worker_a.kill().await?;
+    let killed = std::time::Instant::now();
+    first.wait().await?;
+
+    let mut second = converge_process_with(&fleet.url, &addr, &fleet.path("pod-0.2.log"), &env)?;
+    connect_when_up(&address).await?;
+    eventually(Duration::from_secs(30), || async {
+        Ok((leases_through(&fleet.pool, &predecessor).await? == 0).then_some(()))
+    })
+    .await?;
+    let freed_after = killed.elapsed();
+    eprintln!("the predecessor's leases were all resumed or freed {freed_after:?} after the kill");
+    assert!(
+        freed_after >= converge_service::cluster::TAKEOVER_GRACE,
+        "freed after {freed_after:?}: before the takeover grace"
+    );
+    assert!(
+        freed_after + Duration::from_secs(2) < reaper_earliest,
+        "freed after {freed_after:?}, the reaper could have from {reaper_earliest:?}"
+    );
+
+    // Everything reaches Ready through worker B. Its resumed tasks ran once:
+    // had their leases been freed, their first results would have been
+    // fenced out and they would have run again.
+    eventually(Duration::from_secs(60), || async {
+        Ok((ready_count(&fleet.pool).await? == 2 * HELD as i64).then_some(()))
+    })
+    .await?;
+    let counts = worked(&record_b)?;
+    assert_eq!(counts.len(), 2 * HELD, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 1), "each ran once on B: {counts:?}");
+    assert!(worked(&record_a)?.is_empty());
+
+    worker_b.kill().await?;
+    stop_cleanly(&mut second).await?;
+    Ok(())
+}

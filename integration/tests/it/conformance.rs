@@ -378,9 +378,11 @@ async fn events_and_liveness(s: &mut Suite) -> anyhow::Result<()> {
         .collect();
     let warning = converge_proto::v1::EventType::Warning as i32;
     let normal = converge_proto::v1::EventType::Normal as i32;
+    let without_actor: Vec<(&str, &str, i32, &str)> = worker.iter().map(|e| (e.0, e.1, e.2, e.3)).collect();
     anyhow::ensure!(
-        worker.contains(&("conformance", "Observed", warning, "seen", "worker:anonymous"))
-            && worker.contains(&("worker", "Defaulted", normal, "", "worker:anonymous")),
+        without_actor.contains(&("conformance", "Observed", warning, "seen"))
+            && without_actor.contains(&("worker", "Defaulted", normal, ""))
+            && worker.iter().all(|e| common::is_plaintext_worker_actor(e.4)),
         "worker events {worker:?}"
     );
     Ok(())

@@ -15,10 +15,11 @@ use converge_integration::api::{apply, apply_manifest, work_kind};
 use converge_integration::eventually;
 use converge_integration::postgres::PrivateServer;
 use converge_integration::processes::{
-    connect_when_up, converge_process_with, free_local_addr, noop_worker, stop_cleanly,
+    connect_when_up, converge_process_with, free_local_addr, noop_worker, signal, stop_cleanly,
 };
 use converge_proto::v1::{GetResourceRequest, ListClusterMembersRequest};
 use converge_sdk::Client;
+use nix::sys::signal::Signal;
 use serde_json::json;
 use sqlx::postgres::PgPool;
 use tokio::process::Child;
@@ -291,6 +292,85 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
     pool.close().await;
     stop_cleanly(&mut worker).await?;
     stop_cleanly(&mut server).await?;
+    Ok(())
+}
+
+/// The drain's bound in these tests: `SHUTDOWN_TIMEOUT_SECS`.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn sigterm_with_the_database_down_exits_within_the_shutdown_bound() -> anyhow::Result<()> {
+    const PROCESSES: usize = 3;
+    let mut database = PrivateServer::primary().await?;
+    converge_service::db::ensure_database(&database.connect_options("postgres")?, "converge").await?;
+    let url = database.url("converge")?;
+    let scratch = tempfile::tempdir()?;
+    let timeout = SHUTDOWN_TIMEOUT.as_secs().to_string();
+    let mut nodes = Vec::new();
+    for i in 0..PROCESSES {
+        let addr = free_local_addr()?;
+        let log = scratch.path().join(format!("converge-{i}.log"));
+        let env = [("LOG_LEVEL", "info"), ("SHUTDOWN_TIMEOUT_SECS", timeout.as_str())];
+        let child = converge_process_with(&url, &addr, &log, &env)?;
+        let client = connect_when_up(&format!("http://{addr}")).await?;
+        nodes.push((child, client, log, addr));
+    }
+    // Work in flight: a worker holds leases through the first process, so
+    // its drain has streams to end as well.
+    apply_manifest(&nodes[0].1, work_manifest("noop", 1, None)).await?;
+    let mut worker = noop_worker(
+        &format!("http://{}", nodes[0].3),
+        8,
+        600_000,
+        &scratch.path().join("worked"),
+    )?;
+    for i in 0..8 {
+        nodes[0]
+            .1
+            .resources()
+            .apply_resource(apply("noop", &format!("held-{i}"), json!({})))
+            .await?;
+    }
+    let pool = PgPool::connect_with(database.connect_options("converge")?).await?;
+    eventually(Duration::from_secs(20), || async {
+        let leased: i64 = sqlx::query_scalar("SELECT count(*) FROM work_queue WHERE lease_token IS NOT NULL")
+            .fetch_one(&pool)
+            .await?;
+        Ok((leased > 0).then_some(()))
+    })
+    .await?;
+    pool.close().await;
+
+    database.stop().await?;
+    for (_, client, log, _) in &nodes {
+        wait_health(client, ServingStatus::NotServing, Duration::from_secs(5))
+            .await
+            .map_err(|e| with_log(e, log))?;
+    }
+    // All at once, as a rollout or a node drain does.
+    let began = Instant::now();
+    for (child, ..) in &nodes {
+        signal(child, Signal::SIGTERM)?;
+    }
+    // The documented bound: the shutdown timeout plus SHUTDOWN_CLEANUP (5 s),
+    // and a moment for the process to exit and be reaped.
+    let bound = SHUTDOWN_TIMEOUT + converge_service::server::SHUTDOWN_CLEANUP + Duration::from_secs(2);
+    for (child, _, log, _) in &mut nodes {
+        let status = match tokio::time::timeout_at((began + bound).into(), child.wait()).await {
+            Ok(status) => status?,
+            Err(_) => {
+                return Err(with_log(
+                    anyhow::anyhow!("a converge process still ran {:?} after SIGTERM", began.elapsed()),
+                    log,
+                ));
+            }
+        };
+        // A requested stop exits 0 even when the database kept it from
+        // leaving the registry (the row ages out).
+        assert!(status.success(), "exited with {status}");
+    }
+    eprintln!("{PROCESSES} processes exited {:?} after SIGTERM", began.elapsed());
+    worker.kill().await?;
     Ok(())
 }
 

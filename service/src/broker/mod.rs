@@ -273,8 +273,10 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<Streaming<wpb::WorkStreamRequest>>,
     ) -> Result<Response<Self::WorkStreamStream>, Status> {
-        let actor = format!("worker:{}", caller::identity(&request));
+        // Without a SPIFFE ID the peer address still tells workers apart
+        // (and is what `ListClusterMembers` lists); "anonymous" would not.
         let identity = caller::transport_identity(&request);
+        let actor = format!("worker:{identity}");
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
         let Some(wpb::WorkStreamRequest {

@@ -12,11 +12,21 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::db::notify::{Channel, Notifications, Subscription};
 use crate::domain::shard::{MemberLoad, ShardRange};
 use crate::store::StoreError;
 use crate::store::cluster::{self as store, MemberRegistration};
+use crate::store::leases::{self, Leased};
+
+/// How long a successor leaves its predecessor's leases to the workers that
+/// reconnect and resume them. A worker reconnects with a backoff of 100 ms
+/// doubling to a few seconds, so one that was connected when the
+/// predecessor died is back well within this; a lease nobody resumed by
+/// then belonged to a worker that died too, or to a result lost on the
+/// wire, and would otherwise wait for the reaper (20 s without attestation).
+pub const TAKEOVER_GRACE: Duration = Duration::from_secs(5);
 
 /// Membership timing.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +37,10 @@ pub struct MembershipTiming {
     pub liveness: Duration,
     /// A member whose heartbeat is older than this is deleted from the registry.
     pub gc_after: Duration,
+    /// How long after taking over from its predecessor a process waits for
+    /// workers to resume the predecessor's leases before freeing the rest
+    /// (ADR 37).
+    pub takeover_grace: Duration,
 }
 
 impl Default for MembershipTiming {
@@ -35,6 +49,7 @@ impl Default for MembershipTiming {
             heartbeat: Duration::from_secs(5),
             liveness: Duration::from_secs(15),
             gc_after: Duration::from_secs(300),
+            takeover_grace: TAKEOVER_GRACE,
         }
     }
 }
@@ -55,6 +70,8 @@ pub struct Membership {
     shards: watch::Receiver<Option<ShardRange>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// Frees the predecessor's unresumed leases after the takeover grace.
+    freeing: Option<JoinHandle<()>>,
 }
 
 impl Membership {
@@ -65,16 +82,26 @@ impl Membership {
         registration: MemberRegistration,
         timing: MembershipTiming,
     ) -> Result<Self, StoreError> {
+        let mut predecessors = Vec::new();
         if let Some(identity) = &registration.identity {
-            let gone = store::take_over(&pool, identity, &registration.member_id).await?;
-            if !gone.is_empty() {
-                tracing::info!(?gone, identity, "took over from this process's predecessor");
+            predecessors = store::take_over(&pool, identity, &registration.member_id).await?;
+            if !predecessors.is_empty() {
+                tracing::info!(gone = ?predecessors, identity, "took over from this process's predecessor");
             }
         }
         store::heartbeat(&pool, &registration, &MemberLoad::default()).await?;
         let range = store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await?;
         let (shards_tx, shards) = watch::channel(range);
         let (stop, stop_rx) = watch::channel(false);
+        // Only a successor has leases to free: nothing runs otherwise.
+        let freeing = (!predecessors.is_empty()).then(|| {
+            tokio::spawn(free_predecessor_leases(
+                pool.clone(),
+                predecessors,
+                timing.takeover_grace,
+                stop_rx.clone(),
+            ))
+        });
         let member_id = registration.member_id.clone();
         let load = Arc::new(LoadSlot::default());
         let task = tokio::spawn(heartbeat_loop(
@@ -94,6 +121,7 @@ impl Membership {
             shards,
             stop,
             task,
+            freeing,
         })
     }
 
@@ -114,16 +142,61 @@ impl Membership {
         self.shards.clone()
     }
 
-    /// Stops heartbeating, leaves the shard tiling (draining) and then the registry.
-    pub async fn leave(self) {
+    /// Stops heartbeating, leaves the shard tiling (draining) and then the
+    /// registry, giving up at `deadline` (a database that does not answer
+    /// would hold each statement for the pool's acquire timeout): the row
+    /// then ages out of the liveness window as a crashed member's does.
+    pub async fn leave(mut self, deadline: Instant) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
-        if let Err(e) = store::mark_draining(&self.pool, &self.member_id).await {
-            tracing::warn!(error = %e, "could not mark this member draining");
+        if let Some(freeing) = &self.freeing {
+            freeing.abort();
         }
-        match store::leave(&self.pool, &self.member_id).await {
-            Ok(()) => tracing::info!(member_id = %self.member_id, "left the cluster"),
-            Err(e) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
+        if tokio::time::timeout_at(deadline, &mut self.task).await.is_err() {
+            self.task.abort();
+        }
+        let steps = async {
+            if let Err(e) = store::mark_draining(&self.pool, &self.member_id).await {
+                tracing::warn!(error = %e, "could not mark this member draining");
+            }
+            store::leave(&self.pool, &self.member_id).await
+        };
+        match tokio::time::timeout_at(deadline, steps).await {
+            Ok(Ok(())) => tracing::info!(member_id = %self.member_id, "left the cluster"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not leave the cluster registry; it ages out"),
+            Err(_) => tracing::warn!("the database did not answer in time to leave the cluster registry; it ages out"),
+        }
+    }
+}
+
+/// After `grace`, frees the leases still held through `predecessors`
+/// (members this process took over from, so gone for certain): those no
+/// reconnecting worker resumed. Each release moves the lease's epoch, so a
+/// worker that resumes later, or a result of the old holder, is fenced out
+/// and the work runs again (at least once). On failure the reaper frees
+/// them as before, when their heartbeats lapse.
+async fn free_predecessor_leases(
+    pool: PgPool,
+    predecessors: Vec<String>,
+    grace: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = stop.changed() => return,
+        _ = tokio::time::sleep(grace) => {}
+    }
+    for table in [Leased::Tasks, Leased::Deliveries, Leased::Operations] {
+        let freed = tokio::select! {
+            _ = stop.changed() => return,
+            freed = leases::release_held_by(&pool, table, &predecessors) => freed,
+        };
+        match freed {
+            Ok(0) => {}
+            Ok(freed) => tracing::info!(
+                ?table,
+                freed,
+                "freed the leases no worker resumed from this process's predecessor"
+            ),
+            Err(e) => tracing::warn!(error = %e, ?table, "could not free the predecessor's leases; the reaper will"),
         }
     }
 }
@@ -181,27 +254,35 @@ async fn heartbeat_loop(
             _ = tick.tick() => true,
             _ = changes.recv() => false,
         };
-        if beat {
-            if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
-                tracing::warn!(error = %e, "cluster heartbeat failed");
-                continue;
+        let round = async {
+            if beat {
+                if let Err(e) = store::heartbeat(&pool, &registration, &load.current()).await {
+                    tracing::warn!(error = %e, "cluster heartbeat failed");
+                    return;
+                }
+                if let Err(e) = store::delete_stale(&pool, gc_secs).await {
+                    tracing::debug!(error = %e, "member GC failed");
+                }
             }
-            if let Err(e) = store::delete_stale(&pool, gc_secs).await {
-                tracing::debug!(error = %e, "member GC failed");
+            match store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await {
+                Ok(range) => {
+                    shards.send_if_modified(|current| {
+                        let changed = *current != range;
+                        if changed {
+                            tracing::info!(?range, "shard range changed");
+                            *current = range;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
             }
-        }
-        match store::assign_shards(&pool, &registration.member_id, timing.liveness_secs()).await {
-            Ok(range) => {
-                shards.send_if_modified(|current| {
-                    let changed = *current != range;
-                    if changed {
-                        tracing::info!(?range, "shard range changed");
-                        *current = range;
-                    }
-                    changed
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, "shard assignment failed"),
+        };
+        // A stop is heard while a statement waits on the database (up to the
+        // pool's acquire timeout when it is gone), not after.
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = round => {}
         }
     }
 }

@@ -101,7 +101,8 @@ pub struct ServeArgs {
     pub role: Role,
 
     /// Upper bound, in seconds, on graceful shutdown after SIGTERM/SIGINT:
-    /// in-flight calls get this long to finish before they are cut.
+    /// in-flight calls get this long to finish before they are cut. The
+    /// process exits within this plus 5 s, whatever the database does.
     #[arg(long, env = "SHUTDOWN_TIMEOUT_SECS", default_value_t = 10, global = true,
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_timeout_secs: u64,

@@ -25,6 +25,18 @@ pub const APPLICATION_NAME: &str = "converge";
 /// `application_name` of the read replica pool's sessions.
 pub const READ_APPLICATION_NAME: &str = "converge-read";
 
+/// Longest a fast shutdown of the embedded server is waited for by
+/// [`Database::close`] before an immediate one.
+const EMBEDDED_STOP_LIMIT: Duration = Duration::from_secs(30);
+
+/// Longest [`Database::close_by`] waits for the pools' connections to be
+/// returned.
+const POOL_CLOSE_LIMIT: Duration = Duration::from_secs(2);
+
+/// Least time [`Database::close_by`] gives the embedded server's fast
+/// shutdown, even past its deadline.
+const EMBEDDED_STOP_FLOOR: Duration = Duration::from_secs(1);
+
 /// Where the database is.
 #[derive(Debug, Clone)]
 pub enum DatabaseTarget {
@@ -136,10 +148,32 @@ impl Database {
 
     /// Closes the pool, then stops the embedded server (if any) and waits for it.
     pub async fn close(self) {
-        self.reads.close().await;
-        self.pool.close().await;
+        self.close_by(tokio::time::Instant::now() + EMBEDDED_STOP_LIMIT).await;
+    }
+
+    /// Like [`close`](Self::close), done by `deadline`: connections still
+    /// checked out after [`POOL_CLOSE_LIMIT`] (or at the deadline) are left
+    /// to end with the process, and an embedded server
+    /// whose fast shutdown has not finished gets an immediate one (crash-safe:
+    /// its next start replays the WAL). It is given at least
+    /// [`EMBEDDED_STOP_FLOOR`] however late it is, being this process's child.
+    pub async fn close_by(self, deadline: tokio::time::Instant) {
+        // Connections still checked out (a call cut at the drain's end, a
+        // connect the database never answered) are not worth waiting for:
+        // they end with the process, and PostgreSQL rolls back what they held.
+        let pool_deadline = deadline.min(tokio::time::Instant::now() + POOL_CLOSE_LIMIT);
+        if tokio::time::timeout_at(pool_deadline, self.reads.close())
+            .await
+            .is_err()
+            || tokio::time::timeout_at(pool_deadline, self.pool.close()).await.is_err()
+        {
+            tracing::warn!("the database pool did not close in time; leaving its connections");
+        }
         if let Some(server) = self.embedded {
-            let stopped = tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(30))).await;
+            let limit = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(EMBEDDED_STOP_FLOOR);
+            let stopped = tokio::task::spawn_blocking(move || server.stop(limit)).await;
             match stopped {
                 Ok(Ok(())) => tracing::info!("embedded PostgreSQL stopped"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "embedded PostgreSQL did not stop cleanly"),

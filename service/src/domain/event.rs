@@ -137,7 +137,7 @@ pub struct ReportedEvent {
     /// Structured detail (a JSON object), at most [`MAX_DETAIL_BYTES`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Value>,
-    /// Who reported it, e.g. "worker:anonymous".
+    /// Who reported it, e.g. "worker:spiffe://example.org/w" or "worker:10.0.0.7:51234".
     pub actor: String,
 }
 

@@ -72,7 +72,12 @@ pub fn spawn(pool: PgPool, config: ReaperConfig, mut stop: watch::Receiver<bool>
                         let operations = operations::reap(&pool, stale_secs, config.batch).await?;
                         Ok::<_, StoreError>((report, deliveries, operations))
                     };
-                    pause = match pass.await {
+                    // A stop is heard while a pass waits on the database, too.
+                    let passed = tokio::select! {
+                        _ = stop.changed() => return,
+                        passed = pass => passed,
+                    };
+                    pause = match passed {
                         Ok((report, deliveries, operations)) => {
                             count_recoveries(&report, deliveries, operations);
                             let chosen = if report != ReapReport::default()

@@ -109,11 +109,17 @@ pub fn spawn(pool: PgPool, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                _ = steps.tick() => match duty.step(&pool).await {
-                    Ok(0) => {}
-                    Ok(queued) => tracing::debug!(queued, "resyncs queued"),
-                    Err(e) => tracing::warn!(error = %e, "resync pass failed"),
-                },
+                _ = steps.tick() => {}
+            }
+            // A stop is heard while a step waits on the database, too.
+            let stepped = tokio::select! {
+                _ = stop.changed() => return,
+                stepped = duty.step(&pool) => stepped,
+            };
+            match stepped {
+                Ok(0) => {}
+                Ok(queued) => tracing::debug!(queued, "resyncs queued"),
+                Err(e) => tracing::warn!(error = %e, "resync pass failed"),
             }
         }
     })

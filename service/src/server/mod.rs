@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tonic::transport::server::TcpIncoming;
 
 use crate::api::{self, ApiState};
@@ -134,6 +135,21 @@ pub fn database_target(common: &CommonArgs) -> DatabaseTarget {
     }
 }
 
+/// What a drain may spend, beyond the in-flight calls' shutdown timeout,
+/// on the steps that may wait on the database: stopping the background
+/// loops, leaving the cluster registry, closing the pool and stopping the
+/// embedded PostgreSQL. So a process exits within `SHUTDOWN_TIMEOUT_SECS`
+/// plus this of a SIGTERM, whatever the database does.
+pub const SHUTDOWN_CLEANUP: Duration = Duration::from_secs(5);
+
+/// Longest the background loops get to stop before they are aborted.
+const LOOPS_STOP_LIMIT: Duration = Duration::from_secs(1);
+
+/// Longest leaving the cluster registry may take: a database that does not
+/// answer would otherwise hold each statement for the pool's acquire
+/// timeout, and the row ages out anyway.
+const LEAVE_LIMIT: Duration = Duration::from_secs(2);
+
 /// A started server.
 #[derive(Debug)]
 pub struct RunningServer {
@@ -156,7 +172,10 @@ impl RunningServer {
 
     /// Drains and stops: health flips to NOT_SERVING, the listener closes,
     /// in-flight calls get the shutdown timeout, then the cluster registry entry
-    /// and the database (embedded server included) are released.
+    /// and the database (embedded server included) are released. Resolves
+    /// within the shutdown timeout plus [`SHUTDOWN_CLEANUP`], whatever the
+    /// database does; a step that could not finish by then is abandoned
+    /// (the registry row ages out, the reaper frees leases).
     pub async fn shutdown(mut self) -> Result<(), ServeError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -220,10 +239,20 @@ struct Background {
 }
 
 impl Background {
-    async fn stop(self) {
+    /// Flips the loops' stop and waits for them until `deadline`; the ones
+    /// still running then (waiting on a database that does not answer) are
+    /// aborted. Every loop keeps its state in the database, where an
+    /// abandoned statement rolls back, so cutting one short loses nothing.
+    async fn stop(self, deadline: Instant) {
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        let mut tasks = self.tasks.into_iter();
+        while let Some(mut task) = tasks.next() {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                tracing::warn!("background loops did not stop in time; aborting them");
+                task.abort();
+                tasks.for_each(|task| task.abort());
+                return;
+            }
         }
     }
 }
@@ -453,28 +482,35 @@ async fn run(
     };
     let mut db_watch = tokio::time::interval(Duration::from_secs(1));
 
-    let outcome = tokio::select! {
-        served = &mut serve => served.map_err(ServeError::from),
-        _ = watch_embedded(&mut db, &mut db_watch) => Err(ServeError::EmbeddedDatabaseExited),
+    let (outcome, deadline) = tokio::select! {
+        served = &mut serve => (served.map_err(ServeError::from), Instant::now() + SHUTDOWN_CLEANUP),
+        _ = watch_embedded(&mut db, &mut db_watch) => {
+            (Err(ServeError::EmbeddedDatabaseExited), Instant::now() + SHUTDOWN_CLEANUP)
+        }
         _ = stop => {
+            // Everything from here on, the database included, ends by this
+            // deadline: a pod must exit within its grace period even when
+            // PostgreSQL is gone.
+            let deadline = Instant::now() + grace + SHUTDOWN_CLEANUP;
             // Flip health first so load balancers and meshes stop routing
             // here (for good: the database probe no longer changes it).
             health.drain().await;
             // Stop the background loops first: that ends open watch streams
             // (UNAVAILABLE), which would otherwise hold the drain open.
-            background.stop().await;
+            background.stop(Instant::now() + LOOPS_STOP_LIMIT).await;
             let _ = cut.send(());
-            match tokio::time::timeout(grace, &mut serve).await {
+            let outcome = match tokio::time::timeout(grace, &mut serve).await {
                 Ok(served) => served.map_err(ServeError::from),
                 Err(_) => {
                     tracing::warn!(?grace, "in-flight calls did not finish in time; cutting them");
                     Ok(())
                 }
-            }
+            };
+            (outcome, deadline)
         }
     };
-    membership.leave().await;
-    db.close().await;
+    membership.leave((Instant::now() + LEAVE_LIMIT).min(deadline)).await;
+    db.close_by(deadline).await;
     outcome
 }
 

@@ -106,8 +106,8 @@ pub async fn heartbeat(pool: &PgPool, member: &MemberRegistration, load: &Member
 
 /// Removes the registered members holding `identity` other than
 /// `member_id`: their successor is joining, so they are gone. Their leases
-/// stay, for workers that reconnect to resume them (the reaper frees the
-/// rest). Returns the removed member ids.
+/// stay, for workers that reconnect to resume them (the successor frees the
+/// rest after a grace, ADR 37). Returns the removed member ids.
 pub async fn take_over(pool: &PgPool, identity: &str, member_id: &str) -> StoreResult<Vec<String>> {
     measured("cluster.take_over", async move {
         sqlx::query_scalar("DELETE FROM cluster_members WHERE identity = $1 AND member_id <> $2 RETURNING member_id")

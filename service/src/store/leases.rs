@@ -109,3 +109,37 @@ pub async fn release(pool: &PgPool, table: Leased, broker: &str, tokens: &[Uuid]
     })
     .await
 }
+
+/// Releases every lease of `table` held through one of `brokers` (members
+/// known to be gone: a restarted process's predecessors), with a new epoch
+/// so a late result is dropped and others can claim them; wakes the brokers
+/// when any was freed. A task whose result already waits in the outbox is
+/// left to the drainer. Idempotent: a second call finds nothing. Returns
+/// how many were freed.
+pub async fn release_held_by(pool: &PgPool, table: Leased, brokers: &[String]) -> StoreResult<u64> {
+    measured("leases.release_held_by", async move {
+        if brokers.is_empty() {
+            return Ok(0);
+        }
+        let (also, held) = table.release();
+        let settled = match table {
+            Leased::Tasks => " AND NOT outcome_pending",
+            Leased::Deliveries | Leased::Operations => "",
+        };
+        // `lease_token IS NOT NULL` keeps the statement on the table's lease
+        // index: it reads the leased rows only, whatever the backlog.
+        let sql = format!(
+            "UPDATE {} SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, claim_epoch = claim_epoch + 1{also}
+             WHERE lease_token IS NOT NULL AND broker_id = ANY ($1) AND {held}{settled}",
+            table.table()
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(brokers).execute(pool).await?;
+        if done.rows_affected() > 0 {
+            sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+                .execute(pool)
+                .await?;
+        }
+        Ok(done.rows_affected())
+    })
+    .await
+}

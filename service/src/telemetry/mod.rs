@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod propagation;
 pub mod rpc;
 
+use std::io::IsTerminal as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
@@ -187,6 +188,7 @@ fn install_subscriber(format: LogFormat, filter: &str, tracer: Option<openteleme
     let output = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
             .with_target(false)
             .with_filter(filter)
             .boxed(),
@@ -219,6 +221,13 @@ fn install_subscriber(format: LogFormat, filter: &str, tracer: Option<openteleme
     installed
 }
 
+/// Whether log lines are coloured: only on a terminal (a file or a pipe
+/// would keep the escape codes), and never when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>).
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
 impl Telemetry {
     /// Flushes and stops the exporters (spans still buffered are sent).
     pub fn shutdown(self) {
@@ -233,5 +242,18 @@ impl Telemetry {
         {
             tracing::warn!(error = %e, "flushing metrics failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())));
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
     }
 }

@@ -476,6 +476,79 @@ async fn invalid_configuration_fails_fast_with_a_clear_message() -> anyhow::Resu
     Ok(())
 }
 
+/// Runs `converge serve` with `envs` and its stderr on a pipe, in the
+/// default text log format; returns the exit status and what it wrote.
+async fn refused_boot(envs: &[(&str, &str)]) -> anyhow::Result<(std::process::ExitStatus, String)> {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .env_remove("DATABASE_URL")
+        .env_remove("LOG_FORMAT")
+        .env_remove("NO_COLOR")
+        .env("LISTEN_ADDR", free_addr()?)
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    Ok((output.status, String::from_utf8_lossy(&output.stderr).into_owned()))
+}
+
+#[tokio::test]
+async fn a_refused_boot_is_one_line_without_colour_codes_on_a_pipe() -> anyhow::Result<()> {
+    let scratch = scratch_dir()?;
+    let missing = scratch.path().join("missing.pem").to_string_lossy().into_owned();
+    let data_dir = scratch.path().join("data").to_string_lossy().into_owned();
+    // Nothing listens on a port that was free a moment ago: connecting is refused.
+    let unreachable = format!("postgres://converge@{}/converge", free_addr()?);
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (&[("TLS_CERT_FILE", "c.pem")], "TLS needs both"),
+        (
+            &[("TLS_CERT_FILE", &missing), ("TLS_KEY_FILE", &missing)],
+            "TLS: cannot read",
+        ),
+        (
+            &[("DATABASE_URL", "mysql://x")],
+            "DATABASE_URL is not a valid PostgreSQL URL",
+        ),
+        (&[("DATABASE_URL", &unreachable)], "cannot reach PostgreSQL"),
+        (
+            &[
+                ("CONVERGE_DATA_DIR", &data_dir),
+                ("CONVERGE_PG_BINDIR", "/nonexistent/bin"),
+            ],
+            "apt-get install postgresql",
+        ),
+    ];
+    for (envs, expected) in cases {
+        let (status, stderr) = refused_boot(envs).await?;
+        assert_eq!(status.code(), Some(1), "{envs:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{envs:?}: one line, not {stderr:?}");
+        assert!(lines[0].starts_with("converge: "), "{envs:?}: {stderr:?}");
+        assert!(lines[0].contains(expected), "{envs:?}: {stderr:?}");
+        assert!(
+            !stderr.contains("\x1b["),
+            "{envs:?}: colour codes on a pipe: {stderr:?}"
+        );
+    }
+
+    // The log lines of a running server in a file are plain text too.
+    let url = empty_database_url().await?;
+    let mut converge = Converge::spawn(
+        &[],
+        &[("DATABASE_URL", &url), ("LOG_FORMAT", "text"), ("LOG_LEVEL", "info")],
+        scratch.path().join("text.log"),
+    )?;
+    converge.wait_serving().await?;
+    kill(converge.pid()?, Signal::SIGTERM)?;
+    assert!(converge.wait_exit(Duration::from_secs(15)).await?.success());
+    let log = converge.log();
+    assert!(log.contains("converge is serving"), "{log}");
+    assert!(!log.contains("\x1b["), "colour codes in a file: {log:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn missing_postgres_binaries_are_a_one_line_error() -> anyhow::Result<()> {
     let scratch = scratch_dir()?;

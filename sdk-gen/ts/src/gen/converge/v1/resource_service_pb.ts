@@ -649,8 +649,16 @@ export const DeleteResourceResponseSchema: GenMessage<DeleteResourceResponse> = 
  * both cases start over without resource_version, which begins with a
  * fresh snapshot); RESOURCE_EXHAUSTED when the client reads too slowly and
  * its buffer fills (resume from the last position received); INVALID_ARGUMENT for a malformed selector or
- * position; UNAVAILABLE when the server shuts down or loses the database
- * (resume, possibly on another server).
+ * position; UNAVAILABLE when the server shuts down (resume, possibly on
+ * another server).
+ *
+ * A watch following live changes stays open while the database restarts or
+ * is away: it delivers nothing meanwhile and continues where it was when the
+ * database is back, losing no change. A watch still catching up on older
+ * changes when the database goes away ends UNAVAILABLE with reason
+ * WATCH_UNAVAILABLE (resume from the last position received); one started
+ * while the database is away fails UNAVAILABLE at once with reason
+ * DATABASE_UNAVAILABLE (retry per RetryInfo).
  *
  * @generated from message converge.v1.WatchResourcesRequest
  */
