@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
-use converge_integration::api::{apply, events, find, json, object, wait_phase};
+use converge_integration::api::{self, apply, events, find, json, object, wait_phase};
 use converge_integration::pki::{TestCa, replace};
 use converge_integration::processes::{binary, free_local_addr, repository_root, run_checked, signal};
 use converge_integration::{TestDatabase, TestServer, eventually};
@@ -382,7 +382,7 @@ async fn events_and_liveness(s: &mut Suite) -> anyhow::Result<()> {
     anyhow::ensure!(
         without_actor.contains(&("conformance", "Observed", warning, "seen"))
             && without_actor.contains(&("worker", "Defaulted", normal, ""))
-            && worker.iter().all(|e| common::is_plaintext_worker_actor(e.4)),
+            && worker.iter().all(|e| api::is_plaintext_worker_actor(e.4)),
         "worker events {worker:?}"
     );
     Ok(())

@@ -317,7 +317,7 @@ async fn sigterm_with_the_database_down_exits_within_the_shutdown_bound() -> any
     }
     // Work in flight: a worker holds leases through the first process, so
     // its drain has streams to end as well.
-    apply_manifest(&nodes[0].1, work_manifest("noop", 1, None)).await?;
+    apply_manifest(&nodes[0].1, work_kind("noop", 1, None)).await?;
     let mut worker = noop_worker(
         &format!("http://{}", nodes[0].3),
         8,

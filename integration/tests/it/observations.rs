@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use converge_integration::api::{apply, apply_manifest, apply_ok, find, json, wait_phase};
+use converge_integration::api::{self, apply, apply_manifest, apply_ok, find, json, wait_phase};
 use converge_integration::processes::stdworker;
 use converge_integration::{TestServer, eventually};
 use converge_proto::v1::{
@@ -150,7 +150,7 @@ async fn worker_events_are_aggregated_into_runs_listed_and_watched() -> anyhow::
     assert!(
         probe
             .iter()
-            .all(|e| common::is_plaintext_worker_actor(&e.actor) && e.generation == 1),
+            .all(|e| api::is_plaintext_worker_actor(&e.actor) && e.generation == 1),
         "{probe:?}"
     );
     assert!(

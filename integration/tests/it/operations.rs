@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use converge_integration::api::{apply, apply_manifest, apply_ok, expect_error, fields, json, object};
+use converge_integration::api::{self, apply, apply_manifest, apply_ok, expect_error, fields, json, object};
 use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
@@ -256,7 +256,7 @@ async fn a_verb_invoked_on_a_hundred_resources_runs_exactly_once_each() -> anyho
     );
     // A worker without a SPIFFE ID is recorded by its peer address.
     assert!(
-        verb_events.iter().all(|e| common::is_plaintext_worker_actor(e.3)),
+        verb_events.iter().all(|e| api::is_plaintext_worker_actor(e.3)),
         "{verb_events:?}"
     );
 
