@@ -4,9 +4,12 @@
 //! the (kind, version) pairs the worker serves and reports ready, up to the
 //! worker's `max_inflight`, streams them down, and applies the results that
 //! come back through the database fence (lease token, claim epoch,
-//! generation, manifest version). When the stream ends, its leases are
-//! released at once so other workers can take the tasks; a worker that hangs
-//! silently stops attesting its leases and the reaper frees them.
+//! generation, manifest version). When a stream ends while this process
+//! stays up, its leases are released at once so other workers can take the
+//! tasks; when this process is shutting down they are kept for the worker to
+//! resume on its next stream (a successor under the same identity frees
+//! those nobody resumed, ADR 37). A worker that hangs silently stops
+//! attesting its leases and the reaper frees them.
 
 mod configs;
 mod registry;

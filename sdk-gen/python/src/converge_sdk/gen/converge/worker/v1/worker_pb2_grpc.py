@@ -50,9 +50,11 @@ class WorkerServiceStub:
     5. The broker pushes ProviderConfigUpdate whenever the default config of a
     served pair changes.
     6. If the stream breaks, handlers keep running; the worker reconnects with
-    exponential backoff and jitter and goes back to step 2. The broker
-    releases the leases of a dropped stream at once so other workers can
-    claim them.
+    exponential backoff and jitter and goes back to step 2, resuming the
+    leases it still holds. A broker that stays up releases the leases of a
+    dropped stream at once so other workers can claim them; a broker that
+    is shutting down keeps them for the worker to resume on its next stream
+    (its successor frees those nobody resumed after a short grace).
 
     Fence: every StageComplete echoes lease_token, claim_epoch, generation and
     manifest_version from its StageTask. The broker applies a completion only
@@ -106,9 +108,11 @@ class WorkerServiceServicer:
     5. The broker pushes ProviderConfigUpdate whenever the default config of a
     served pair changes.
     6. If the stream breaks, handlers keep running; the worker reconnects with
-    exponential backoff and jitter and goes back to step 2. The broker
-    releases the leases of a dropped stream at once so other workers can
-    claim them.
+    exponential backoff and jitter and goes back to step 2, resuming the
+    leases it still holds. A broker that stays up releases the leases of a
+    dropped stream at once so other workers can claim them; a broker that
+    is shutting down keeps them for the worker to resume on its next stream
+    (its successor frees those nobody resumed after a short grace).
 
     Fence: every StageComplete echoes lease_token, claim_epoch, generation and
     manifest_version from its StageTask. The broker applies a completion only
@@ -186,9 +190,11 @@ class WorkerService:
     5. The broker pushes ProviderConfigUpdate whenever the default config of a
     served pair changes.
     6. If the stream breaks, handlers keep running; the worker reconnects with
-    exponential backoff and jitter and goes back to step 2. The broker
-    releases the leases of a dropped stream at once so other workers can
-    claim them.
+    exponential backoff and jitter and goes back to step 2, resuming the
+    leases it still holds. A broker that stays up releases the leases of a
+    dropped stream at once so other workers can claim them; a broker that
+    is shutting down keeps them for the worker to resume on its next stream
+    (its successor frees those nobody resumed after a short grace).
 
     Fence: every StageComplete echoes lease_token, claim_epoch, generation and
     manifest_version from its StageTask. The broker applies a completion only
