@@ -1,6 +1,7 @@
 //! `resources` and `resource_conditions`: reads, writes and keyset pages.
 
 use super::measured::measured;
+use super::small_version;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
@@ -265,7 +266,7 @@ pub async fn insert_many(
         let kinds: Vec<&str> = sorted.iter().map(|d| d.kind).collect();
         let versions: Vec<i16> = sorted
             .iter()
-            .map(|d| i16::try_from(d.kind_version).unwrap_or(i16::MAX))
+            .map(|d| small_version(d.kind_version))
             .collect();
         let names: Vec<&str> = sorted.iter().map(|d| d.name).collect();
         let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
@@ -363,7 +364,7 @@ pub async fn update_desired(
              RETURNING id",
         )
         .bind(id)
-        .bind(i16::try_from(desired.kind_version).unwrap_or(i16::MAX))
+        .bind(small_version(desired.kind_version))
         .bind(Json(desired.labels))
         .bind(Json(desired.spec))
         .bind(desired.provider_config.is_some())
@@ -514,9 +515,7 @@ pub async fn list_in(
             query.push(" AND r.kind = ").push_bind(kind.clone());
         }
         if let Some(version) = filter.kind_version {
-            query
-                .push(" AND r.kind_version = ")
-                .push_bind(i16::try_from(version).unwrap_or(i16::MAX));
+            query.push(" AND r.kind_version = ").push_bind(small_version(version));
         }
         if !filter.phases.is_empty() {
             let phases: Vec<String> = filter.phases.iter().map(|p| p.as_db().to_owned()).collect();
@@ -720,7 +719,7 @@ pub async fn names_of_kind(
     measured("resources.names_of_kind", async move {
         sqlx::query_scalar("SELECT name FROM resources WHERE kind = $1 AND kind_version = $2 ORDER BY name LIMIT $3")
             .bind(kind)
-            .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+            .bind(small_version(kind_version))
             .bind(limit)
             .fetch_all(conn)
             .await
@@ -745,7 +744,7 @@ pub async fn specs_of_kind(
              ORDER BY id LIMIT $4",
         )
         .bind(kind)
-        .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+        .bind(small_version(kind_version))
         .bind(after_id)
         .bind(limit)
         .fetch_all(conn)

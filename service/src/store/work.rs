@@ -2,6 +2,7 @@
 //! reaper's backstops.
 
 use super::measured::measured;
+use super::small_version;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -216,7 +217,7 @@ pub async fn claim(
         sqlx::query_as("SELECT * FROM claim_work($1, $2, $3, $4, $5, $6)")
             .bind(broker)
             .bind(kind)
-            .bind(i16::try_from(kind_version).unwrap_or(i16::MAX))
+            .bind(small_version(kind_version))
             .bind(i32::try_from(limit).unwrap_or(i32::MAX))
             .bind(own.lo)
             .bind(own.hi)
