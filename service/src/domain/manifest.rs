@@ -1,8 +1,9 @@
 //! Kind manifests: the domain types, their legality rules and their content hash.
 //!
-//! The reaction rules here have a twin in the database, `kind_reactions_violation()` (migration
-//! `0002_manifest_rules.sql`), which a CHECK constraint on `kind_manifest` evaluates: both must
-//! accept and refuse exactly the same reaction sets. Change them together.
+//! The reaction rules here have a twin in the database, `kind_reactions_rules()` (in
+//! `migrations/functions/kinds.sql`, behind the `kind_reactions_violation()` wrapper that a CHECK
+//! constraint on `kind_manifest` evaluates): both must accept and refuse exactly the same reaction
+//! sets. Change them together.
 //!
 //! Empty strings are treated as absent throughout (proto3 cannot tell `""` from unset): a verb or
 //! finalizer of `Some("")` means the same as `None`, and so does a `finalizer_name` of `Some("")`.

@@ -1,5 +1,6 @@
 //! Agreement between the manifest rules in Rust (`validate_reactions`) and in
-//! the database (`kind_reactions_violation`, migration 0002, behind the
+//! the database (`kind_reactions_violation`, the wrapper over the rules in
+//! migrations/functions/kinds.sql, behind the
 //! `kind_manifest` CHECK constraint), on a real migrated database.
 
 // Set-up helpers outside #[test] functions may panic too.
