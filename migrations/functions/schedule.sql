@@ -12,6 +12,9 @@ AS $function$ SELECT make_interval(secs => least(60, power(2, greatest(p_attempt
 -- 'reconcile' or 'delete'; p_cause the task's cause (NULL for the stage's own
 -- trigger). A resource that already has a task of that type is handled by
 -- p_on_conflict:
+--   'new'     none can: the resources were created by this statement (a
+--             plain insert, which a conflict fails: the create path, the
+--             hottest writer, pays no speculative insertion);
 --   'keep'    the task stays as it is;
 --   'advance' it is re-pointed at a newer generation (or another kind
 --             version) and its lease revoked (claim_epoch + 1), so the result
@@ -36,6 +39,13 @@ BEGIN
         RETURN 0;
     END IF;
     CASE p_on_conflict
+    WHEN 'new' THEN
+        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                cause, trace_context)
+        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+               p_cause, v_trace
+        FROM unnest(p_tasks) t
+        ORDER BY t.resource_id;
     WHEN 'keep' THEN
         INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
                                 cause, trace_context)

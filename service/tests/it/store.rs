@@ -778,6 +778,11 @@ async fn the_one_queue_writer_keeps_advances_or_hurries_an_existing_task() -> an
         "a leased task is left to its holder"
     );
 
+    let duplicate = enqueue(&mut conn, id, 3, None, "new").await;
+    assert!(
+        duplicate.is_err_and(|e| e.to_string().contains("duplicate key")),
+        "'new' is for resources created in the same statement: a task that exists is a bug"
+    );
     let unknown = enqueue(&mut conn, id, 3, None, "sometimes").await;
     assert!(unknown.is_err_and(|e| e.to_string().contains("unknown conflict rule")));
     Ok(())

@@ -29,6 +29,6 @@ woken AS (
 queued AS (
     SELECT enqueue_tasks(array_agg(ROW(c.id, c.kind, c.kind_version, c.generation, k.manifest_version,
                                        c.shard_id)::task_candidate ORDER BY c.id),
-                         'reconcile', NULL, 'advance')
+                         'reconcile', NULL, 'new')
     FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
 )
