@@ -26,6 +26,8 @@ AS $function$ SELECT make_interval(secs => least(60, power(2, greatest(p_attempt
 -- reads as NULL). Rows go in resource-id order, as every queue writer takes
 -- them, so two writers wait on each other instead of deadlocking. Wakes the
 -- brokers when anything changed; returns how many tasks were queued or changed.
+-- The four INSERTs differ only in their ON CONFLICT clause, which SQL cannot
+-- take as a value; dynamic SQL would give up the cached plans.
 CREATE OR REPLACE FUNCTION enqueue_tasks(p_tasks task_candidate[], p_task_type text, p_cause text,
                                          p_on_conflict text)
  RETURNS integer

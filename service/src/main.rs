@@ -146,6 +146,8 @@ async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<Runni
         .clone()
         .filter(|url| !url.trim().is_empty());
     let running = server::start(config).await.context("starting the server")?;
-    tracing::info!(addr = %running.local_addr(), "converge is serving");
+    if let Some(addr) = running.local_addr() {
+        tracing::info!(%addr, "converge is serving");
+    }
     Ok(running)
 }
