@@ -271,7 +271,9 @@ impl Builder {
 }
 
 /// A running converge, embedded or remote, with the application's providers
-/// served. Stop it with [`Converge::shutdown`].
+/// served. Stop it with [`Converge::shutdown`]; dropped without it, the
+/// control plane and the providers run on until the Tokio runtime ends, and
+/// an embedded PostgreSQL stops when the process does.
 #[derive(Debug)]
 pub struct Converge {
     client: Client,
