@@ -347,11 +347,32 @@ mod tests {
             .await?;
         let feed = Feed::start(&pool);
         let mut work = feed.subscribe(&[Channel::WorkReady]).await?;
-        // The pool's only connection is free for queries while listening.
-        notify(&pool, Channel::WorkReady, "x").await?;
-        assert_eq!(notified(&mut work).await, Some((Channel::WorkReady, "x".into())));
-        feed.stop().await?;
-        Ok(())
+        // The pool's only connection is free for queries while listening: each
+        // NOTIFY goes through it, and one comes back. (Several tries, since a
+        // listener that reconnects in between loses what was sent meanwhile;
+        // were the connection taken, the first NOTIFY would fail to acquire.)
+        let mut seen = Vec::new();
+        for attempt in 0..20 {
+            let payload = format!("x-{attempt}");
+            notify(&pool, Channel::WorkReady, &payload).await?;
+            let heard = tokio::time::timeout(Duration::from_secs(1), async {
+                loop {
+                    let notice = work.recv().await;
+                    seen.push(notice.clone());
+                    if let Notice::Notified { payload: p, .. } = notice
+                        && *p == *payload
+                    {
+                        break;
+                    }
+                }
+            })
+            .await;
+            if heard.is_ok() {
+                feed.stop().await?;
+                return Ok(());
+            }
+        }
+        panic!("no NOTIFY through a pool of one came back; notices: {seen:?}");
     }
 
     #[tokio::test]
