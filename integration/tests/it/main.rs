@@ -24,6 +24,7 @@ mod kinds;
 mod mixed_languages;
 mod observations;
 mod operations;
+mod probes;
 mod provider_configs;
 mod quarantine;
 mod reactors;

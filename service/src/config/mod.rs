@@ -107,6 +107,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_timeout_secs: u64,
 
+    /// Plain-HTTP probe listener (`HOST:PORT`): `/livez` and `/healthz`
+    /// (the process runs; never asks the database) and `/readyz` (gRPC
+    /// health is SERVING), plus `/metrics` when metrics are on. On by
+    /// default; an empty value switches it off. Use `0.0.0.0:8081` in a pod.
+    #[arg(long, env = "HEALTH_ADDR", default_value = DEFAULT_HEALTH_ADDR, global = true,
+          value_parser = parse_optional_addr)]
+    pub health_addr: OptionalAddr,
+
     /// Stable identity of this process across restarts (a pod name, say).
     /// A process joining under the identity of a registered member is its
     /// successor and takes its shards over at once; it must be unique among
@@ -124,6 +132,10 @@ pub struct ServeArgs {
     pub telemetry: TelemetryArgs,
 }
 
+/// The probe listener's default address (`HEALTH_ADDR`): loopback, like the
+/// gRPC listener's, on the fixed port the chart and the image use.
+pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:8081";
+
 /// Telemetry options. Beyond these, the standard `OTEL_*` variables are
 /// honoured: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
 /// `OTEL_TRACES_SAMPLER`(`_ARG`), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
@@ -133,7 +145,9 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct TelemetryArgs {
     /// Plain-HTTP listener (`HOST:PORT`) serving Prometheus text metrics at
-    /// `/metrics` and probes at `/livez` and `/readyz`. Off when unset.
+    /// `/metrics` (and the probes, as `HEALTH_ADDR` does); setting it turns
+    /// metrics on. Off when unset. May equal `HEALTH_ADDR`: one listener
+    /// then serves both.
     #[arg(long, env = "METRICS_ADDR", global = true, value_parser = parse_optional_addr)]
     pub metrics_addr: Option<OptionalAddr>,
 
@@ -351,12 +365,16 @@ fn parse_member_identity(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// The defaults of the command line, except that an in-process server (a
+/// test, an embedding) binds no probe listener unless asked to: many of
+/// them run side by side and none has a pod's prober.
 impl Default for ServeArgs {
     fn default() -> Self {
         Self {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
             role: Role::All,
             shutdown_timeout_secs: 10,
+            health_addr: OptionalAddr(None),
             member_identity: None,
             tls: TlsArgs::default(),
             telemetry: TelemetryArgs::default(),
@@ -365,6 +383,22 @@ impl Default for ServeArgs {
 }
 
 impl ServeArgs {
+    /// The plain-HTTP listeners to bind, each with the setting it comes
+    /// from: `HEALTH_ADDR` (unless switched off) and `METRICS_ADDR` (when
+    /// set to another address).
+    pub fn http_listeners(&self) -> Vec<(SocketAddr, &'static str)> {
+        let mut listeners = Vec::new();
+        if let Some(addr) = self.health_addr.0 {
+            listeners.push((addr, "HEALTH_ADDR"));
+        }
+        if let Some(addr) = self.telemetry.metrics_addr()
+            && self.health_addr.0 != Some(addr)
+        {
+            listeners.push((addr, "METRICS_ADDR"));
+        }
+        listeners
+    }
+
     /// The graceful-shutdown bound as a duration.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
@@ -652,6 +686,29 @@ mod tests {
             let err = transport(args).err().unwrap_or_default();
             assert!(err.contains(expected), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_probe_listener_is_on_by_default_and_shares_a_port_with_metrics() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["converge"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|cli| cli.serve.http_listeners())
+        };
+        let health: SocketAddr = DEFAULT_HEALTH_ADDR.parse().expect("a socket address");
+        assert_eq!(parse(&[]).ok(), Some(vec![(health, "HEALTH_ADDR")]));
+        assert_eq!(parse(&["--health-addr", ""]).ok(), Some(vec![]));
+        let metrics: SocketAddr = "0.0.0.0:9464".parse().expect("a socket address");
+        assert_eq!(
+            parse(&["--metrics-addr", "0.0.0.0:9464"]).ok(),
+            Some(vec![(health, "HEALTH_ADDR"), (metrics, "METRICS_ADDR")])
+        );
+        assert_eq!(
+            parse(&["--metrics-addr", "0.0.0.0:9464", "--health-addr", "0.0.0.0:9464"]).ok(),
+            Some(vec![(metrics, "HEALTH_ADDR")])
+        );
+        assert!(parse(&["--health-addr", "localhost:8081"]).is_err());
+        assert!(ServeArgs::default().http_listeners().is_empty());
     }
 
     #[test]
