@@ -19,6 +19,7 @@ mod engine;
 mod engine_processes;
 mod foundation;
 mod graph;
+mod helm_chart;
 mod kind_versions;
 mod kinds;
 mod mixed_languages;

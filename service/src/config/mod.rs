@@ -136,12 +136,30 @@ pub struct ServeArgs {
 /// gRPC listener's, on the fixed port the chart and the image use.
 pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:8081";
 
-/// Telemetry options. Beyond these, the standard `OTEL_*` variables are
-/// honoured: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
-/// `OTEL_TRACES_SAMPLER`(`_ARG`), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
-/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, `OTEL_EXPORTER_OTLP_TIMEOUT`,
-/// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_TRACES_EXPORTER=none`,
-/// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true`.
+/// The standard OpenTelemetry variables converge honours beyond its own
+/// flags (read by the OpenTelemetry SDK and `telemetry`; docs/operations.md).
+/// Deployment manifests may set these and the flags' variables, nothing else
+/// (the Helm chart's test holds it to that).
+pub const OTEL_VARIABLES: &[&str] = &[
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_SDK_DISABLED",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+];
+
+/// Telemetry options. Beyond these, the standard `OTEL_*` variables of
+/// [`OTEL_VARIABLES`] are honoured (`OTEL_TRACES_EXPORTER=none`,
+/// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true` switch signals off).
 #[derive(Debug, Clone, Default, Args)]
 pub struct TelemetryArgs {
     /// Plain-HTTP listener (`HOST:PORT`) serving Prometheus text metrics at
