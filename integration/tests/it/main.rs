@@ -20,6 +20,7 @@ mod engine_processes;
 mod foundation;
 mod graph;
 mod helm_chart;
+mod image;
 mod kind_versions;
 mod kinds;
 mod mixed_languages;
