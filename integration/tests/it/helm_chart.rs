@@ -121,11 +121,16 @@ fn env_of(container: &Value) -> Vec<(String, Option<String>)> {
 }
 
 fn env_value(container: &Value, name: &str) -> Option<String> {
-    env_of(container).into_iter().find(|(n, _)| n == name).and_then(|(_, v)| v)
+    env_of(container)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v)
 }
 
 fn port_of_addr(addr: &str) -> Option<u64> {
-    addr.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok())
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
 }
 
 /// The checks every rendered values set must pass; returns the Deployments'
@@ -161,10 +166,17 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
         }
 
         // The listeners' ports are the container's ports.
-        for (var, port) in [("LISTEN_ADDR", "grpc"), ("HEALTH_ADDR", "health"), ("METRICS_ADDR", "metrics")] {
+        for (var, port) in [
+            ("LISTEN_ADDR", "grpc"),
+            ("HEALTH_ADDR", "health"),
+            ("METRICS_ADDR", "metrics"),
+        ] {
             let set = env_value(container, var).and_then(|a| port_of_addr(&a));
             if set != port_named(port) {
-                wrong.push(format!("{name}: {var} port {set:?}, container port {port} {:?}", port_named(port)));
+                wrong.push(format!(
+                    "{name}: {var} port {set:?}, container port {port} {:?}",
+                    port_named(port)
+                ));
             }
         }
         // Probes: liveness on /livez, readiness on /readyz, on the health port.
@@ -178,7 +190,9 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
         // Graceful shutdown: the pod's grace period covers the preStop sleep,
         // then SIGTERM's drain bound (SHUTDOWN_TIMEOUT_SECS + SHUTDOWN_CLEANUP).
         let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(0);
-        let pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"].as_u64().unwrap_or(0);
+        let pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+            .as_u64()
+            .unwrap_or(0);
         let timeout: u64 = env_value(container, "SHUTDOWN_TIMEOUT_SECS")
             .and_then(|t| t.parse().ok())
             .unwrap_or(10);
@@ -195,7 +209,10 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
             || security["allowPrivilegeEscalation"] != false
             || security["readOnlyRootFilesystem"] != true
         {
-            wrong.push(format!("{name}: security context {security} / {}", pod["securityContext"]));
+            wrong.push(format!(
+                "{name}: security context {security} / {}",
+                pod["securityContext"]
+            ));
         }
 
         // TLS files are where the Secret volumes are mounted.
@@ -243,7 +260,10 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
             }
             for port in service["spec"]["ports"].as_array().into_iter().flatten() {
                 if port_named(str_of(&port["targetPort"])).is_none() {
-                    wrong.push(format!("{name}: Service {} targets {}", service["metadata"]["name"], port));
+                    wrong.push(format!(
+                        "{name}: Service {} targets {}",
+                        service["metadata"]["name"], port
+                    ));
                 }
             }
         }
@@ -258,7 +278,10 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
                 .is_some_and(|m| m.iter().all(|(k, v)| &labels[k] == v))
         });
         if !selected {
-            wrong.push(format!("{name}: Service {} selects no pod", service["metadata"]["name"]));
+            wrong.push(format!(
+                "{name}: Service {} selects no pod",
+                service["metadata"]["name"]
+            ));
         }
     }
     anyhow::ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -269,7 +292,13 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
 #[test]
 fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
     let chart = chart();
-    let examples = ["minimal.yaml", "all-in-one.yaml", "ha-tls.yaml", "istio.yaml", "linkerd.yaml"];
+    let examples = [
+        "minimal.yaml",
+        "all-in-one.yaml",
+        "ha-tls.yaml",
+        "istio.yaml",
+        "linkerd.yaml",
+    ];
     for name in examples {
         let values = chart.join("examples").join(name);
         run_helm(&[
@@ -304,7 +333,12 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no control Deployment"))?;
     let container = &control["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(control["spec"]["replicas"], 3);
-    for var in ["TLS_CLIENT_CA_FILE", "ALLOWED_API_IDENTITIES", "METRICS_ADDR", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
+    for var in [
+        "TLS_CLIENT_CA_FILE",
+        "ALLOWED_API_IDENTITIES",
+        "METRICS_ADDR",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ] {
         assert!(env_value(container, var).is_some(), "ha-tls: {var} unset");
     }
     let read_url = env_of(container).iter().any(|(n, _)| n == "DATABASE_READ_URL");
@@ -327,7 +361,10 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
             let listen = env_value(&template["spec"]["containers"][0], "LISTEN_ADDR");
             assert_eq!(listen.as_deref(), Some("0.0.0.0:50051"), "{name}");
         }
-        for service in of_kind(&documents, "Service").into_iter().filter(|s| s["spec"]["clusterIP"] != "None") {
+        for service in of_kind(&documents, "Service")
+            .into_iter()
+            .filter(|s| s["spec"]["clusterIP"] != "None")
+        {
             assert_eq!(service["spec"]["ports"][0]["name"], "grpc", "{name}");
             assert_eq!(service["spec"]["ports"][0]["appProtocol"], "grpc", "{name}");
         }
@@ -335,25 +372,43 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
 
     // The checks bite: a variable converge does not read, a grace period
     // shorter than the drain.
-    let typo = render("minimal.yaml", &["extraEnv[0].name=SHUTDOWN_TIMEOUT", "extraEnv[0].value=ten"])?;
-    let err = check_manifests("typo", &typo).err().map(|e| e.to_string()).unwrap_or_default();
+    let typo = render(
+        "minimal.yaml",
+        &["extraEnv[0].name=SHUTDOWN_TIMEOUT", "extraEnv[0].value=ten"],
+    )?;
+    let err = check_manifests("typo", &typo)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("SHUTDOWN_TIMEOUT is no converge setting"), "{err}");
     let mut short = render("minimal.yaml", &["shutdown.shutdownTimeoutSecs=30"])?;
     for document in short.iter_mut().filter(|d| d["kind"] == "Deployment") {
         document["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 39.into();
     }
-    let err = check_manifests("short", &short).err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(err.contains("grace 39 s < preStop 5 + shutdown 30 + cleanup 5"), "{err}");
+    let err = check_manifests("short", &short)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("grace 39 s < preStop 5 + shutdown 30 + cleanup 5"),
+        "{err}"
+    );
 
     // The schema refuses wrong types; the templates refuse contradictions.
     for (sets, expected) in [
         (&["control.replicas=two"][..], "want integer"),
         (&["topology=mesh"][..], "topology"),
         (&["tls.enabled=yes"][..], "want boolean"),
-        (&["identities.api[0]=spiffe://td/a"][..], "identities need tls.clientCA.enabled"),
+        (
+            &["identities.api[0]=spiffe://td/a"][..],
+            "identities need tls.clientCA.enabled",
+        ),
         (&["shutdown.terminationGracePeriodSeconds=12"][..], "must be at least"),
     ] {
-        let err = render("minimal.yaml", sets).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = render("minimal.yaml", sets)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains(expected), "{sets:?}: {err}");
     }
     Ok(())

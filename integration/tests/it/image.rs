@@ -38,7 +38,10 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 fn podman() -> Command {
     let mut command = Command::new("podman");
     command
-        .env("CONTAINERS_CONF", repository_root().join("deploy/image/containers.conf"))
+        .env(
+            "CONTAINERS_CONF",
+            repository_root().join("deploy/image/containers.conf"),
+        )
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
@@ -65,7 +68,10 @@ async fn build(flavour: &str) -> anyhow::Result<String> {
     command
         .args(["--flavour", flavour, "--tag", &tag, "--binary"])
         .arg(&converge)
-        .env("CONTAINERS_CONF", repository_root().join("deploy/image/containers.conf"))
+        .env(
+            "CONTAINERS_CONF",
+            repository_root().join("deploy/image/containers.conf"),
+        )
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let began = Instant::now();
@@ -81,7 +87,10 @@ struct Image(String);
 impl Drop for Image {
     fn drop(&mut self) {
         let _ = std::process::Command::new("podman")
-            .env("CONTAINERS_CONF", repository_root().join("deploy/image/containers.conf"))
+            .env(
+                "CONTAINERS_CONF",
+                repository_root().join("deploy/image/containers.conf"),
+            )
             .args(["rmi", "--force", &self.0])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -97,7 +106,11 @@ async fn check_config(tag: &str, flavour: &str) -> anyhow::Result<()> {
     assert_eq!(config["User"], "10001:10001", "{config}");
     assert_eq!(config["Entrypoint"][0], "/usr/local/bin/converge", "{config}");
     let labels = &config["Labels"];
-    assert_eq!(labels["org.opencontainers.image.version"], env!("CARGO_PKG_VERSION"), "{labels}");
+    assert_eq!(
+        labels["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION"),
+        "{labels}"
+    );
     let revision = labels["org.opencontainers.image.revision"].as_str().unwrap_or_default();
     assert!(revision.len() >= 40, "revision label: {revision}");
     assert_eq!(labels["dev.converge.flavour"], flavour, "{labels}");
@@ -144,7 +157,10 @@ async fn the_server_image_serves_reconciles_and_drains() -> anyhow::Result<()> {
         .await?
         .into_inner()
         .status;
-    assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
     // The command line on the host applies a kind and a resource; a worker on
     // the host makes it Ready.
@@ -174,9 +190,12 @@ async fn the_server_image_serves_reconciles_and_drains() -> anyhow::Result<()> {
     let applied = apply.wait_with_output().await?;
     anyhow::ensure!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
     let mut worker = noop_worker(&server, 4, 0, &scratch.path().join("worked"))?;
-    tokio::time::timeout(Duration::from_secs(30), wait_phase(&client, "noop", "hello", Phase::Ready))
-        .await
-        .map_err(|_| in_log(anyhow::anyhow!("hello did not become Ready")))??;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        wait_phase(&client, "noop", "hello", Phase::Ready),
+    )
+    .await
+    .map_err(|_| in_log(anyhow::anyhow!("hello did not become Ready")))??;
     worker.kill().await?;
 
     // SIGTERM (podman passes it on): exit 0 within the drain's bound.
@@ -205,14 +224,19 @@ async fn the_all_in_one_image_runs_the_demo() -> anyhow::Result<()> {
         .args(["run", "--rm", "--read-only", "-p", &format!("127.0.0.1:{port}:50051")])
         .arg(&image.0)
         .args(["dev", "--delay-ms", "20"])
-        .stdout(Stdio::from(std::fs::File::create(scratch.path().join("container.out"))?))
+        .stdout(Stdio::from(std::fs::File::create(
+            scratch.path().join("container.out"),
+        )?))
         .stderr(Stdio::from(std::fs::File::create(&log)?))
         .spawn()?;
     let server = format!("http://127.0.0.1:{port}");
     let client = connect_when_up(&server).await.map_err(|e| with_log(e, &log))?;
-    tokio::time::timeout(Duration::from_secs(120), wait_phase(&client, "bom", "demo", Phase::Ready))
-        .await
-        .map_err(|_| with_log(anyhow::anyhow!("the demo did not become Ready"), &log))??;
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        wait_phase(&client, "bom", "demo", Phase::Ready),
+    )
+    .await
+    .map_err(|_| with_log(anyhow::anyhow!("the demo did not become Ready"), &log))??;
     // The host's command line sees the demo's tree.
     let tree = output(
         Command::new(binary("converge")?).args(["get", "resources", "-o", "name", "--server", &server]),

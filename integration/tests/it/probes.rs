@@ -20,19 +20,16 @@ async fn status(addr: &str, path: &str) -> u16 {
 
 /// Waits until `GET path` answers `code`.
 async fn wait_status(addr: &str, path: &str, code: u16, within: Duration) -> anyhow::Result<()> {
-    eventually(within, || async { Ok((status(addr, path).await == code).then_some(())) })
-        .await
-        .map_err(|e| anyhow::anyhow!("{path} did not answer {code}: {e}"))
+    eventually(within, || async {
+        Ok((status(addr, path).await == code).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{path} did not answer {code}: {e}"))
 }
 
 /// Liveness stays 200 for `period`, readiness stays `ready`, and the
 /// process keeps running.
-async fn holds(
-    addr: &str,
-    ready: u16,
-    period: Duration,
-    child: &mut tokio::process::Child,
-) -> anyhow::Result<()> {
+async fn holds(addr: &str, ready: u16, period: Duration, child: &mut tokio::process::Child) -> anyhow::Result<()> {
     let until = Instant::now() + period;
     while Instant::now() < until {
         assert_eq!(status(addr, "/livez").await, 200, "/livez");
@@ -70,7 +67,11 @@ async fn liveness_ignores_the_database_and_readiness_follows_serving() -> anyhow
     let _client = connect_when_up(&format!("http://{addr}")).await?;
     wait_status(&health, "/readyz", 200, Duration::from_secs(5)).await?;
     let (code, body) = http_get(&health, "/metrics").await?;
-    assert_eq!((code, body.as_str()), (404, "metrics are off\n"), "metrics are off without METRICS_ADDR");
+    assert_eq!(
+        (code, body.as_str()),
+        (404, "metrics are off\n"),
+        "metrics are off without METRICS_ADDR"
+    );
     assert_eq!(status(&health, "/nothing").await, 404);
 
     // An outage: not ready within the health probe's second or so, alive
@@ -118,7 +119,10 @@ async fn a_taken_probe_port_fails_the_boot_with_one_line() -> anyhow::Result<()>
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let line = stderr.trim();
     assert!(!line.contains('\n'), "one line: {line}");
-    assert!(line.contains(&format!("cannot listen on {taken_addr} (HEALTH_ADDR)")), "{line}");
+    assert!(
+        line.contains(&format!("cannot listen on {taken_addr} (HEALTH_ADDR)")),
+        "{line}"
+    );
     drop(taken);
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! drains within a bounded time.
 
 pub mod health;
+mod http_listener;
 mod instruments;
 pub mod listener;
-mod http_listener;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
