@@ -146,6 +146,9 @@ async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<Runni
         .clone()
         .filter(|url| !url.trim().is_empty());
     let running = server::start(config).await.context("starting the server")?;
-    tracing::info!(addr = %running.local_addr(), "converge is serving");
+    match running.health_addr() {
+        Some(probes) => tracing::info!(addr = %running.local_addr(), %probes, "converge is serving"),
+        None => tracing::info!(addr = %running.local_addr(), "converge is serving"),
+    }
     Ok(running)
 }

@@ -56,7 +56,8 @@ impl HttpListeners {
         for &(addr, setting) in addrs {
             let listener = TcpListener::bind(addr).await.map_err(|e| (addr, setting, e))?;
             let local = listener.local_addr().map_err(|e| (addr, setting, e))?;
-            tracing::info!(addr = %local, setting, "serving probes (and metrics when on) over HTTP");
+            // Logged with "converge is serving": a boot refused later stays one line.
+            tracing::debug!(addr = %local, setting, "serving probes (and metrics when on) over HTTP");
             listeners.bound.push(local);
             listeners.tasks.push(tokio::spawn(accept_loop(listener, ready.clone())));
         }
