@@ -11,7 +11,14 @@
 //! The images are built from the `converge` binary of this build (the test
 //! profile's): what is tested is the packaging; `deploy/image/build` without
 //! `--binary` packages the release build. The Debian root filesystems are
-//! cached outside the checkout, so a build after the first takes seconds.
+//! cached outside the checkout, so a build after the first takes seconds;
+//! the images keep their tags (`localhost/converge-test:server`,
+//! `:all-in-one`) until the next run replaces them.
+//!
+//! The compose file (`deploy/compose/compose.yaml`) runs on these images
+//! with podman-compose: PostgreSQL, a control process, two brokers with a
+//! demo worker each, and the demo applied through the control process; the
+//! demo's BOM becomes Ready and the registry lists the three members.
 //!
 //! Podman runs as root with settings these sandboxed machines need (runc,
 //! cgroupfs, no default ulimits): `deploy/image/containers.conf`, given as
@@ -60,9 +67,21 @@ async fn output(command: &mut Command, what: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Builds the image of `flavour` from this build's binary; its tag.
+/// The images of this test run, built once and shared by the tests.
+static SERVER: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+static ALL_IN_ONE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+
+/// The image of `flavour`, built (once per test run) from this build's
+/// binary under a fixed tag that replaces the previous run's image.
+async fn image(flavour: &str) -> anyhow::Result<String> {
+    let cell = if flavour == "server" { &SERVER } else { &ALL_IN_ONE };
+    cell.get_or_try_init(|| build(flavour)).await.cloned()
+}
+
 async fn build(flavour: &str) -> anyhow::Result<String> {
-    let tag = format!("localhost/converge-test:{flavour}-{}", std::process::id());
+    let tag = format!("localhost/converge-test:{flavour}");
+    // The previous run's image goes (its layers with it, unless shared).
+    let _ = podman().args(["rmi", "--force", &tag]).output().await;
     let converge = binary("converge")?;
     let mut command = Command::new(repository_root().join("deploy/image/build"));
     command
@@ -78,24 +97,8 @@ async fn build(flavour: &str) -> anyhow::Result<String> {
     let printed = output(&mut command, "deploy/image/build").await?;
     eprintln!("built {} in {:?}", printed.trim(), began.elapsed());
     anyhow::ensure!(printed.trim() == tag, "the build printed {printed:?}");
+    check_config(&tag, flavour).await?;
     Ok(tag)
-}
-
-/// Removes the image (and any container left of it) when dropped.
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("podman")
-            .env(
-                "CONTAINERS_CONF",
-                repository_root().join("deploy/image/containers.conf"),
-            )
-            .args(["rmi", "--force", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 /// The image's configuration: user, entrypoint and labels are as documented.
@@ -121,8 +124,7 @@ async fn check_config(tag: &str, flavour: &str) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn the_server_image_serves_reconciles_and_drains() -> anyhow::Result<()> {
-    let image = Image(build("server").await?);
-    check_config(&image.0, "server").await?;
+    let image = image("server").await?;
 
     let database = PrivateServer::primary().await?;
     converge_service::db::ensure_database(&database.connect_options("postgres")?, "converge").await?;
@@ -140,7 +142,7 @@ async fn the_server_image_serves_reconciles_and_drains() -> anyhow::Result<()> {
         .args(["-e", &format!("LISTEN_ADDR={addr}")])
         .args(["-e", &format!("HEALTH_ADDR={health}")])
         .args(["-e", &format!("SHUTDOWN_TIMEOUT_SECS={timeout}")])
-        .arg(&image.0)
+        .arg(&image)
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log)?))
         .spawn()?;
@@ -212,8 +214,7 @@ async fn the_server_image_serves_reconciles_and_drains() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn the_all_in_one_image_runs_the_demo() -> anyhow::Result<()> {
-    let image = Image(build("all-in-one").await?);
-    check_config(&image.0, "all-in-one").await?;
+    let image = image("all-in-one").await?;
     // As the docs run it (`podman run -p 50051:50051 IMAGE dev`), on a free
     // host port, with a read-only root filesystem, until the demo's BOM is
     // Ready; the data directory is an anonymous volume.
@@ -222,7 +223,7 @@ async fn the_all_in_one_image_runs_the_demo() -> anyhow::Result<()> {
     let log = scratch.path().join("container.log");
     let mut container = podman()
         .args(["run", "--rm", "--read-only", "-p", &format!("127.0.0.1:{port}:50051")])
-        .arg(&image.0)
+        .arg(&image)
         .args(["dev", "--delay-ms", "20"])
         .stdout(Stdio::from(std::fs::File::create(
             scratch.path().join("container.out"),
@@ -255,4 +256,112 @@ fn with_log(error: anyhow::Error, log: &Path) -> anyhow::Error {
     let tail: Vec<&str> = text.lines().rev().take(30).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     anyhow::anyhow!("{error}\ncontainer log:\n{}", tail.join("\n"))
+}
+
+/// Takes a compose project down (containers, its volume, its network) when dropped.
+struct ComposeProject {
+    name: String,
+    file: std::path::PathBuf,
+}
+
+impl Drop for ComposeProject {
+    fn drop(&mut self) {
+        let conf = repository_root().join("deploy/image/containers.conf");
+        let _ = std::process::Command::new("podman-compose")
+            .env("CONTAINERS_CONF", &conf)
+            .arg("-f")
+            .arg(&self.file)
+            .args(["-p", &self.name, "down", "-v"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::process::Command::new("podman")
+            .env("CONTAINERS_CONF", &conf)
+            .args(["network", "rm", "--force", &format!("{}_default", self.name)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn compose_runs_a_control_two_brokers_and_the_demo() -> anyhow::Result<()> {
+    let server_image = image("server").await?;
+    let aio_image = image("all-in-one").await?;
+    let file = repository_root().join("deploy/compose/compose.yaml");
+    let project = ComposeProject {
+        name: format!("converge-test-{}", std::process::id()),
+        file: file.clone(),
+    };
+    let port_of = |addr: String| addr.rsplit(':').next().unwrap_or_default().to_owned();
+    let api_port = port_of(free_local_addr()?);
+    let health_port = port_of(free_local_addr()?);
+    let bin_dir = binary("converge-demo-worker")?
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| anyhow::anyhow!("no binary directory"))?;
+    output(
+        Command::new("podman-compose")
+            .env(
+                "CONTAINERS_CONF",
+                repository_root().join("deploy/image/containers.conf"),
+            )
+            .env("CONVERGE_IMAGE", &server_image)
+            .env("CONVERGE_AIO_IMAGE", &aio_image)
+            .env("CONVERGE_BIN_DIR", &bin_dir)
+            .env("CONVERGE_API_PORT", &api_port)
+            .env("CONVERGE_HEALTH_PORT", &health_port)
+            .arg("-f")
+            .arg(&file)
+            .args(["-p", &project.name, "up", "-d"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true),
+        "podman-compose up",
+    )
+    .await?;
+    let control = format!("{}_control_1", project.name);
+    let logs = || async {
+        podman()
+            .args(["logs", "--tail", "20", &control])
+            .output()
+            .await
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_default()
+    };
+    let server = format!("http://127.0.0.1:{api_port}");
+    let client = match connect_when_up(&server).await {
+        Ok(client) => client,
+        Err(e) => anyhow::bail!("{e}; control's log:\n{}", logs().await),
+    };
+    if tokio::time::timeout(
+        Duration::from_secs(120),
+        wait_phase(&client, "bom", "demo", Phase::Ready),
+    )
+    .await
+    .is_err()
+    {
+        anyhow::bail!("the demo's BOM was not Ready; control's log:\n{}", logs().await);
+    }
+    let health = format!("127.0.0.1:{health_port}");
+    assert_eq!(http_get(&health, "/readyz").await?.0, 200);
+    let members = client
+        .cluster()
+        .list_cluster_members(converge_proto::v1::ListClusterMembersRequest::default())
+        .await?
+        .into_inner()
+        .members;
+    use converge_proto::v1::MemberRole;
+    let mut roles: Vec<(i32, usize)> = members.iter().map(|m| (m.role, m.workers.len())).collect();
+    roles.sort();
+    let (control, broker) = (MemberRole::Control as i32, MemberRole::Broker as i32);
+    let mut expected = vec![(control, 0), (broker, 1), (broker, 1)];
+    expected.sort();
+    assert_eq!(roles, expected, "{members:?}");
+    Ok(())
 }
