@@ -11,6 +11,7 @@ mod cluster_members;
 mod cluster_processes;
 mod composition;
 mod conformance;
+mod database_auth;
 mod database_replica;
 mod database_restart;
 mod deletion;

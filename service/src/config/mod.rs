@@ -61,6 +61,23 @@ pub struct CommonArgs {
     #[arg(long, env = "DATABASE_READ_URL", global = true, hide_env_values = true)]
     pub database_read_url: Option<String>,
 
+    /// Authenticate to PostgreSQL (RDS, Aurora) with IAM authentication
+    /// tokens instead of the URL's password: signed with the credentials of
+    /// the standard AWS chain (environment, web identity for IRSA, profile,
+    /// container or instance role) in `AWS_REGION`, fresh for new
+    /// connections. The URL still names host, port, user and database, and
+    /// should ask for `sslmode=require`.
+    #[arg(long, env = "DB_IAM_AUTH", global = true, default_value_t = false,
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(),
+          num_args = 0..=1, default_missing_value = "true")]
+    pub db_iam_auth: bool,
+
+    /// A file holding the database password (a mounted Secret), read for
+    /// new connections instead of the URL's password, so a rotated
+    /// password needs no restart.
+    #[arg(long, env = "DATABASE_PASSWORD_FILE", global = true)]
+    pub database_password_file: Option<PathBuf>,
+
     /// Directory of the embedded PostgreSQL cluster (used only without `DATABASE_URL`).
     /// Defaults to `/var/lib/converge` as root, else `$XDG_DATA_HOME/converge`
     /// (or `~/.local/share/converge`).
@@ -84,6 +101,38 @@ pub struct CommonArgs {
     #[arg(long, env = "LOG_LEVEL", default_value = "info", global = true,
           value_parser = parse_log_filter)]
     pub log_level: String,
+}
+
+/// How a connection to `DATABASE_URL` authenticates (db::auth supplies
+/// the passwords).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DatabaseAuth {
+    /// The password in the URL (or none).
+    #[default]
+    Url,
+    /// The contents of this file, read for new connections
+    /// (`DATABASE_PASSWORD_FILE`).
+    PasswordFile(PathBuf),
+    /// An RDS IAM authentication token (`DB_IAM_AUTH`).
+    Iam,
+}
+
+impl CommonArgs {
+    /// How connections to `DATABASE_URL` (and `DATABASE_READ_URL`)
+    /// authenticate, or the line saying which options contradict each other.
+    pub fn database_auth(&self) -> Result<DatabaseAuth, String> {
+        let external = self.database_url.as_deref().is_some_and(|u| !u.trim().is_empty());
+        match (self.db_iam_auth, &self.database_password_file) {
+            (true, Some(_)) => Err("DB_IAM_AUTH and DATABASE_PASSWORD_FILE exclude each other".into()),
+            (true, None) if !external => {
+                Err("DB_IAM_AUTH needs DATABASE_URL (the embedded database has no IAM)".into())
+            }
+            (true, None) => Ok(DatabaseAuth::Iam),
+            (false, Some(_)) if !external => Err("DATABASE_PASSWORD_FILE needs DATABASE_URL".into()),
+            (false, Some(path)) => Ok(DatabaseAuth::PasswordFile(path.clone())),
+            (false, None) => Ok(DatabaseAuth::Url),
+        }
+    }
 }
 
 /// Options of `converge serve`.

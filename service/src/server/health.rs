@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
@@ -115,17 +114,17 @@ impl Health {
 }
 
 /// Starts the probe: every [`PROBE_INTERVAL`] until `stop` flips, checks the
-/// primary (at `primary`), records the answer in `status` and `health`, and
+/// primary (behind the pool `primary`, with its current options), records the answer in `status` and `health`, and
 /// checks the replica behind `reads`.
 pub fn spawn_probe(
-    primary: PgConnectOptions,
+    primary: sqlx::PgPool,
     status: DatabaseStatus,
     health: Arc<Health>,
     reads: ReadPool,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut probe = Probe::new(primary, "converge-probe");
+        let mut probe = Probe::following(primary, "converge-probe");
         let mut replica_probe = reads.replica_probe();
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub read_database: Option<String>,
     /// Pool size.
     pub max_connections: u32,
+    /// How connections to an external database authenticate.
+    pub database_auth: crate::config::DatabaseAuth,
     /// Server options.
     pub serve: ServeArgs,
     /// Cluster membership timing.
@@ -65,6 +67,7 @@ impl ServerConfig {
             database,
             read_database: None,
             max_connections,
+            database_auth: crate::config::DatabaseAuth::Url,
             serve,
             membership: MembershipTiming::default(),
             retention: RetentionArgs::default(),
@@ -220,10 +223,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     let http = http_listener::HttpListeners::bind(&config.serve.http_listeners(), readiness)
         .await
         .map_err(|(addr, setting, source)| ServeError::HttpBind { addr, setting, source })?;
-    let db = Database::open_with_replica(
+    let db = Database::open_with(
         &config.database,
         config.read_database.as_deref(),
         config.max_connections,
+        &config.database_auth,
     )
     .await?;
     match prepare_and_spawn(&db, &config, tls, access, ready).await {
@@ -448,7 +452,7 @@ async fn prepare_and_spawn(
     let services = api::routes(state, config.serve.role, access, health_service)?;
     let health = Arc::new(health::Health::serving(reporter, services.names.clone(), ready).await);
     background.tasks.push(health::spawn_probe(
-        (*pool.connect_options()).clone(),
+        pool.clone(),
         database,
         health.clone(),
         db.read_pool().clone(),
