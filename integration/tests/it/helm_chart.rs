@@ -84,7 +84,7 @@ fn render(name: &str, sets: &[&str]) -> anyhow::Result<Vec<Value>> {
 
 /// Every environment variable converge reads as a setting: its flags'
 /// variables (from the command line's definition) and the OpenTelemetry
-/// variables it honours.
+/// and AWS variables it honours.
 fn converge_settings() -> BTreeSet<String> {
     fn walk(command: &clap::Command, out: &mut BTreeSet<String>) {
         for arg in command.get_arguments() {
@@ -99,6 +99,7 @@ fn converge_settings() -> BTreeSet<String> {
     let mut settings = BTreeSet::new();
     walk(&converge_service::config::Cli::command(), &mut settings);
     settings.extend(converge_service::config::OTEL_VARIABLES.iter().map(|v| (*v).to_owned()));
+    settings.extend(converge_service::config::AWS_VARIABLES.iter().map(|v| (*v).to_owned()));
     settings
 }
 
@@ -215,8 +216,13 @@ fn check_manifests(name: &str, documents: &[Value]) -> anyhow::Result<Vec<String
             ));
         }
 
-        // TLS files are where the Secret volumes are mounted.
-        for var in ["TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"] {
+        // TLS and password files are where the Secret volumes are mounted.
+        for var in [
+            "TLS_CERT_FILE",
+            "TLS_KEY_FILE",
+            "TLS_CLIENT_CA_FILE",
+            "DATABASE_PASSWORD_FILE",
+        ] {
             if let Some(file) = env_value(container, var) {
                 let mounted = container["volumeMounts"]
                     .as_array()
@@ -370,6 +376,29 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
         }
     }
 
+    // IAM authentication: the flag and the region, pods running as the
+    // service account IRSA annotates; or a password file from a Secret.
+    let iam = render("aws-iam.yaml", &[])?;
+    assert_eq!(check_manifests("aws-iam", &iam)?, ["broker", "control"]);
+    let accounts = of_kind(&iam, "ServiceAccount");
+    assert_eq!(accounts.len(), 1);
+    assert!(accounts[0]["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
+    for deployment in of_kind(&iam, "Deployment") {
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], accounts[0]["metadata"]["name"]);
+        assert_eq!(env_value(&pod["containers"][0], "DB_IAM_AUTH").as_deref(), Some("true"));
+        assert_eq!(
+            env_value(&pod["containers"][0], "AWS_REGION").as_deref(),
+            Some("eu-west-1")
+        );
+    }
+    let file = render("minimal.yaml", &["database.passwordSecret.name=converge-db-password"])?;
+    check_manifests("password-file", &file)?;
+    for deployment in of_kind(&file, "Deployment") {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert!(env_value(container, "DATABASE_PASSWORD_FILE").is_some());
+    }
+
     // The checks bite: a variable converge does not read, a grace period
     // shorter than the drain.
     let typo = render(
@@ -404,6 +433,7 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
             "identities need tls.clientCA.enabled",
         ),
         (&["shutdown.terminationGracePeriodSeconds=12"][..], "must be at least"),
+        (&["database.iamAuth=true"][..], "needs database.awsRegion"),
     ] {
         let err = render("minimal.yaml", sets)
             .err()

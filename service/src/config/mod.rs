@@ -206,6 +206,25 @@ pub const OTEL_VARIABLES: &[&str] = &[
     "OTEL_BSP_MAX_QUEUE_SIZE",
 ];
 
+/// The standard AWS variables converge honours with `DB_IAM_AUTH` (read by
+/// the AWS credential chain, `aws-config`); deployment manifests may set
+/// them too. (IRSA's webhook sets the web identity ones itself.)
+pub const AWS_VARIABLES: &[&str] = &[
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_EC2_METADATA_DISABLED",
+    "AWS_STS_REGIONAL_ENDPOINTS",
+];
+
 /// Telemetry options. Beyond these, the standard `OTEL_*` variables of
 /// [`OTEL_VARIABLES`] are honoured (`OTEL_TRACES_EXPORTER=none`,
 /// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true` switch signals off).

@@ -73,7 +73,21 @@ DATABASE_READ_URL
 {{- if and .Values.mesh.enabled .Values.tls.enabled -}}
 {{- fail "mesh.enabled and tls.enabled exclude each other: the mesh sidecar does the mTLS, converge serves plaintext in the pod" -}}
 {{- end -}}
+{{- if and .Values.database.iamAuth .Values.database.passwordSecret.name -}}
+{{- fail "database.iamAuth and database.passwordSecret exclude each other" -}}
+{{- end -}}
+{{- if and .Values.database.iamAuth (not .Values.database.awsRegion) -}}
+{{- fail "database.iamAuth needs database.awsRegion (the region of the database)" -}}
+{{- end -}}
 {{- if and .Values.telemetry.serviceMonitor.enabled (not .Values.telemetry.metrics.enabled) -}}
 {{- fail "telemetry.serviceMonitor.enabled needs telemetry.metrics.enabled" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "converge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "converge.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
 {{- end -}}
 {{- end -}}
