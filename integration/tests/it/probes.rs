@@ -1,4 +1,4 @@
-//! The HTTP probes of a real `converge` process (ADR 39): `/livez` and
+//! The HTTP probes of a real `converge` process (ADR 41): `/livez` and
 //! `/healthz` answer from the moment the process starts until its drain is
 //! over and never depend on the database; `/readyz` follows gRPC health
 //! (SERVING), through a boot that waits for the database, an outage and a
