@@ -18,7 +18,7 @@
 //! ```
 
 pub mod bom;
-pub mod manifest;
+pub use converge_sdk::manifest;
 pub mod publisher;
 pub mod sim;
 

@@ -66,7 +66,10 @@ impl TestServer {
 
     /// The server's `http://` address.
     pub fn address(&self) -> String {
-        format!("http://{}", self.running.local_addr())
+        // The harness always starts the TCP listener.
+        self.running
+            .local_addr()
+            .map_or_else(|| "in-process".to_owned(), |addr| format!("http://{addr}"))
     }
 
     /// This server's cluster member id.

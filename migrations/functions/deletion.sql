@@ -220,20 +220,14 @@ BEGIN
 
         v_queued := 0;
         IF v_queue IS NOT NULL THEN
-            WITH queued AS (
-                INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-                SELECT r.id, 'delete', r.kind, r.kind_version, r.generation, COALESCE(c.manifest_version, 0), r.shard_id
-                FROM resources r
-                LEFT JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
-                WHERE r.id = ANY (v_queue)
-                ORDER BY r.id
-                ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING
-                RETURNING 1
-            )
-            SELECT count(*) INTO v_queued FROM queued;
-            IF v_queued > 0 THEN
-                PERFORM notify_throttled('work_ready', 'wake_work_ready');
-            END IF;
+            SELECT enqueue_tasks(array_agg(ROW(r.id, r.kind, r.kind_version, r.generation,
+                                               COALESCE(c.manifest_version, 0), r.shard_id)::task_candidate
+                                           ORDER BY r.id),
+                                 'delete', NULL, 'keep')
+            INTO v_queued
+            FROM resources r
+            LEFT JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
+            WHERE r.id = ANY (v_queue);
         END IF;
 
         v_removed := 0;

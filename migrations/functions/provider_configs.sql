@@ -51,14 +51,11 @@ BEGIN
       AND (w.broker_id IS NOT NULL OR w.outcome_pending)
       AND r.id = w.resource_id;
 
-    INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id, cause)
-    SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id, 'configChange'
+    PERFORM enqueue_tasks(array_agg(ROW(r.id, r.kind, r.kind_version, r.generation, c.manifest_version,
+                                        r.shard_id)::task_candidate ORDER BY r.id),
+                          'reconcile', 'configChange', 'hurry')
     FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
-    WHERE r.id = ANY (v_live) AND r.synced_gen >= r.generation
-    ORDER BY r.id
-    ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE
-        SET not_before = now(), cause = COALESCE(w.cause, EXCLUDED.cause)
-        WHERE w.broker_id IS NULL AND NOT w.outcome_pending;
+    WHERE r.id = ANY (v_live) AND r.synced_gen >= r.generation;
 
     PERFORM schedule_eligible(v_lagging);
     FOR v_row IN SELECT id, generation FROM resources WHERE id = ANY (v_live) ORDER BY id LOOP
@@ -125,16 +122,12 @@ AS $function$
 DECLARE
     v_queued integer;
 BEGIN
-    INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id, cause)
-    SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id, 'configChange'
+    SELECT enqueue_tasks(array_agg(ROW(r.id, r.kind, r.kind_version, r.generation, c.manifest_version,
+                                       r.shard_id)::task_candidate ORDER BY r.id),
+                         'reconcile', 'configChange', 'keep')
+    INTO v_queued
     FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
-    WHERE r.id = ANY (p_ids)
-    ORDER BY r.id
-    ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING;
-    GET DIAGNOSTICS v_queued = ROW_COUNT;
-    IF v_queued > 0 THEN
-        PERFORM notify_throttled('work_ready', 'wake_work_ready');
-    END IF;
+    WHERE r.id = ANY (p_ids);
     RETURN v_queued;
 END
 $function$;

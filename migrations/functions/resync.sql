@@ -35,23 +35,17 @@ BEGIN
           AND s.frozen_until IS NULL AND s.deletion_requested_at IS NULL
           AND s.reconciled_at < now() - make_interval(secs => p_interval_secs * (0.9 + 0.2 * s.shard_id / 255.0))
     ),
-    inserted AS (
-        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id, cause)
-        SELECT d.id, 'reconcile', p_kind, p_kind_version, d.generation, c.manifest_version, d.shard_id,
-               CASE WHEN p_recompose THEN 'resyncRecompose' ELSE 'resync' END
+    enqueued AS (
+        SELECT enqueue_tasks(array_agg(ROW(d.id, p_kind, p_kind_version, d.generation, c.manifest_version,
+                                           d.shard_id)::task_candidate ORDER BY d.id),
+                             'reconcile', CASE WHEN p_recompose THEN 'resyncRecompose' ELSE 'resync' END, 'keep') AS n
         FROM due d JOIN kind_config c ON c.kind = p_kind AND c.kind_version = p_kind_version
-        ORDER BY d.id
-        ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING
-        RETURNING 1
     )
     SELECT (SELECT max(s.name) FROM slice s), (SELECT count(*)::integer FROM slice),
-           (SELECT count(*)::integer FROM inserted)
+           (SELECT n FROM enqueued)
     INTO next_after, scanned, queued;
     IF scanned < p_scan THEN
         next_after := NULL;
-    END IF;
-    IF queued > 0 THEN
-        PERFORM notify_throttled('work_ready', 'wake_work_ready');
     END IF;
 END
 $function$;

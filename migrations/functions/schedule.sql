@@ -7,6 +7,95 @@ CREATE OR REPLACE FUNCTION retry_delay(p_attempts integer)
  IMMUTABLE
 AS $function$ SELECT make_interval(secs => least(60, power(2, greatest(p_attempts - 1, 0)))::double precision) $function$;
 
+-- The one writer of new work_queue rows. p_tasks are the resources to queue,
+-- with the columns the caller read when it chose them; p_task_type is
+-- 'reconcile' or 'delete'; p_cause the task's cause (NULL for the stage's own
+-- trigger). A resource that already has a task of that type is handled by
+-- p_on_conflict:
+--   'new'     none can: the resources were created by this statement (a
+--             plain insert, which a conflict fails: the create path, the
+--             hottest writer, pays no speculative insertion);
+--   'keep'    the task stays as it is;
+--   'advance' it is re-pointed at a newer generation (or another kind
+--             version) and its lease revoked (claim_epoch + 1), so the result
+--             of the older one is fenced off;
+--   'hurry'   a task that is not leased and has no result pending runs now
+--             (past its retry delay), keeping its cause when it has one.
+-- A task queued or advanced carries the calling transaction's trace context
+-- when the call is traced (api/write.rs sets converge.trace_context; unset
+-- reads as NULL). Rows go in resource-id order, as every queue writer takes
+-- them, so two writers wait on each other instead of deadlocking. Wakes the
+-- brokers when anything changed; returns how many tasks were queued or changed.
+-- The four INSERTs differ only in their ON CONFLICT clause, which SQL cannot
+-- take as a value; dynamic SQL would give up the cached plans.
+CREATE OR REPLACE FUNCTION enqueue_tasks(p_tasks task_candidate[], p_task_type text, p_cause text,
+                                         p_on_conflict text)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_trace text := nullif(current_setting('converge.trace_context', true), '');
+    v_count integer;
+BEGIN
+    IF p_tasks IS NULL OR cardinality(p_tasks) = 0 THEN
+        RETURN 0;
+    END IF;
+    CASE p_on_conflict
+    WHEN 'new' THEN
+        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                cause, trace_context)
+        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+               p_cause, v_trace
+        FROM unnest(p_tasks) t
+        ORDER BY t.resource_id;
+    WHEN 'keep' THEN
+        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                cause, trace_context)
+        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+               p_cause, v_trace
+        FROM unnest(p_tasks) t
+        ORDER BY t.resource_id
+        ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING;
+    WHEN 'advance' THEN
+        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                     cause, trace_context)
+        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+               p_cause, v_trace
+        FROM unnest(p_tasks) t
+        ORDER BY t.resource_id
+        ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE
+            SET generation = EXCLUDED.generation,
+                trace_context = EXCLUDED.trace_context,
+                -- A new generation starts its reconcile latency now.
+                created_at = now(),
+                kind = EXCLUDED.kind,
+                kind_version = EXCLUDED.kind_version,
+                manifest_version = EXCLUDED.manifest_version,
+                claim_epoch = w.claim_epoch + 1,
+                broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
+                outcome_pending = false, not_before = now(), attempts = 0, cause = EXCLUDED.cause
+            WHERE w.generation < EXCLUDED.generation OR w.kind_version <> EXCLUDED.kind_version;
+    WHEN 'hurry' THEN
+        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+                                     cause, trace_context)
+        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+               p_cause, v_trace
+        FROM unnest(p_tasks) t
+        ORDER BY t.resource_id
+        ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE
+            SET not_before = now(), cause = COALESCE(w.cause, EXCLUDED.cause)
+            WHERE w.broker_id IS NULL AND NOT w.outcome_pending;
+    ELSE
+        RAISE EXCEPTION 'enqueue_tasks: unknown conflict rule %', p_on_conflict;
+    END CASE;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM notify_throttled('work_ready', 'wake_work_ready');
+    END IF;
+    RETURN v_count;
+END
+$function$;
+
 -- Whether every upstream of p_id is synced for its current generation.
 CREATE OR REPLACE FUNCTION upstreams_synced(p_id uuid)
  RETURNS boolean
@@ -80,33 +169,11 @@ BEGIN
                                 AND ch.failure_gen <> ch.generation AND ch.deletion_requested_at IS NULL
                                 AND ch.frozen_until IS NULL))
         ORDER BY r.id
-    ),
-    written AS (
-        -- The trace context of the calling transaction, when it is traced
-        -- (api/write.rs sets it; unset reads as NULL).
-        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
-                                     trace_context)
-        SELECT id, 'reconcile', kind, kind_version, generation, manifest_version, shard_id,
-               nullif(current_setting('converge.trace_context', true), '')
-        FROM candidates
-        ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE
-            SET generation = EXCLUDED.generation,
-                trace_context = EXCLUDED.trace_context,
-                -- A new generation starts its reconcile latency now.
-                created_at = now(),
-                kind = EXCLUDED.kind,
-                kind_version = EXCLUDED.kind_version,
-                manifest_version = EXCLUDED.manifest_version,
-                claim_epoch = w.claim_epoch + 1,
-                broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
-                outcome_pending = false, not_before = now(), attempts = 0, cause = NULL
-            WHERE w.generation < EXCLUDED.generation OR w.kind_version <> EXCLUDED.kind_version
-        RETURNING 1
     )
-    SELECT count(*) INTO queued FROM written;
-    IF queued > 0 THEN
-        PERFORM notify_throttled('work_ready', 'wake_work_ready');
-    END IF;
+    SELECT enqueue_tasks(array_agg(ROW(id, kind, kind_version, generation, manifest_version, shard_id)::task_candidate
+                                   ORDER BY id),
+                         'reconcile', NULL, 'advance')
+    INTO queued FROM candidates;
     RETURN queued;
 END
 $function$;
@@ -140,17 +207,11 @@ BEGIN
           AND r.failure_gen <> r.generation
           AND children_settled(r.id)
         ORDER BY r.id
-    ),
-    written AS (
-        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-        SELECT id, 'reconcile', kind, kind_version, generation, manifest_version, shard_id FROM candidates
-        ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING
-        RETURNING 1
     )
-    SELECT count(*) INTO settled_queued FROM written;
-    IF settled_queued > 0 THEN
-        PERFORM notify_throttled('work_ready', 'wake_work_ready');
-    END IF;
+    SELECT enqueue_tasks(array_agg(ROW(id, kind, kind_version, generation, manifest_version, shard_id)::task_candidate
+                                   ORDER BY id),
+                         'reconcile', NULL, 'keep')
+    INTO settled_queued FROM candidates;
     IF NOT p_arm THEN
         RETURN queued + settled_queued;
     END IF;
@@ -164,6 +225,32 @@ BEGIN
     ORDER BY r.id
     ON CONFLICT (owner_id) DO UPDATE SET armed_at = EXCLUDED.armed_at;
     RETURN queued + settled_queued;
+END
+$function$;
+
+-- An operator's "reconcile now" (store::work::request_reconcile): clears a
+-- terminal failure of the current generation (and the failure count when
+-- p_reset), queues a reconcile even if the resource is synced or hurries the
+-- one waiting out a retry delay, and releases a teardown parked after a
+-- terminal failure or waiting out its retry delay.
+CREATE OR REPLACE FUNCTION request_reconcile(p_id uuid, p_reset boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    UPDATE resources SET failure_gen = 0,
+           failure_attempts = CASE WHEN p_reset THEN 0 ELSE failure_attempts END
+    WHERE id = p_id AND (failure_gen <> 0 OR (p_reset AND failure_attempts <> 0));
+    PERFORM enqueue_tasks(array_agg(ROW(r.id, r.kind, r.kind_version, r.generation, c.manifest_version,
+                                        r.shard_id)::task_candidate),
+                          'reconcile', NULL, 'hurry')
+    FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
+    WHERE r.id = p_id AND r.deletion_requested_at IS NULL AND r.frozen_until IS NULL;
+    UPDATE work_queue SET not_before = now()
+    WHERE resource_id = p_id AND task_type = 'delete' AND broker_id IS NULL AND not_before > now();
+    IF FOUND THEN
+        PERFORM notify_throttled('work_ready', 'wake_work_ready');
+    END IF;
 END
 $function$;
 

@@ -3,10 +3,12 @@
 //! [`Client`] is a typed client over every control-plane service, sharing one
 //! HTTP/2 connection. The generated message types are re-exported as
 //! [`proto`]. [`worker`] is the runtime for worker processes that serve
-//! kinds.
+//! kinds. [`manifest`] reads kind manifest files (the JSON that
+//! `buf curl -d @file` sends to `ApplyKindManifest`).
 
 pub use converge_proto as proto;
 
+pub mod manifest;
 pub mod tls;
 pub mod worker;
 

@@ -150,9 +150,10 @@ async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<Runni
         .clone()
         .filter(|url| !url.trim().is_empty());
     let running = server::start(config).await.context("starting the server")?;
-    match running.health_addr() {
-        Some(probes) => tracing::info!(addr = %running.local_addr(), %probes, "converge is serving"),
-        None => tracing::info!(addr = %running.local_addr(), "converge is serving"),
+    match (running.local_addr(), running.health_addr()) {
+        (Some(addr), Some(probes)) => tracing::info!(%addr, %probes, "converge is serving"),
+        (Some(addr), None) => tracing::info!(%addr, "converge is serving"),
+        (None, _) => {}
     }
     Ok(running)
 }

@@ -41,13 +41,15 @@ pub struct AccessPolicy {
 impl Gatekeeper for AccessPolicy {
     fn refuse<B>(&self, request: &http::Request<B>) -> Option<ApiError> {
         let path = request.uri().path();
+        let peer = request.extensions().get::<PeerIdentity>();
+        // The embedding application's own calls never crossed a network:
+        // the allowlists govern who may reach it from outside.
+        if peer.is_some_and(|peer| peer.in_process) {
+            return None;
+        }
         // Plaintext connections carry no PeerIdentity: nothing to log, and
         // an allowlist (which needs mTLS) refuses what it covers.
-        let Some(identity) = request
-            .extensions()
-            .get::<PeerIdentity>()
-            .and_then(|peer| peer.spiffe_id.as_deref())
-        else {
+        let Some(identity) = peer.and_then(|peer| peer.spiffe_id.as_deref()) else {
             return self
                 .lists
                 .as_deref()
@@ -116,4 +118,54 @@ fn bounded(identity: &str) -> &str {
         end -= 1;
     }
     &identity[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(peer: Option<PeerIdentity>, path: &str) -> http::Request<()> {
+        let mut request = http::Request::builder().uri(path).body(()).unwrap_or_default();
+        if let Some(peer) = peer {
+            request.extensions_mut().insert(peer);
+        }
+        request
+    }
+
+    fn restricted() -> AccessPolicy {
+        let only = |id: &str| id.parse().map(|pattern| vec![pattern]).unwrap_or_default();
+        let settings = AccessSettings {
+            api: only("spiffe://example.org/admin"),
+            workers: only("spiffe://example.org/worker"),
+        };
+        assert!(settings.restricts());
+        AccessPolicy {
+            lists: Some(Arc::new(settings)),
+        }
+    }
+
+    #[test]
+    fn the_embedding_applications_calls_pass_the_allowlists_and_the_network_does_not() {
+        let policy = restricted();
+        for path in [
+            "/converge.v1.ResourceService/ApplyResource",
+            "/converge.worker.v1.WorkerService/WorkStream",
+        ] {
+            assert!(
+                policy
+                    .refuse(&request(Some(PeerIdentity::in_process()), path))
+                    .is_none()
+            );
+            assert!(
+                policy.refuse(&request(None, path)).is_some(),
+                "plaintext from the network"
+            );
+            let stranger = PeerIdentity {
+                remote_addr: None,
+                spiffe_id: Some("spiffe://example.org/stranger".into()),
+                in_process: false,
+            };
+            assert!(policy.refuse(&request(Some(stranger), path)).is_some());
+        }
+    }
 }

@@ -126,8 +126,7 @@ async fn apply_in(
     let compiled = state
         .catalog
         .compiled(conn, kind, version, kind_state.manifest_version)
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .await?;
     if let Some(schema) = &compiled.config {
         schema
             .validate("/provider_config/spec", &content.spec)

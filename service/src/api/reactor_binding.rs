@@ -13,9 +13,9 @@ use tonic::{Request, Response, Status};
 use super::ApiState;
 use super::pages::{decode_token, finish_page, invalid_token};
 use super::write::{self, WriteCall};
+use crate::catalog::KindCatalog;
 use crate::contract::convert::timestamp;
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::composition::StagePlan;
 use crate::domain::names::{validate_kind_name, validate_resource_name};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
@@ -139,17 +139,28 @@ fn content_of(binding: Option<pb::ReactorBinding>) -> Result<(BindingContent, St
 }
 
 /// Whether the manifests of `kind` at `version` (any version when `None`)
-/// exist, and which of them are reactor kinds: `(any, reactors)`.
-async fn versions_of(conn: &mut PgConnection, kind: &str, version: Option<i32>) -> Result<(bool, bool), ApiError> {
+/// exist, and whether any of them is a reactor kind (by the stage plan the
+/// catalog compiled for it): `(any, reactors)`.
+async fn versions_of(
+    conn: &mut PgConnection,
+    catalog: &KindCatalog,
+    kind: &str,
+    version: Option<i32>,
+) -> Result<(bool, bool), ApiError> {
     let manifests = kinds::manifests_of(conn, kind).await?;
-    let chosen: Vec<_> = manifests
+    let mut any = false;
+    let mut reactor = false;
+    for stored in manifests
         .iter()
         .filter(|m| version.is_none_or(|v| m.manifest.kind_version == v))
-        .collect();
-    let reactor = chosen
-        .iter()
-        .any(|m| StagePlan::of(&m.manifest.reactions, m.manifest.finalizer_name.as_deref()).is_reactor());
-    Ok((!chosen.is_empty(), reactor))
+    {
+        any = true;
+        let compiled = catalog
+            .compiled(conn, kind, stored.manifest.kind_version, stored.manifest_version)
+            .await?;
+        reactor |= compiled.plan.is_reactor();
+    }
+    Ok((any, reactor))
 }
 
 fn missing_kind(field: &str, kind: &str, version: Option<i32>) -> ApiError {
@@ -165,8 +176,9 @@ fn missing_kind(field: &str, kind: &str, version: Option<i32>) -> ApiError {
 }
 
 /// Checks the kinds a binding names, inside the caller's transaction.
-async fn check_kinds(conn: &mut PgConnection, content: &BindingContent) -> Result<(), ApiError> {
-    let (watched, watched_reactor) = versions_of(conn, &content.watch_kind, content.watch_kind_version).await?;
+async fn check_kinds(conn: &mut PgConnection, catalog: &KindCatalog, content: &BindingContent) -> Result<(), ApiError> {
+    let (watched, watched_reactor) =
+        versions_of(conn, catalog, &content.watch_kind, content.watch_kind_version).await?;
     if !watched {
         return Err(missing_kind(
             "/reactor_binding/watch_kind",
@@ -186,7 +198,7 @@ async fn check_kinds(conn: &mut PgConnection, content: &BindingContent) -> Resul
             )],
         ));
     }
-    let (exists, is_reactor) = versions_of(conn, &content.reactor, content.reactor_version).await?;
+    let (exists, is_reactor) = versions_of(conn, catalog, &content.reactor, content.reactor_version).await?;
     if !exists {
         return Err(missing_kind(
             "/reactor_binding/reactor",
@@ -212,10 +224,11 @@ async fn check_kinds(conn: &mut PgConnection, content: &BindingContent) -> Resul
 /// Applies a binding inside the caller's transaction.
 async fn apply_in(
     conn: &mut PgConnection,
+    catalog: &KindCatalog,
     content: &BindingContent,
     etag: &str,
 ) -> Result<ApplyReactorBindingResponse, ApiError> {
-    check_kinds(conn, content).await?;
+    check_kinds(conn, catalog, content).await?;
     let existing = reactors::lock(conn, &content.name).await?;
     match &existing {
         Some(stored) => {
@@ -277,9 +290,10 @@ impl ReactorBindingService for ReactorBindingApi {
             r.request_id.clear()
         })?;
         let (content, etag) = content_of(req.reactor_binding.clone())?;
+        let catalog = self.state.catalog.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (content, etag) = (content.clone(), etag.clone());
-            Box::pin(async move { apply_in(conn, &content, &etag).await })
+            let (content, etag, catalog) = (content.clone(), etag.clone(), catalog.clone());
+            Box::pin(async move { apply_in(conn, &catalog, &content, &etag).await })
         })
         .await?;
         Ok(Response::new(answer))

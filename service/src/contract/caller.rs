@@ -9,6 +9,9 @@ use tonic::Request;
 /// The identity of an unauthenticated caller.
 pub const ANONYMOUS: &str = "anonymous";
 
+/// The identity of a caller inside the process that embeds converge.
+pub const IN_PROCESS: &str = "in-process";
+
 /// What the listener learned about a connection's peer, attached to every
 /// request that arrives on it. Plaintext connections carry none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +21,20 @@ pub struct PeerIdentity {
     /// The SPIFFE ID (URI SAN) of the verified client certificate, when the
     /// server runs mTLS and the certificate has one.
     pub spiffe_id: Option<String>,
+    /// The connection comes from the application that embeds this server
+    /// (the in-process transport), not from the network.
+    pub in_process: bool,
+}
+
+impl PeerIdentity {
+    /// A connection of the in-process transport.
+    pub fn in_process() -> Self {
+        Self {
+            remote_addr: None,
+            spiffe_id: None,
+            in_process: true,
+        }
+    }
 }
 
 /// The authenticated identity of the caller of `request`: the SPIFFE ID of
@@ -44,16 +61,18 @@ pub fn spiffe_id<T>(request: &Request<T>) -> Option<&str> {
 }
 
 /// How a connection is told apart when nothing authenticated it: the SPIFFE
-/// ID when there is one, else the peer address, else [`ANONYMOUS`]. This is
-/// what a connected worker is listed as.
+/// ID when there is one, else [`IN_PROCESS`] for the embedding application,
+/// else the peer address, else [`ANONYMOUS`]. This is what a connected
+/// worker is listed as.
 pub fn transport_identity<T>(request: &Request<T>) -> String {
     if let Some(id) = spiffe_id(request) {
         return id.to_owned();
     }
-    request
-        .extensions()
-        .get::<PeerIdentity>()
-        .and_then(|peer| peer.remote_addr)
+    let peer = request.extensions().get::<PeerIdentity>();
+    if peer.is_some_and(|peer| peer.in_process) {
+        return IN_PROCESS.to_owned();
+    }
+    peer.and_then(|peer| peer.remote_addr)
         .or_else(|| request.remote_addr())
         .map_or_else(|| ANONYMOUS.to_owned(), |addr| addr.to_string())
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, PreconditionViolation, StatusExt};
 
+use crate::catalog::CatalogError;
 use crate::db::replica::Unreachable;
 use crate::domain::violation::{Violation, clip};
 use crate::store::StoreError;
@@ -339,6 +340,23 @@ impl From<StoreError> for ApiError {
             // The API runs no SQL function that refuses; one that did would be a bug.
             refused @ StoreError::Refused { .. } => ApiError::Internal(refused.to_string()),
             StoreError::Other(e) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// A compiled manifest the API asked the catalog for: a database failure
+/// keeps its own status (UNAVAILABLE stays UNAVAILABLE); a manifest deleted
+/// between the lock and the load is a conflict to retry; one that no longer
+/// compiles is a bug.
+impl From<CatalogError> for ApiError {
+    fn from(error: CatalogError) -> Self {
+        match error {
+            CatalogError::Database(e) => e.into(),
+            CatalogError::Missing { .. } => ApiError::refused(
+                Reason::ConcurrentModification,
+                "the kind's manifest changed while the request ran; retry it",
+            ),
+            invalid @ CatalogError::Invalid { .. } => ApiError::Internal(invalid.to_string()),
         }
     }
 }

@@ -56,7 +56,7 @@ pub fn check(args: &DevArgs) -> anyhow::Result<()> {
 /// the worker first (its stream would hold the server's drain open), then
 /// the server.
 pub async fn run(args: &DevArgs, running: RunningServer, mut signals: ShutdownSignal) -> anyhow::Result<()> {
-    let addr = dial_addr(running.local_addr());
+    let addr = dial_addr(running.local_addr().context("the demo needs the TCP listener")?);
     let mut worker = None;
     let outcome = demo(args, addr, &mut worker, &mut signals).await;
     if let Some(worker) = worker {

@@ -123,6 +123,7 @@ pub fn incoming(
                         let peer = PeerIdentity {
                             remote_addr: Some(remote_addr),
                             spiffe_id,
+                            in_process: false,
                         };
                         let _ = tx.send(Ok(TlsConnection { stream, peer })).await;
                     }

@@ -4,6 +4,7 @@
 
 pub mod health;
 mod http_listener;
+pub mod in_process;
 mod instruments;
 pub mod listener;
 
@@ -29,6 +30,7 @@ use crate::store::StoreError;
 use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;
 use crate::watch::{HubConfig, WatchHub};
+use in_process::{InProcessConnector, InProcessIncoming};
 
 /// Everything `start` needs.
 #[derive(Debug, Clone)]
@@ -58,6 +60,31 @@ pub struct ServerConfig {
     pub drainer: crate::engine::drainer::DrainerConfig,
     /// How often the queue is sampled for the metrics (when they are on).
     pub queue_sample_interval: Duration,
+    /// Where calls arrive: the TCP listener, the in-process transport of an
+    /// embedding application, or both.
+    pub transports: Transports,
+}
+
+/// Where a server accepts calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transports {
+    /// The TCP listener (`listen_addr`), with TLS when configured.
+    #[default]
+    Tcp,
+    /// Only the in-process transport: no socket is opened.
+    InProcess,
+    /// Both.
+    Both,
+}
+
+impl Transports {
+    fn tcp(self) -> bool {
+        matches!(self, Self::Tcp | Self::Both)
+    }
+
+    fn in_process(self) -> bool {
+        matches!(self, Self::InProcess | Self::Both)
+    }
 }
 
 impl ServerConfig {
@@ -76,6 +103,7 @@ impl ServerConfig {
             reaper: crate::engine::reaper::ReaperConfig::default(),
             drainer: crate::engine::drainer::DrainerConfig::default(),
             queue_sample_interval: crate::engine::queue_sampler::SAMPLE_INTERVAL,
+            transports: Transports::Tcp,
         }
     }
 }
@@ -167,22 +195,29 @@ const LEAVE_LIMIT: Duration = Duration::from_secs(2);
 /// A started server.
 #[derive(Debug)]
 pub struct RunningServer {
-    local_addr: SocketAddr,
+    local_addr: Option<SocketAddr>,
     http_addrs: Vec<SocketAddr>,
+    in_process: Option<InProcessConnector>,
     member_id: String,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
 }
 
 impl RunningServer {
-    /// The bound gRPC address.
-    pub fn local_addr(&self) -> SocketAddr {
+    /// The bound gRPC address (`None` when the server listens in-process only).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
     }
 
     /// The bound probe listener (`HEALTH_ADDR`, else `METRICS_ADDR`), if any.
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.http_addrs.first().copied()
+    }
+
+    /// Opens channels of the in-process transport (`None` unless the server
+    /// was started with it).
+    pub fn in_process(&self) -> Option<&InProcessConnector> {
+        self.in_process.as_ref()
     }
 
     /// This process's cluster member id.
@@ -231,15 +266,21 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     )
     .await?;
     match prepare_and_spawn(&db, &config, tls, access, ready).await {
-        Ok((local_addr, membership, serve)) => {
+        Ok((local_addr, membership, mut serve)) => {
             let member_id = membership.member_id().to_owned();
             let (stop, stop_rx) = oneshot::channel();
             let grace = config.serve.shutdown_timeout();
+            let in_process = config.transports.in_process().then(|| {
+                let (connector, incoming) = InProcessConnector::new();
+                serve.in_process = Some(incoming);
+                connector
+            });
             let http_addrs = http.bound().to_vec();
             let task = tokio::spawn(run(db, membership, serve, stop_rx, grace, http));
             Ok(RunningServer {
                 local_addr,
                 http_addrs,
+                in_process,
                 member_id,
                 stop: Some(stop),
                 task,
@@ -256,7 +297,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 /// statuses, flipped on drain.
 struct Serving {
     router: api::ApiRouter,
-    listener: TcpListener,
+    listener: Option<TcpListener>,
+    in_process: Option<InProcessIncoming>,
     tls: Option<converge_tls::ServerTls>,
     health: Arc<health::Health>,
     background: Background,
@@ -302,10 +344,10 @@ fn member_identity(db: &Database, config: &ServerConfig) -> Option<String> {
 
 /// The static, non-secret settings this process booted with, as
 /// `ListClusterMembers` shows them (never the database URL).
-fn boot_settings(db: &Database, config: &ServerConfig, local_addr: SocketAddr) -> serde_json::Value {
+fn boot_settings(db: &Database, config: &ServerConfig, listen_addr: &str) -> serde_json::Value {
     serde_json::json!({
         "role": config.serve.role.as_str(),
-        "listenAddr": local_addr.to_string(),
+        "listenAddr": listen_addr,
         "databaseMaxConnections": config.max_connections,
         "embeddedDatabase": db.embedded().is_some(),
         "shutdownTimeoutSecs": config.serve.shutdown_timeout_secs,
@@ -320,7 +362,7 @@ async fn prepare_and_spawn(
     tls: Option<converge_tls::ServerTls>,
     access: crate::config::AccessSettings,
     ready: tokio::sync::watch::Sender<bool>,
-) -> Result<(SocketAddr, Membership, Serving), ServeError> {
+) -> Result<(Option<SocketAddr>, Membership, Serving), ServeError> {
     let pool = db.pool().clone();
     let report = migrate::run(&pool).await?;
     tracing::info!(
@@ -334,13 +376,19 @@ async fn prepare_and_spawn(
         return Err(ServeError::ShardCountMismatch { database: shards });
     }
 
-    let addr = config.serve.listen_addr.addr;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| ServeError::Bind { addr, source })?;
+    let (listener, local_addr) = if config.transports.tcp() {
+        let addr = config.serve.listen_addr.addr;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        (Some(listener), Some(local_addr))
+    } else {
+        (None, None)
+    };
+    let listen_addr = local_addr.map_or_else(|| in_process::LISTEN_ADDR.to_owned(), |addr| addr.to_string());
 
     let registration = MemberRegistration {
         member_id: cluster::new_member_id(),
@@ -348,9 +396,9 @@ async fn prepare_and_spawn(
         version: version::VERSION.to_owned(),
         hostname: cluster::hostname(),
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
-        listen_addr: local_addr.to_string(),
         identity: member_identity(db, config),
-        config: boot_settings(db, config, local_addr),
+        config: boot_settings(db, config, &listen_addr),
+        listen_addr,
     };
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (notifications, listening) = Notifications::spawn(&pool, stop_rx.clone());
@@ -464,6 +512,7 @@ async fn prepare_and_spawn(
         Serving {
             router: services.router,
             listener,
+            in_process: None,
             tls,
             health,
             background,
@@ -482,29 +531,41 @@ async fn run(
     let Serving {
         router,
         listener,
+        in_process,
         tls,
         health,
         background,
     } = serving;
-    let (cut, cut_rx) = oneshot::channel::<()>();
-    let cut_rx = async {
-        let _ = cut_rx.await;
-    };
-    let mut serve: futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>> = match tls {
-        Some(tls) => {
-            let incoming = listener::incoming(listener, tls, background.stop.subscribe());
-            Box::pin(router.serve_with_incoming_shutdown(incoming, cut_rx))
+    // One signal ends every transport's serving loop.
+    let (cut, cut_rx) = tokio::sync::watch::channel(false);
+    let cut_signal = move || {
+        let mut cut_rx = cut_rx.clone();
+        async move {
+            let _ = cut_rx.wait_for(|cut| *cut).await;
         }
-        None => {
+    };
+    type Served = futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>>;
+    let tcp: Served = match (listener, tls) {
+        (None, _) => Box::pin(futures::future::ok(())),
+        (Some(listener), Some(tls)) => {
+            let incoming = listener::incoming(listener, tls, background.stop.subscribe());
+            Box::pin(router.clone().serve_with_incoming_shutdown(incoming, cut_signal()))
+        }
+        (Some(listener), None) => {
             // serve_with_incoming ignores the builder's socket options: set
             // them on the incoming stream. Without TCP_NODELAY every small
             // response waits for the peer's delayed ACK (~40 ms on Linux).
             let incoming = TcpIncoming::from(listener)
                 .with_nodelay(Some(true))
                 .with_keepalive(Some(Duration::from_secs(60)));
-            Box::pin(router.serve_with_incoming_shutdown(incoming, cut_rx))
+            Box::pin(router.clone().serve_with_incoming_shutdown(incoming, cut_signal()))
         }
     };
+    let local: Served = match in_process {
+        Some(incoming) => Box::pin(router.serve_with_incoming_shutdown(incoming, cut_signal())),
+        None => Box::pin(futures::future::ok(())),
+    };
+    let mut serve = Box::pin(async move { futures::future::try_join(tcp, local).await.map(|_| ()) });
     let mut db_watch = tokio::time::interval(Duration::from_secs(1));
 
     let (outcome, deadline) = tokio::select! {
@@ -523,7 +584,7 @@ async fn run(
             // Stop the background loops first: that ends open watch streams
             // (UNAVAILABLE), which would otherwise hold the drain open.
             background.stop(Instant::now() + LOOPS_STOP_LIMIT).await;
-            let _ = cut.send(());
+            let _ = cut.send(true);
             let outcome = match tokio::time::timeout(grace, &mut serve).await {
                 Ok(served) => served.map_err(ServeError::from),
                 Err(_) => {

@@ -41,6 +41,53 @@ pub async fn record(
     .await
 }
 
+/// Records several events (each on its resource at its generation, as
+/// [`record`] does) in one statement, in the order given.
+pub async fn record_many(
+    conn: &mut PgConnection,
+    recorded: &[(Uuid, i64, &NewEvent)],
+    actor: &str,
+    keep_runs: i32,
+) -> StoreResult<()> {
+    measured("events.record_many", async move {
+        match recorded {
+            [] => Ok(()),
+            [(id, generation, event)] => record(conn, *id, *generation, event, actor, keep_runs)
+                .await
+                .map(drop),
+            _ => {
+                let ids: Vec<Uuid> = recorded.iter().map(|(id, _, _)| *id).collect();
+                let generations: Vec<i64> = recorded.iter().map(|(_, g, _)| *g).collect();
+                let categories: Vec<&str> = recorded.iter().map(|(_, _, e)| e.category).collect();
+                let types: Vec<&str> = recorded.iter().map(|(_, _, e)| e.type_.as_db()).collect();
+                let reasons: Vec<&str> = recorded.iter().map(|(_, _, e)| e.reason).collect();
+                let messages: Vec<&str> = recorded.iter().map(|(_, _, e)| e.message.as_str()).collect();
+                let details: Vec<Option<Json<&Value>>> =
+                    recorded.iter().map(|(_, _, e)| e.detail.as_ref().map(Json)).collect();
+                sqlx::query(
+                    "SELECT record_resource_event(x.id, x.category, x.type, x.reason, x.message, x.detail, $7, x.generation, $8)
+                     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $9::int8[])
+                         WITH ORDINALITY AS x(id, category, type, reason, message, detail, generation, n)
+                     ORDER BY x.n",
+                )
+                .bind(ids)
+                .bind(categories)
+                .bind(types)
+                .bind(reasons)
+                .bind(messages)
+                .bind(details)
+                .bind(actor)
+                .bind(keep_runs)
+                .bind(generations)
+                .execute(conn)
+                .await?;
+                Ok(())
+            }
+        }
+    })
+    .await
+}
+
 /// Filters of an event list.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {

@@ -264,57 +264,20 @@ pub async fn insert_many(
         let mut sorted: Vec<&DesiredResource<'_>> = desired.iter().collect();
         sorted.sort_by(|a, b| (a.kind, a.name).cmp(&(b.kind, b.name)));
         let kinds: Vec<&str> = sorted.iter().map(|d| d.kind).collect();
-        let versions: Vec<i16> = sorted
-            .iter()
-            .map(|d| small_version(d.kind_version))
-            .collect();
+        let versions: Vec<i16> = sorted.iter().map(|d| small_version(d.kind_version)).collect();
         let names: Vec<&str> = sorted.iter().map(|d| d.name).collect();
         let labels: Vec<Json<&BTreeMap<String, String>>> = sorted.iter().map(|d| Json(d.labels)).collect();
         let specs: Vec<Json<&Value>> = sorted.iter().map(|d| Json(d.spec)).collect();
         let providers: Vec<Option<&str>> = sorted.iter().map(|d| d.provider_config.flatten()).collect();
-        let sql = format!(
-            "WITH created AS (
-                 INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
-                 SELECT kind, kind_version, name, labels, spec, provider_config
-                 FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
-                     WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
-                 ORDER BY n
-                 ON CONFLICT (kind, name) DO NOTHING
-                 RETURNING *
-             ),
-             -- A new resource's timeline has no run to extend, nothing to trim
-             -- and no concurrent writer: no other transaction can see it yet.
-             started AS (
-                 INSERT INTO resource_events (resource_id, category, type, reason, message, detail, actor, generation)
-                 SELECT id, $7, $8, $9, $10, $11, $12, generation FROM created
-                 RETURNING 1
-             ),
-             woken AS (
-                 SELECT notify_throttled('event_changed', 'wake_event_changed') WHERE EXISTS (SELECT 1 FROM started)
-             ),
-             -- A resource the API creates has no upstream and no children, so
-             -- the gate (schedule_eligible) would pass it: its task is queued
-             -- with it instead of in another round trip.
-             -- It carries the call's trace context when the call is traced
-             -- (see schedule_eligible).
-             queued AS (
-                 INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
-                                         trace_context)
-                 SELECT c.id, 'reconcile', c.kind, c.kind_version, c.generation, k.manifest_version, c.shard_id,
-                        nullif(current_setting('converge.trace_context', true), '')
-                 FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
-                 ORDER BY c.id
-                 RETURNING 1
-             ),
-             ready AS (
-                 SELECT notify_throttled('work_ready', 'wake_work_ready') WHERE EXISTS (SELECT 1 FROM queued)
-             )
-             -- New roots: no references, no conditions yet.
-             SELECT {columns}, NULL::text[] AS refs, NULL::jsonb AS conditions
-             FROM created r LEFT JOIN woken ON true LEFT JOIN ready ON true",
-            columns = columns!()
+        // New roots: no references, no conditions yet.
+        const SQL: &str = concat!(
+            include_str!("sql/insert_resources.sql"),
+            "SELECT ",
+            columns!(),
+            ", NULL::text[] AS refs, NULL::jsonb AS conditions
+             FROM created r LEFT JOIN woken ON true LEFT JOIN queued ON true"
         );
-        let rows: Vec<ResourceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        let rows: Vec<ResourceRow> = sqlx::query_as(SQL)
             .bind(kinds)
             .bind(versions)
             .bind(names)
@@ -344,44 +307,85 @@ fn by_key(rows: Vec<ResourceRow>) -> HashMap<(String, String), Resource> {
         .collect()
 }
 
-/// Writes the user-owned fields of an existing resource. Nothing is written
-/// (and `None` returned) when they are identical; the generation moves only
-/// when the spec or the kind version changes.
-pub async fn update_desired(
-    conn: &mut PgConnection,
-    id: Uuid,
-    desired: &DesiredResource<'_>,
-) -> StoreResult<Option<Resource>> {
-    measured("resources.update_desired", async move {
-        let updated: Option<Uuid> = sqlx::query_scalar(
-            "UPDATE resources
-             SET kind_version = $2, labels = $3, spec = $4,
-                 provider_config = CASE WHEN $5 THEN $6 ELSE provider_config END,
-                 generation = generation + CASE WHEN spec IS DISTINCT FROM $4 OR kind_version <> $2 THEN 1 ELSE 0 END
-             WHERE id = $1
-               AND (kind_version <> $2 OR labels IS DISTINCT FROM $3 OR spec IS DISTINCT FROM $4
-                    OR ($5 AND provider_config IS DISTINCT FROM $6))
-             RETURNING id",
+/// The write of [`update_many`], over `x` (the rows to write: id, kind
+/// version, labels, spec, whether to set the provider config, the config):
+/// the user-owned fields, the generation moved only when the spec or the kind
+/// version changes, and nothing written for a row that is identical.
+macro_rules! update_desired {
+    ($rows:literal) => {
+        concat!(
+            "UPDATE resources r
+             SET kind_version = x.kind_version, labels = x.labels, spec = x.spec,
+                 provider_config = CASE WHEN x.sets_config THEN x.provider_config ELSE r.provider_config END,
+                 generation = r.generation
+                     + CASE WHEN r.spec IS DISTINCT FROM x.spec OR r.kind_version <> x.kind_version THEN 1 ELSE 0 END
+             FROM ",
+            $rows,
+            " AS x(id, kind_version, labels, spec, sets_config, provider_config)
+             WHERE r.id = x.id
+               AND (r.kind_version <> x.kind_version OR r.labels IS DISTINCT FROM x.labels
+                    OR r.spec IS DISTINCT FROM x.spec
+                    OR (x.sets_config AND r.provider_config IS DISTINCT FROM x.provider_config))
+             RETURNING r.id"
         )
-        .bind(id)
-        .bind(small_version(desired.kind_version))
-        .bind(Json(desired.labels))
-        .bind(Json(desired.spec))
-        .bind(desired.provider_config.is_some())
-        .bind(desired.provider_config.flatten())
-        .fetch_optional(&mut *conn)
-        .await?;
-        reread(conn, updated).await
-    })
-    .await
+    };
 }
 
-/// The resource a write touched, as the API reads it (`None`: nothing written).
-async fn reread(conn: &mut PgConnection, written: Option<Uuid>) -> StoreResult<Option<Resource>> {
-    match written {
-        Some(id) => get_by_id(conn, id).await,
-        None => Ok(None),
-    }
+/// Writes the user-owned fields of existing resources (row-locked by the
+/// caller) in one statement, and returns those written, as they are now,
+/// keyed by id. A resource whose fields are identical is not written and
+/// left out; its generation moves only when the spec or the kind version
+/// changes.
+pub async fn update_many(
+    conn: &mut PgConnection,
+    updates: &[(Uuid, DesiredResource<'_>)],
+) -> StoreResult<HashMap<Uuid, Resource>> {
+    measured("resources.update_many", async move {
+        let written: Vec<Uuid> = match updates {
+            [] => return Ok(HashMap::new()),
+            // One row as scalars: a prepared statement settles on a cached
+            // plan, where arrays are planned anew on every call.
+            [(id, desired)] => {
+                sqlx::query_scalar(update_desired!(
+                    "(VALUES ($1::uuid, $2::int2, $3::jsonb, $4::jsonb, $5::bool, $6::text))"
+                ))
+                .bind(id)
+                .bind(small_version(desired.kind_version))
+                .bind(Json(desired.labels))
+                .bind(Json(desired.spec))
+                .bind(desired.provider_config.is_some())
+                .bind(desired.provider_config.flatten())
+                .fetch_all(&mut *conn)
+                .await?
+            }
+            _ => {
+                let ids: Vec<Uuid> = updates.iter().map(|(id, _)| *id).collect();
+                let versions: Vec<i16> = updates.iter().map(|(_, d)| small_version(d.kind_version)).collect();
+                let labels: Vec<Json<&BTreeMap<String, String>>> =
+                    updates.iter().map(|(_, d)| Json(d.labels)).collect();
+                let specs: Vec<Json<&Value>> = updates.iter().map(|(_, d)| Json(d.spec)).collect();
+                let sets: Vec<bool> = updates.iter().map(|(_, d)| d.provider_config.is_some()).collect();
+                let configs: Vec<Option<&str>> = updates.iter().map(|(_, d)| d.provider_config.flatten()).collect();
+                sqlx::query_scalar(update_desired!(
+                    "unnest($1::uuid[], $2::int2[], $3::jsonb[], $4::jsonb[], $5::bool[], $6::text[])"
+                ))
+                .bind(ids)
+                .bind(versions)
+                .bind(labels)
+                .bind(specs)
+                .bind(sets)
+                .bind(configs)
+                .fetch_all(&mut *conn)
+                .await?
+            }
+        };
+        Ok(get_many(conn, &written)
+            .await?
+            .into_iter()
+            .map(|resource| (resource.id, resource))
+            .collect())
+    })
+    .await
 }
 
 /// Reads one resource (with conditions) by id.

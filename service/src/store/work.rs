@@ -37,36 +37,9 @@ pub async fn schedule(conn: &mut PgConnection, ids: &[Uuid]) -> StoreResult<i32>
 /// count when `reset`), and queues a task even if the resource is synced.
 pub async fn request_reconcile(conn: &mut PgConnection, id: Uuid, reset: bool) -> StoreResult<()> {
     measured("work.request_reconcile", async move {
-        sqlx::query(
-            "UPDATE resources SET failure_gen = 0,
-                    failure_attempts = CASE WHEN $2 THEN 0 ELSE failure_attempts END
-             WHERE id = $1 AND (failure_gen <> 0 OR ($2 AND failure_attempts <> 0))",
-        )
-        .bind(id)
-        .bind(reset)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id)
-             SELECT r.id, 'reconcile', r.kind, r.kind_version, r.generation, c.manifest_version, r.shard_id
-             FROM resources r JOIN kind_config c ON c.kind = r.kind AND c.kind_version = r.kind_version
-             WHERE r.id = $1 AND r.deletion_requested_at IS NULL AND r.frozen_until IS NULL
-             ON CONFLICT (resource_id, task_type, shard_id) DO UPDATE SET not_before = now()
-                 WHERE w.broker_id IS NULL",
-        )
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-        // A teardown parked after a terminal failure (or waiting out a retry
-        // delay) is released at once.
-        sqlx::query(
-            "UPDATE work_queue SET not_before = now()
-             WHERE resource_id = $1 AND task_type = 'delete' AND broker_id IS NULL AND not_before > now()",
-        )
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+        sqlx::query("SELECT request_reconcile($1, $2)")
+            .bind(id)
+            .bind(reset)
             .execute(conn)
             .await?;
         Ok(())

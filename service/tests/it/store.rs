@@ -7,7 +7,7 @@ use std::time::Duration;
 use converge_service::config::RetentionArgs;
 use converge_service::domain::event::{EventType, NewEvent};
 use converge_service::domain::position::Position;
-use converge_service::domain::resource::{Condition, ConditionInput, ConditionStatus, Phase};
+use converge_service::domain::resource::{Condition, ConditionInput, ConditionStatus, Phase, Resource};
 use converge_service::domain::shard::ShardRange;
 use converge_service::engine::retention;
 use converge_service::store::events::{self, EventFilter};
@@ -109,6 +109,75 @@ async fn the_change_log_never_lets_a_reader_pass_an_unfinished_transaction() -> 
     Ok(())
 }
 
+/// One resource through the set-based update.
+async fn update_one(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    desired: &DesiredResource<'_>,
+) -> anyhow::Result<Option<Resource>> {
+    Ok(resources::update_many(conn, &[(id, desired.clone())])
+        .await?
+        .remove(&id))
+}
+
+#[tokio::test]
+async fn a_batch_update_writes_only_the_rows_that_changed() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let same = create(pool, "thing", "same").await?;
+    let respecced = create(pool, "thing", "respecced").await?;
+    let relabelled = create(pool, "thing", "relabelled").await?;
+    let before = position_of(pool, same).await?;
+
+    let no_labels = BTreeMap::new();
+    let labels = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
+    let (old_spec, new_spec) = (json!({"n": 1}), json!({"n": 2}));
+    let unchanged = DesiredResource {
+        kind: "thing",
+        kind_version: 1,
+        name: "same",
+        labels: &no_labels,
+        spec: &old_spec,
+        provider_config: None,
+    };
+    let batch = [
+        (same, unchanged.clone()),
+        (
+            respecced,
+            DesiredResource {
+                name: "respecced",
+                spec: &new_spec,
+                ..unchanged.clone()
+            },
+        ),
+        (
+            relabelled,
+            DesiredResource {
+                name: "relabelled",
+                labels: &labels,
+                ..unchanged
+            },
+        ),
+    ];
+    let mut conn = pool.acquire().await?;
+    let mut written = resources::update_many(&mut conn, &batch).await?;
+    assert_eq!(written.len(), 2, "the identical row is not written");
+    assert!(!written.contains_key(&same));
+    assert_eq!(position_of(pool, same).await?, before);
+    let respecced = written
+        .remove(&respecced)
+        .ok_or_else(|| anyhow::anyhow!("spec changed"))?;
+    assert_eq!((respecced.generation, respecced.phase), (2, Phase::Reconciling));
+    assert_eq!(respecced.spec, new_spec);
+    let relabelled = written
+        .remove(&relabelled)
+        .ok_or_else(|| anyhow::anyhow!("labels changed"))?;
+    assert_eq!(relabelled.generation, 1, "labels do not bump the generation");
+    assert_eq!(relabelled.labels, labels);
+    Ok(())
+}
+
 #[tokio::test]
 async fn identical_rewrites_do_not_move_the_resource_version() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -128,14 +197,14 @@ async fn identical_rewrites_do_not_move_the_resource_version() -> anyhow::Result
         provider_config: None,
     };
     let mut conn = pool.acquire().await?;
-    assert!(resources::update_desired(&mut conn, id, &desired).await?.is_none());
+    assert!(update_one(&mut conn, id, &desired).await?.is_none());
     assert_eq!(position_of(pool, id).await?, before);
 
     let relabelled = DesiredResource {
         labels: &labels,
         ..desired.clone()
     };
-    let updated = resources::update_desired(&mut conn, id, &relabelled)
+    let updated = update_one(&mut conn, id, &relabelled)
         .await?
         .ok_or_else(|| anyhow::anyhow!("labels changed"))?;
     assert_eq!(updated.generation, 1, "labels do not bump the generation");
@@ -147,7 +216,7 @@ async fn identical_rewrites_do_not_move_the_resource_version() -> anyhow::Result
         spec: &new_spec,
         ..desired
     };
-    let updated = resources::update_desired(&mut conn, id, &respecced)
+    let updated = update_one(&mut conn, id, &respecced)
         .await?
         .ok_or_else(|| anyhow::anyhow!("spec changed"))?;
     assert_eq!(updated.generation, 2);
@@ -622,5 +691,99 @@ async fn results_applied_directly_or_through_the_outbox_end_alike_and_stale_ones
         assert_eq!(resource.synced_gen, resource.generation, "{name}");
         assert_eq!(resource.status, Some(json!({"done": name})), "{name}");
     }
+    Ok(())
+}
+
+/// Calls `enqueue_tasks` for the resource `id` at `generation`.
+async fn enqueue(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    generation: i64,
+    cause: Option<&str>,
+    rule: &str,
+) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT enqueue_tasks(array_agg(ROW(r.id, r.kind, r.kind_version, $2, 1, r.shard_id)::task_candidate),
+                              'reconcile', $3, $4)
+         FROM resources r WHERE r.id = $1",
+    )
+    .bind(id)
+    .bind(generation)
+    .bind(cause)
+    .bind(rule)
+    .fetch_one(conn)
+    .await
+}
+
+/// The reconcile task of `id`: (generation, claim epoch, cause, trace
+/// context, whether it may run now).
+async fn task_of(pool: &PgPool, id: Uuid) -> anyhow::Result<(i64, i64, Option<String>, Option<String>, bool)> {
+    Ok(sqlx::query_as(
+        "SELECT generation, claim_epoch, cause, trace_context, not_before <= now()
+         FROM work_queue WHERE resource_id = $1 AND task_type = 'reconcile'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+#[tokio::test]
+async fn the_one_queue_writer_keeps_advances_or_hurries_an_existing_task() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let id = create(pool, "thing", "a").await?;
+    assert_eq!(
+        task_of(pool, id).await?,
+        (1, 1, None, None, true),
+        "the create queued it"
+    );
+
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    sqlx::query("SELECT set_config('converge.trace_context', $1, true)")
+        .bind(traced)
+        .execute(&mut *tx)
+        .await?;
+    assert_eq!(enqueue(&mut tx, id, 2, None, "keep").await?, 0, "keep leaves it");
+    assert_eq!(
+        enqueue(&mut tx, id, 1, None, "advance").await?,
+        0,
+        "not a newer generation"
+    );
+    assert_eq!(enqueue(&mut tx, id, 2, None, "advance").await?, 1);
+    tx.commit().await?;
+    assert_eq!(
+        task_of(pool, id).await?,
+        (2, 2, None, Some(traced.to_owned()), true),
+        "re-pointed, fenced and stamped with the calling transaction's trace"
+    );
+
+    sqlx::query("UPDATE work_queue SET not_before = now() + interval '1 hour' WHERE resource_id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    assert_eq!(enqueue(&mut conn, id, 2, Some("configChange"), "hurry").await?, 1);
+    let (_, epoch, cause, _, runnable) = task_of(pool, id).await?;
+    assert_eq!((epoch, cause.as_deref(), runnable), (2, Some("configChange"), true));
+
+    sqlx::query("UPDATE work_queue SET broker_id = 'b', not_before = now() + interval '1 hour' WHERE resource_id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    assert_eq!(
+        enqueue(&mut conn, id, 2, None, "hurry").await?,
+        0,
+        "a leased task is left to its holder"
+    );
+
+    let duplicate = enqueue(&mut conn, id, 3, None, "new").await;
+    assert!(
+        duplicate.is_err_and(|e| e.to_string().contains("duplicate key")),
+        "'new' is for resources created in the same statement: a task that exists is a bug"
+    );
+    let unknown = enqueue(&mut conn, id, 3, None, "sometimes").await;
+    assert!(unknown.is_err_and(|e| e.to_string().contains("unknown conflict rule")));
     Ok(())
 }

@@ -242,21 +242,14 @@ pub(super) async fn write_resources(
             .collect();
         let mut existing = resources::find_many_for_update(conn, &keys).await?;
         let mut creates = Vec::new();
+        let mut updates = Vec::new();
         for (&i, key) in pending.iter().zip(keys) {
             let input = &inputs[i];
             let kind_state = state_of(&kind_states, input)?;
             match existing.remove(&key) {
                 Some(current) => {
                     check_writable(&current, input, kind_state.retired).map_err(|e| items.at(i, e))?;
-                    let (resource, reschedule) = update(conn, state, actor, current, input).await?;
-                    if reschedule {
-                        to_schedule.push(resource.id);
-                    }
-                    written[i] = Some(Slot::Updated(Box::new(Written {
-                        resource,
-                        created: false,
-                        manifest_version: kind_state.manifest_version,
-                    })));
+                    updates.push((i, current));
                 }
                 None if input.etag.is_some() => {
                     return Err(items.at(i, resource_not_found(&input.kind, &input.name)));
@@ -264,6 +257,16 @@ pub(super) async fn write_resources(
                 None if kind_state.retired => return Err(items.at(i, retired(&input.kind, input.kind_version))),
                 None => creates.push(i),
             }
+        }
+        for (i, resource, reschedule) in update(conn, state, actor, inputs, updates).await? {
+            if reschedule {
+                to_schedule.push(resource.id);
+            }
+            written[i] = Some(Slot::Updated(Box::new(Written {
+                resource,
+                created: false,
+                manifest_version: state_of(&kind_states, &inputs[i])?.manifest_version,
+            })));
         }
         let desired: Vec<DesiredResource<'_>> = creates.iter().map(|&i| inputs[i].desired()).collect();
         let mut inserted = resources::insert_many(conn, &desired, &first, actor).await?;
@@ -439,8 +442,7 @@ async fn validate_specs(
                 let manifest = state
                     .catalog
                     .compiled(conn, &input.kind, input.kind_version, manifest_version)
-                    .await
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                    .await?;
                 slot.insert(manifest)
             }
         };
@@ -455,48 +457,61 @@ async fn validate_specs(
     Ok(())
 }
 
-/// Writes the user-owned fields of an existing resource, with its events;
-/// returns the resource as it is now and whether it needs a reconcile.
+/// Writes the user-owned fields of existing resources (`(input index,
+/// stored resource)`), with their events, set-based: one statement for the
+/// rows and one for the events, whatever the batch size. Returns, per
+/// input, the resource as it is now and whether it needs a reconcile.
 async fn update(
     conn: &mut PgConnection,
     state: &ApiState,
     actor: &str,
-    current: Resource,
-    input: &ResourceWrite,
-) -> Result<(Resource, bool), ApiError> {
-    let Some(updated) = resources::update_desired(conn, current.id, &input.desired()).await? else {
-        return Ok((current, false));
-    };
-    if updated.kind_version != current.kind_version {
-        let event = NewEvent::lifecycle(
-            "KindVersionChanged",
-            format!("kind version {} -> {}", current.kind_version, updated.kind_version),
-        );
-        record(conn, state, actor, &updated, &event).await?;
+    inputs: &[ResourceWrite],
+    stored: Vec<(usize, Resource)>,
+) -> Result<Vec<(usize, Resource, bool)>, ApiError> {
+    let desired: Vec<(Uuid, DesiredResource<'_>)> = stored
+        .iter()
+        .map(|(i, current)| (current.id, inputs[*i].desired()))
+        .collect();
+    let mut written = resources::update_many(conn, &desired).await?;
+    let mut events: Vec<(Uuid, i64, NewEvent)> = Vec::new();
+    let mut config_changes: Vec<(Uuid, String)> = Vec::new();
+    let mut answers = Vec::with_capacity(stored.len());
+    for (i, current) in stored {
+        let Some(updated) = written.remove(&current.id) else {
+            answers.push((i, current, false));
+            continue;
+        };
+        if updated.kind_version != current.kind_version {
+            let event = NewEvent::lifecycle(
+                "KindVersionChanged",
+                format!("kind version {} -> {}", current.kind_version, updated.kind_version),
+            );
+            events.push((updated.id, updated.generation, event));
+        }
+        let respec = updated.generation != current.generation;
+        if respec {
+            let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
+            events.push((updated.id, updated.generation, event));
+        }
+        if updated.provider_config != current.provider_config {
+            let shown = |c: &Option<String>| c.as_deref().map_or_else(|| "none".to_owned(), |n| format!("{n:?}"));
+            let message = format!(
+                "provider config override {} -> {}",
+                shown(&current.provider_config),
+                shown(&updated.provider_config)
+            );
+            config_changes.push((updated.id, message));
+        }
+        answers.push((i, updated, respec));
     }
-    let respec = updated.generation != current.generation;
-    if respec {
-        let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
-        record(conn, state, actor, &updated, &event).await?;
+    let events: Vec<(Uuid, i64, &NewEvent)> = events.iter().map(|(id, g, e)| (*id, *g, e)).collect();
+    events::record_many(conn, &events, actor, state.retention.event_runs_per_timeline).await?;
+    // A changed override is a reason to reconcile even at the same
+    // generation (rare: one call each, as its message names both configs).
+    for (id, message) in &config_changes {
+        provider_configs::pend_change(conn, &[*id], message, actor, state.retention.event_runs_per_timeline).await?;
     }
-    if updated.provider_config != current.provider_config {
-        // A reason to reconcile even at the same generation.
-        let shown = |c: &Option<String>| c.as_deref().map_or_else(|| "none".to_owned(), |n| format!("{n:?}"));
-        let message = format!(
-            "provider config override {} -> {}",
-            shown(&current.provider_config),
-            shown(&updated.provider_config)
-        );
-        provider_configs::pend_change(
-            conn,
-            &[updated.id],
-            &message,
-            actor,
-            state.retention.event_runs_per_timeline,
-        )
-        .await?;
-    }
-    Ok((updated, respec))
+    Ok(answers)
 }
 
 /// Refuses writes the stored resource does not allow. Deletion wins over
@@ -535,25 +550,6 @@ fn check_writable(current: &Resource, input: &ResourceWrite, retired_target: boo
     if current.kind_version != input.kind_version && retired_target {
         return Err(retired(&input.kind, input.kind_version));
     }
-    Ok(())
-}
-
-async fn record(
-    conn: &mut PgConnection,
-    state: &ApiState,
-    actor: &str,
-    resource: &Resource,
-    event: &NewEvent,
-) -> Result<(), ApiError> {
-    events::record(
-        conn,
-        resource.id,
-        resource.generation,
-        event,
-        actor,
-        state.retention.event_runs_per_timeline,
-    )
-    .await?;
     Ok(())
 }
 

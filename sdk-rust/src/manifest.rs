@@ -8,8 +8,8 @@
 //! are unknown ones, so a typo in a file is an error rather than a silently
 //! dropped field. Enum values are their proto names (`TRIGGER_SPEC_CHANGE`).
 
-use converge_sdk::proto::v1 as pb;
-use converge_sdk::worker::convert::json_to_struct;
+use crate::proto::v1 as pb;
+use crate::worker::convert::json_to_struct;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -218,7 +218,8 @@ mod tests {
 
     #[test]
     fn the_noop_file_parses() {
-        let request = parse_apply_request("noop/manifest.json", include_str!("../noop/manifest.json")).unwrap();
+        let request =
+            parse_apply_request("noop/manifest.json", include_str!("../../examples/noop/manifest.json")).unwrap();
         let manifest = request.manifest.unwrap();
         assert_eq!(manifest.kind, "noop");
         assert_eq!(manifest.kind_version, 1);
