@@ -350,18 +350,25 @@ async fn compose_runs_a_control_two_brokers_and_the_demo() -> anyhow::Result<()>
     }
     let health = format!("127.0.0.1:{health_port}");
     assert_eq!(http_get(&health, "/readyz").await?.0, 200);
-    let members = client
-        .cluster()
-        .list_cluster_members(converge_proto::v1::ListClusterMembersRequest::default())
-        .await?
-        .into_inner()
-        .members;
+    // The registry: the control process and both brokers, each broker with
+    // its worker (workers are reported with each member's heartbeat, so a
+    // worker that connected after the BOM got Ready shows up a beat later).
     use converge_proto::v1::MemberRole;
-    let mut roles: Vec<(i32, usize)> = members.iter().map(|m| (m.role, m.workers.len())).collect();
-    roles.sort();
     let (control, broker) = (MemberRole::Control as i32, MemberRole::Broker as i32);
     let mut expected = vec![(control, 0), (broker, 1), (broker, 1)];
     expected.sort();
-    assert_eq!(roles, expected, "{members:?}");
+    eventually(Duration::from_secs(30), || async {
+        let members = client
+            .cluster()
+            .list_cluster_members(converge_proto::v1::ListClusterMembersRequest::default())
+            .await?
+            .into_inner()
+            .members;
+        let mut roles: Vec<(i32, usize)> = members.iter().map(|m| (m.role, m.workers.len())).collect();
+        roles.sort();
+        Ok((roles == expected).then_some(roles))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("the registry did not list a control and two brokers with a worker each: {e}"))?;
     Ok(())
 }
