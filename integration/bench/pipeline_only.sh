@@ -21,7 +21,7 @@ psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 psql_q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db TEMPLATE $template"
 if [ -n "${TOP:-}" ]; then psql_q -d postgres -c "SELECT pg_stat_statements_reset()" >/dev/null; fi
-"$bin/converge" serve --database-url "$url" --listen-addr "127.0.0.1:$port" >"/tmp/pipeline_$label.server.log" 2>&1 &
+"$bin/converge" serve --database-url "$url" --listen-addr "127.0.0.1:$port" --health-addr 127.0.0.1:0 >"/tmp/pipeline_$label.server.log" 2>&1 &
 pids=($!)
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
 sleep 1.5

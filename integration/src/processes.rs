@@ -74,6 +74,8 @@ pub fn converge_process_with(
     Ok(Command::new(binary("converge")?)
         .env("DATABASE_URL", database_url)
         .env("LISTEN_ADDR", addr)
+        // Any free port: processes run side by side (a test may set one).
+        .env("HEALTH_ADDR", "127.0.0.1:0")
         .env("LOG_LEVEL", "warn")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -214,6 +216,21 @@ pub async fn connect_when_up(address: &str) -> anyhow::Result<Client> {
         }
     })
     .await
+}
+
+/// One GET over plain HTTP/1.1 to `addr` (`HOST:PORT`): the status code
+/// and the body.
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((code, body.to_owned()))
 }
 
 /// Sends `sig` to a child process.

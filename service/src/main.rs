@@ -108,7 +108,10 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate => {
-            let db = Database::open(&target, 2).await.context("opening the database")?;
+            let auth = cli.common.database_auth().map_err(anyhow::Error::msg)?;
+            let db = Database::open_with(&target, None, 2, &auth)
+                .await
+                .context("opening the database")?;
             let report = migrate::run(db.pool()).await;
             db.close().await;
             let report = report.context("applying migrations")?;
@@ -139,6 +142,7 @@ async fn run(mut cli: Cli) -> anyhow::Result<()> {
 /// Starts the server as `serve` runs it, from the parsed command line.
 async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<RunningServer> {
     let mut config = ServerConfig::new(target, cli.common.database_max_connections, cli.serve.clone());
+    config.database_auth = cli.common.database_auth().map_err(anyhow::Error::msg)?;
     config.retention = cli.retention;
     config.read_database = cli
         .common
@@ -146,8 +150,10 @@ async fn start_server(target: DatabaseTarget, cli: &Cli) -> anyhow::Result<Runni
         .clone()
         .filter(|url| !url.trim().is_empty());
     let running = server::start(config).await.context("starting the server")?;
-    if let Some(addr) = running.local_addr() {
-        tracing::info!(%addr, "converge is serving");
+    match (running.local_addr(), running.health_addr()) {
+        (Some(addr), Some(probes)) => tracing::info!(%addr, %probes, "converge is serving"),
+        (Some(addr), None) => tracing::info!(%addr, "converge is serving"),
+        (None, _) => {}
     }
     Ok(running)
 }

@@ -225,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
                 .arg("serve")
                 .env("DATABASE_URL", &database_url)
                 .env("LISTEN_ADDR", &addr)
+                .env("HEALTH_ADDR", "127.0.0.1:0")
                 .env("LOG_LEVEL", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

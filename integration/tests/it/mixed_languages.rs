@@ -61,7 +61,8 @@ async fn the_bom_demo_reconciles_with_python_and_go_leaves() -> anyhow::Result<(
         Command::new(binary("converge")?)
             .args(["dev", "--external-kinds", "account,vpc", "--delay-ms", DELAY_MS])
             .env("DATABASE_URL", database.url()?)
-            .env("LISTEN_ADDR", &addr),
+            .env("LISTEN_ADDR", &addr)
+            .env("HEALTH_ADDR", "127.0.0.1:0"),
         scratch.path(),
         "dev.log",
     )?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use converge_integration::api::{self, apply, wait_phase};
 use converge_integration::kinds::{Cells, apply_kind, cell_manifest};
 use converge_integration::processes::{
-    ProcessSite, connect_when_up, converge_process_with, free_local_addr, stop_cleanly,
+    ProcessSite, connect_when_up, converge_process_with, free_local_addr, http_get, stop_cleanly,
 };
 use converge_integration::{TestDatabase, eventually};
 use converge_proto::v1::Phase;
@@ -21,7 +21,6 @@ use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use serde_json::json;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -202,19 +201,6 @@ async fn one_trace_follows_a_resource_from_apply_through_the_worker_to_the_fence
     assert_eq!(spans, ("converge".to_owned(), "test-worker".to_owned()));
     stop_cleanly(&mut server).await?;
     Ok(())
-}
-
-/// One GET over plain HTTP/1.1; the status code and the body.
-async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await?;
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((code, body.to_owned()))
 }
 
 /// The scrape, parsed by a real exposition-format parser.

@@ -61,6 +61,23 @@ pub struct CommonArgs {
     #[arg(long, env = "DATABASE_READ_URL", global = true, hide_env_values = true)]
     pub database_read_url: Option<String>,
 
+    /// Authenticate to PostgreSQL (RDS, Aurora) with IAM authentication
+    /// tokens instead of the URL's password: signed with the credentials of
+    /// the standard AWS chain (environment, web identity for IRSA, profile,
+    /// container or instance role) in `AWS_REGION`, fresh for new
+    /// connections. The URL still names host, port, user and database, and
+    /// should ask for `sslmode=require`.
+    #[arg(long, env = "DB_IAM_AUTH", global = true, default_value_t = false,
+          action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new(),
+          num_args = 0..=1, default_missing_value = "true")]
+    pub db_iam_auth: bool,
+
+    /// A file holding the database password (a mounted Secret), read for
+    /// new connections instead of the URL's password, so a rotated
+    /// password needs no restart.
+    #[arg(long, env = "DATABASE_PASSWORD_FILE", global = true)]
+    pub database_password_file: Option<PathBuf>,
+
     /// Directory of the embedded PostgreSQL cluster (used only without `DATABASE_URL`).
     /// Defaults to `/var/lib/converge` as root, else `$XDG_DATA_HOME/converge`
     /// (or `~/.local/share/converge`).
@@ -86,6 +103,38 @@ pub struct CommonArgs {
     pub log_level: String,
 }
 
+/// How a connection to `DATABASE_URL` authenticates (db::auth supplies
+/// the passwords).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DatabaseAuth {
+    /// The password in the URL (or none).
+    #[default]
+    Url,
+    /// The contents of this file, read for new connections
+    /// (`DATABASE_PASSWORD_FILE`).
+    PasswordFile(PathBuf),
+    /// An RDS IAM authentication token (`DB_IAM_AUTH`).
+    Iam,
+}
+
+impl CommonArgs {
+    /// How connections to `DATABASE_URL` (and `DATABASE_READ_URL`)
+    /// authenticate, or the line saying which options contradict each other.
+    pub fn database_auth(&self) -> Result<DatabaseAuth, String> {
+        let external = self.database_url.as_deref().is_some_and(|u| !u.trim().is_empty());
+        match (self.db_iam_auth, &self.database_password_file) {
+            (true, Some(_)) => Err("DB_IAM_AUTH and DATABASE_PASSWORD_FILE exclude each other".into()),
+            (true, None) if !external => {
+                Err("DB_IAM_AUTH needs DATABASE_URL (the embedded database has no IAM)".into())
+            }
+            (true, None) => Ok(DatabaseAuth::Iam),
+            (false, Some(_)) if !external => Err("DATABASE_PASSWORD_FILE needs DATABASE_URL".into()),
+            (false, Some(path)) => Ok(DatabaseAuth::PasswordFile(path.clone())),
+            (false, None) => Ok(DatabaseAuth::Url),
+        }
+    }
+}
+
 /// Options of `converge serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -107,6 +156,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_timeout_secs: u64,
 
+    /// Plain-HTTP probe listener (`HOST:PORT`): `/livez` and `/healthz`
+    /// (the process runs; never asks the database) and `/readyz` (gRPC
+    /// health is SERVING), plus `/metrics` when metrics are on. On by
+    /// default; an empty value switches it off. Use `0.0.0.0:8081` in a pod.
+    #[arg(long, env = "HEALTH_ADDR", default_value = DEFAULT_HEALTH_ADDR, global = true,
+          value_parser = parse_optional_addr)]
+    pub health_addr: OptionalAddr,
+
     /// Stable identity of this process across restarts (a pod name, say).
     /// A process joining under the identity of a registered member is its
     /// successor and takes its shards over at once; it must be unique among
@@ -124,16 +181,59 @@ pub struct ServeArgs {
     pub telemetry: TelemetryArgs,
 }
 
-/// Telemetry options. Beyond these, the standard `OTEL_*` variables are
-/// honoured: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
-/// `OTEL_TRACES_SAMPLER`(`_ARG`), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
-/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, `OTEL_EXPORTER_OTLP_TIMEOUT`,
-/// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_TRACES_EXPORTER=none`,
-/// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true`.
+/// The probe listener's default address (`HEALTH_ADDR`): loopback, like the
+/// gRPC listener's, on the fixed port the chart and the image use.
+pub const DEFAULT_HEALTH_ADDR: &str = "127.0.0.1:8081";
+
+/// The standard OpenTelemetry variables converge honours beyond its own
+/// flags (read by the OpenTelemetry SDK and `telemetry`; docs/operations.md).
+/// Deployment manifests may set these and the flags' variables, nothing else
+/// (the Helm chart's test holds it to that).
+pub const OTEL_VARIABLES: &[&str] = &[
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_SDK_DISABLED",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+];
+
+/// The standard AWS variables converge honours with `DB_IAM_AUTH` (read by
+/// the AWS credential chain, `aws-config`); deployment manifests may set
+/// them too. (IRSA's webhook sets the web identity ones itself.)
+pub const AWS_VARIABLES: &[&str] = &[
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_EC2_METADATA_DISABLED",
+    "AWS_STS_REGIONAL_ENDPOINTS",
+];
+
+/// Telemetry options. Beyond these, the standard `OTEL_*` variables of
+/// [`OTEL_VARIABLES`] are honoured (`OTEL_TRACES_EXPORTER=none`,
+/// `OTEL_METRICS_EXPORTER=none` and `OTEL_SDK_DISABLED=true` switch signals off).
 #[derive(Debug, Clone, Default, Args)]
 pub struct TelemetryArgs {
     /// Plain-HTTP listener (`HOST:PORT`) serving Prometheus text metrics at
-    /// `/metrics` and probes at `/livez` and `/readyz`. Off when unset.
+    /// `/metrics` (and the probes, as `HEALTH_ADDR` does); setting it turns
+    /// metrics on. Off when unset. May equal `HEALTH_ADDR`: one listener
+    /// then serves both.
     #[arg(long, env = "METRICS_ADDR", global = true, value_parser = parse_optional_addr)]
     pub metrics_addr: Option<OptionalAddr>,
 
@@ -351,12 +451,16 @@ fn parse_member_identity(value: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
+/// The defaults of the command line, except that an in-process server (a
+/// test, an embedding) binds no probe listener unless asked to: many of
+/// them run side by side and none has a pod's prober.
 impl Default for ServeArgs {
     fn default() -> Self {
         Self {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
             role: Role::All,
             shutdown_timeout_secs: 10,
+            health_addr: OptionalAddr(None),
             member_identity: None,
             tls: TlsArgs::default(),
             telemetry: TelemetryArgs::default(),
@@ -365,6 +469,22 @@ impl Default for ServeArgs {
 }
 
 impl ServeArgs {
+    /// The plain-HTTP listeners to bind, each with the setting it comes
+    /// from: `HEALTH_ADDR` (unless switched off) and `METRICS_ADDR` (when
+    /// set to another address).
+    pub fn http_listeners(&self) -> Vec<(SocketAddr, &'static str)> {
+        let mut listeners = Vec::new();
+        if let Some(addr) = self.health_addr.0 {
+            listeners.push((addr, "HEALTH_ADDR"));
+        }
+        if let Some(addr) = self.telemetry.metrics_addr()
+            && self.health_addr.0 != Some(addr)
+        {
+            listeners.push((addr, "METRICS_ADDR"));
+        }
+        listeners
+    }
+
     /// The graceful-shutdown bound as a duration.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
@@ -652,6 +772,29 @@ mod tests {
             let err = transport(args).err().unwrap_or_default();
             assert!(err.contains(expected), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_probe_listener_is_on_by_default_and_shares_a_port_with_metrics() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["converge"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|cli| cli.serve.http_listeners())
+        };
+        let health: SocketAddr = DEFAULT_HEALTH_ADDR.parse().expect("a socket address");
+        assert_eq!(parse(&[]).ok(), Some(vec![(health, "HEALTH_ADDR")]));
+        assert_eq!(parse(&["--health-addr", ""]).ok(), Some(vec![]));
+        let metrics: SocketAddr = "0.0.0.0:9464".parse().expect("a socket address");
+        assert_eq!(
+            parse(&["--metrics-addr", "0.0.0.0:9464"]).ok(),
+            Some(vec![(health, "HEALTH_ADDR"), (metrics, "METRICS_ADDR")])
+        );
+        assert_eq!(
+            parse(&["--metrics-addr", "0.0.0.0:9464", "--health-addr", "0.0.0.0:9464"]).ok(),
+            Some(vec![(metrics, "HEALTH_ADDR")])
+        );
+        assert!(parse(&["--health-addr", "localhost:8081"]).is_err());
+        assert!(ServeArgs::default().http_listeners().is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Database access: the connection pool, the embedded PostgreSQL default and
 //! the migration runner.
 
+pub mod auth;
 pub mod embedded;
 pub mod migrate;
 pub mod notify;
@@ -61,6 +62,9 @@ pub enum DatabaseError {
     /// Connecting or a setup statement failed.
     #[error("cannot reach PostgreSQL: {0}")]
     Connect(#[source] sqlx::Error),
+    /// No password for the connections (DB_IAM_AUTH, DATABASE_PASSWORD_FILE).
+    #[error(transparent)]
+    Auth(#[from] auth::AuthError),
     /// The embedded launcher's worker thread died.
     #[error("the embedded PostgreSQL launcher failed: {0}")]
     Launcher(String),
@@ -74,6 +78,8 @@ pub struct Database {
     pool: PgPool,
     reads: ReadPool,
     embedded: Option<EmbeddedPostgres>,
+    /// Keeps the pools' passwords fresh (DB_IAM_AUTH, DATABASE_PASSWORD_FILE).
+    refresher: Option<(tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Database {
@@ -91,10 +97,27 @@ impl Database {
         read_url: Option<&str>,
         max_connections: u32,
     ) -> Result<Self, DatabaseError> {
+        Self::open_with(target, read_url, max_connections, &auth::DatabaseAuth::Url).await
+    }
+
+    /// Like [`open_with_replica`](Self::open_with_replica), authenticating
+    /// as `auth` says to an external database (and its replica): the pools'
+    /// passwords are then renewed every [`auth::REFRESH_INTERVAL`].
+    pub async fn open_with(
+        target: &DatabaseTarget,
+        read_url: Option<&str>,
+        max_connections: u32,
+        auth: &auth::DatabaseAuth,
+    ) -> Result<Self, DatabaseError> {
         // Checked first: a bad URL fails the boot before anything starts.
         let read_options = read_url
             .map(|url| parse_url(url).map_err(|e| DatabaseError::InvalidReadUrl(e.detail())))
-            .transpose()?;
+            .transpose()?
+            .map(|options| options.application_name(READ_APPLICATION_NAME));
+        let credentials = match target {
+            DatabaseTarget::Url(_) => auth::Credentials::prepare(auth).await?,
+            DatabaseTarget::Embedded(_) => None,
+        };
         let (options, embedded) = match target {
             DatabaseTarget::Url(url) => {
                 let options = parse_url(url)?;
@@ -109,19 +132,40 @@ impl Database {
                 (server.connect_options(EMBEDDED_DATABASE), Some(server))
             }
         };
+        let options = options.application_name(APPLICATION_NAME);
+        let (first, first_read) = match &credentials {
+            Some(credentials) => (
+                credentials.apply(options.clone()).await?,
+                match &read_options {
+                    Some(read) => Some(credentials.apply(read.clone()).await?),
+                    None => None,
+                },
+            ),
+            None => (options.clone(), read_options.clone()),
+        };
         let pool = pool_options(max_connections)
-            .connect_with(options.application_name(APPLICATION_NAME))
+            .connect_with(first)
             .await
             .map_err(DatabaseError::Connect)?;
-        let reads = match read_options {
-            Some(options) => ReadPool::with_replica(
-                pool.clone(),
-                replica_pool_options(max_connections)
-                    .connect_lazy_with(options.application_name(READ_APPLICATION_NAME)),
-            ),
+        let replica = first_read.map(|read| replica_pool_options(max_connections).connect_lazy_with(read));
+        let refresher = credentials.map(|credentials| {
+            let mut pools = vec![(pool.clone(), options)];
+            if let (Some(replica), Some(read)) = (&replica, read_options) {
+                pools.push((replica.clone(), read));
+            }
+            let (stop, stop_rx) = tokio::sync::watch::channel(false);
+            (stop, credentials.spawn_refresher(pools, stop_rx))
+        });
+        let reads = match replica {
+            Some(replica) => ReadPool::with_replica(pool.clone(), replica),
             None => ReadPool::primary_only(pool.clone()),
         };
-        Ok(Self { pool, reads, embedded })
+        Ok(Self {
+            pool,
+            reads,
+            embedded,
+            refresher,
+        })
     }
 
     /// The connection pool (the primary).
@@ -158,6 +202,10 @@ impl Database {
     /// its next start replays the WAL). It is given at least
     /// [`EMBEDDED_STOP_FLOOR`] however late it is, being this process's child.
     pub async fn close_by(self, deadline: tokio::time::Instant) {
+        if let Some((stop, task)) = &self.refresher {
+            let _ = stop.send(true);
+            task.abort();
+        }
         // Connections still checked out (a call cut at the drain's end, a
         // connect the database never answered) are not worth waiting for:
         // they end with the process, and PostgreSQL rolls back what they held.

@@ -104,7 +104,7 @@ impl Notifications {
             .max_lifetime(None)
             .idle_timeout(None)
             .connect_lazy_with((*pool.connect_options()).clone());
-        let task = tokio::spawn(run(own, feed.clone(), stop));
+        let task = tokio::spawn(run(own, pool.clone(), feed.clone(), stop));
         (Self { feed }, task)
     }
 
@@ -168,8 +168,11 @@ impl Subscription {
     }
 }
 
-async fn run(pool: PgPool, feed: broadcast::Sender<Notice>, mut stop: watch::Receiver<bool>) {
+async fn run(pool: PgPool, primary: PgPool, feed: broadcast::Sender<Notice>, mut stop: watch::Receiver<bool>) {
     loop {
+        // The primary pool's current options: their password may have been
+        // renewed since the last connect (db::auth).
+        pool.set_connect_options((*primary.connect_options()).clone());
         tokio::select! {
             _ = stop.changed() => break,
             failed = listen(&pool, &feed) => {

@@ -59,8 +59,18 @@ impl Answer {
 /// A `SELECT 1` on a connection of its own, reopened after any failure.
 #[derive(Debug)]
 pub struct Probe {
-    options: PgConnectOptions,
+    target: Target,
     connection: Option<PgConnection>,
+}
+
+/// Where a probe connects.
+#[derive(Debug)]
+enum Target {
+    /// Always these options.
+    Fixed(Box<PgConnectOptions>),
+    /// The pool's options at the time of each connect (their password may
+    /// be renewed, `db::auth`), under an application name of its own.
+    Pool(sqlx::PgPool, String),
 }
 
 impl Probe {
@@ -68,8 +78,24 @@ impl Probe {
     /// `application_name` tells its session apart in `pg_stat_activity`.
     pub fn new(options: PgConnectOptions, application_name: &str) -> Self {
         Self {
-            options: options.application_name(application_name),
+            target: Target::Fixed(Box::new(options.application_name(application_name))),
             connection: None,
+        }
+    }
+
+    /// A probe of the database behind `pool`, connecting with the pool's
+    /// current options (so with its current password) whenever it connects.
+    pub fn following(pool: sqlx::PgPool, application_name: &str) -> Self {
+        Self {
+            target: Target::Pool(pool, application_name.to_owned()),
+            connection: None,
+        }
+    }
+
+    fn options(&self) -> PgConnectOptions {
+        match &self.target {
+            Target::Fixed(options) => (**options).clone(),
+            Target::Pool(pool, name) => (*pool.connect_options()).clone().application_name(name),
         }
     }
 
@@ -96,7 +122,10 @@ impl Probe {
     async fn round_trip(&mut self) -> Result<(), sqlx::Error> {
         let connection = match &mut self.connection {
             Some(connection) => connection,
-            None => self.connection.insert(self.options.connect().await?),
+            None => {
+                let options = self.options();
+                self.connection.insert(options.connect().await?)
+            }
         };
         let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *connection).await?;
         debug_assert_eq!(one, 1);

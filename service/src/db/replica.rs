@@ -112,7 +112,7 @@ impl ReadPool {
     pub fn replica_probe(&self) -> Option<Probe> {
         self.replica
             .as_ref()
-            .map(|replica| Probe::new((*replica.pool.connect_options()).clone(), "converge-read-probe"))
+            .map(|replica| Probe::following(replica.pool.clone(), "converge-read-probe"))
     }
 
     fn mark_replica(&self, up: bool, cause: Option<&dyn std::fmt::Display>) {

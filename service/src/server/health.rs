@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
@@ -55,6 +54,8 @@ pub struct Health {
     reporter: HealthReporter,
     services: Vec<&'static str>,
     state: Mutex<State>,
+    /// Whether the overall status is SERVING: what `/readyz` answers.
+    ready: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Health {
@@ -64,12 +65,14 @@ impl std::fmt::Debug for Health {
 }
 
 impl Health {
-    /// Reports every one of `services` and the overall status as SERVING.
-    pub async fn serving(reporter: HealthReporter, services: Vec<&'static str>) -> Self {
+    /// Reports every one of `services` and the overall status as SERVING,
+    /// and keeps `ready` equal to "the overall status is SERVING".
+    pub async fn serving(reporter: HealthReporter, services: Vec<&'static str>, ready: watch::Sender<bool>) -> Self {
         let health = Self {
             reporter,
             services,
             state: Mutex::new(State::Serving),
+            ready,
         };
         health.report(ServingStatus::Serving).await;
         health
@@ -95,11 +98,6 @@ impl Health {
         }
     }
 
-    /// Whether the process reports SERVING (the readiness probe's answer).
-    pub async fn is_serving(&self) -> bool {
-        *self.state.lock().await == State::Serving
-    }
-
     /// Reports NOT_SERVING for good: the process is draining.
     pub async fn drain(&self) {
         let mut state = self.state.lock().await;
@@ -108,6 +106,7 @@ impl Health {
     }
 
     async fn report(&self, status: ServingStatus) {
+        self.ready.send_replace(status == ServingStatus::Serving);
         for name in self.services.iter().copied().chain([""]) {
             self.reporter.set_service_status(name, status).await;
         }
@@ -115,17 +114,17 @@ impl Health {
 }
 
 /// Starts the probe: every [`PROBE_INTERVAL`] until `stop` flips, checks the
-/// primary (at `primary`), records the answer in `status` and `health`, and
+/// primary (behind the pool `primary`, with its current options), records the answer in `status` and `health`, and
 /// checks the replica behind `reads`.
 pub fn spawn_probe(
-    primary: PgConnectOptions,
+    primary: sqlx::PgPool,
     status: DatabaseStatus,
     health: Arc<Health>,
     reads: ReadPool,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut probe = Probe::new(primary, "converge-probe");
+        let mut probe = Probe::following(primary, "converge-probe");
         let mut replica_probe = reads.replica_probe();
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -198,12 +197,15 @@ mod tests {
         const API: &str = "converge.v1.ResourceService";
         let reporter = HealthReporter::new();
         let service = HealthService::from_health_reporter(reporter.clone());
-        let health = Health::serving(reporter, vec![API]).await;
+        let (ready, readiness) = watch::channel(false);
+        let health = Health::serving(reporter, vec![API], ready).await;
+        assert!(*readiness.borrow());
         let (serving, not_serving) = (Wire::Serving as i32, Wire::NotServing as i32);
         assert_eq!(status_of(&service, "").await, serving);
         assert_eq!(status_of(&service, API).await, serving);
 
         health.database_changed(false).await;
+        assert!(!*readiness.borrow());
         assert_eq!(status_of(&service, "").await, not_serving);
         assert_eq!(status_of(&service, API).await, not_serving);
 
@@ -214,6 +216,7 @@ mod tests {
         health.drain().await;
         health.database_changed(true).await;
         assert_eq!(status_of(&service, "").await, not_serving, "a drain is final");
+        assert!(!*readiness.borrow(), "a drain is final");
         assert_eq!(status_of(&service, API).await, not_serving);
     }
 }

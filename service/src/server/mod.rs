@@ -3,10 +3,10 @@
 //! drains within a bounded time.
 
 pub mod health;
+mod http_listener;
 pub mod in_process;
 mod instruments;
 pub mod listener;
-mod metrics_listener;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub read_database: Option<String>,
     /// Pool size.
     pub max_connections: u32,
+    /// How connections to an external database authenticate.
+    pub database_auth: crate::config::DatabaseAuth,
     /// Server options.
     pub serve: ServeArgs,
     /// Cluster membership timing.
@@ -92,6 +94,7 @@ impl ServerConfig {
             database,
             read_database: None,
             max_connections,
+            database_auth: crate::config::DatabaseAuth::Url,
             serve,
             membership: MembershipTiming::default(),
             retention: RetentionArgs::default(),
@@ -140,6 +143,17 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// A probe or metrics listener could not be bound.
+    #[error("cannot listen on {addr} ({setting}): {source}")]
+    HttpBind {
+        /// The address.
+        addr: SocketAddr,
+        /// The setting it came from (`HEALTH_ADDR`, `METRICS_ADDR`).
+        setting: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// Building the reflection service failed.
     #[error("cannot build server reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
@@ -182,6 +196,7 @@ const LEAVE_LIMIT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct RunningServer {
     local_addr: Option<SocketAddr>,
+    http_addrs: Vec<SocketAddr>,
     in_process: Option<InProcessConnector>,
     member_id: String,
     stop: Option<oneshot::Sender<()>>,
@@ -192,6 +207,11 @@ impl RunningServer {
     /// The bound gRPC address (`None` when the server listens in-process only).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// The bound probe listener (`HEALTH_ADDR`, else `METRICS_ADDR`), if any.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.http_addrs.first().copied()
     }
 
     /// Opens channels of the in-process transport (`None` unless the server
@@ -231,13 +251,21 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     let tls = tls
         .map(|settings| converge_tls::ServerTls::load(&settings.files, settings.reload_interval))
         .transpose()?;
-    let db = Database::open_with_replica(
+    // The probes next, before the database: liveness answers while the
+    // database is opened and migrated (readiness says 503 until serving),
+    // and a taken port fails the boot at once.
+    let (ready, readiness) = tokio::sync::watch::channel(false);
+    let http = http_listener::HttpListeners::bind(&config.serve.http_listeners(), readiness)
+        .await
+        .map_err(|(addr, setting, source)| ServeError::HttpBind { addr, setting, source })?;
+    let db = Database::open_with(
         &config.database,
         config.read_database.as_deref(),
         config.max_connections,
+        &config.database_auth,
     )
     .await?;
-    match prepare_and_spawn(&db, &config, tls, access).await {
+    match prepare_and_spawn(&db, &config, tls, access, ready).await {
         Ok((local_addr, membership, mut serve)) => {
             let member_id = membership.member_id().to_owned();
             let (stop, stop_rx) = oneshot::channel();
@@ -247,9 +275,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
                 serve.in_process = Some(incoming);
                 connector
             });
-            let task = tokio::spawn(run(db, membership, serve, stop_rx, grace));
+            let http_addrs = http.bound().to_vec();
+            let task = tokio::spawn(run(db, membership, serve, stop_rx, grace, http));
             Ok(RunningServer {
                 local_addr,
+                http_addrs,
                 in_process,
                 member_id,
                 stop: Some(stop),
@@ -331,6 +361,7 @@ async fn prepare_and_spawn(
     config: &ServerConfig,
     tls: Option<converge_tls::ServerTls>,
     access: crate::config::AccessSettings,
+    ready: tokio::sync::watch::Sender<bool>,
 ) -> Result<(Option<SocketAddr>, Membership, Serving), ServeError> {
     let pool = db.pool().clone();
     let report = migrate::run(&pool).await?;
@@ -467,21 +498,14 @@ async fn prepare_and_spawn(
     }
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let services = api::routes(state, config.serve.role, access, health_service)?;
-    let health = Arc::new(health::Health::serving(reporter, services.names.clone()).await);
+    let health = Arc::new(health::Health::serving(reporter, services.names.clone(), ready).await);
     background.tasks.push(health::spawn_probe(
-        (*pool.connect_options()).clone(),
+        pool.clone(),
         database,
         health.clone(),
         db.read_pool().clone(),
         background.stop.subscribe(),
     ));
-    if let Some(addr) = config.serve.telemetry.metrics_addr() {
-        let (bound, task) = metrics_listener::spawn(addr, health.clone(), background.stop.subscribe())
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        tracing::info!(addr = %bound, "serving metrics and probes over HTTP");
-        background.tasks.push(task);
-    }
     Ok((
         local_addr,
         membership,
@@ -502,6 +526,7 @@ async fn run(
     serving: Serving,
     stop: oneshot::Receiver<()>,
     grace: Duration,
+    http: http_listener::HttpListeners,
 ) -> Result<(), ServeError> {
     let Serving {
         router,
@@ -572,6 +597,8 @@ async fn run(
     };
     membership.leave((Instant::now() + LEAVE_LIMIT).min(deadline)).await;
     db.close_by(deadline).await;
+    // The probes last: liveness answers until the drain is over.
+    drop(http);
     outcome
 }
 
