@@ -17,6 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }
+    // A directory is scanned whole: a new .proto file reruns the build too.
+    println!("cargo:rerun-if-changed={}", root.join("converge").display());
     println!("cargo:rerun-if-changed={}", root.join("google").display());
 
     let mut config = tonic_prost_build::Config::new();

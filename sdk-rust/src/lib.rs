@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod tls;
 pub mod worker;
 
+use converge_proto::v1::admin_service_client::AdminServiceClient;
 use converge_proto::v1::cluster_service_client::ClusterServiceClient;
 use converge_proto::v1::kind_service_client::KindServiceClient;
 use converge_proto::v1::operation_service_client::OperationServiceClient;
@@ -122,6 +123,8 @@ impl Client {
         provider_configs => ProviderConfigServiceClient,
         /// `converge.v1.ReactorBindingService`.
         reactor_bindings => ReactorBindingServiceClient,
+        /// `converge.v1.AdminService`.
+        admin => AdminServiceClient,
         /// `converge.v1.ClusterService`.
         cluster => ClusterServiceClient,
         /// `converge.worker.v1.WorkerService` (used by worker runtimes).

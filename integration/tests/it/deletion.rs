@@ -21,8 +21,9 @@ use converge_integration::processes::{
 };
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
-    ConditionStatus, DeleteResourceRequest, Emit, KindManifest, KindPolicy, ListResourceEventsRequest, Phase,
-    QuarantineResourceRequest, ReconcileResourceRequest, Resource, Trigger, UnquarantineResourceRequest,
+    ActOnResourcesRequest, ConditionStatus, DeleteResourceRequest, Emit, KindManifest, KindPolicy,
+    ListResourceEventsRequest, Phase, QuarantineResourceRequest, ReconcileResourceRequest, Resource, ResourceAction,
+    Trigger, UnquarantineResourceRequest,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -551,6 +552,58 @@ async fn a_terminal_teardown_failure_waits_for_reconcile_resource() -> anyhow::R
         .await?;
     wait_gone(&f.client, "cell", "solo", Duration::from_secs(30)).await?;
     assert_eq!(f.log.teardowns_of("cell/solo").len(), 2);
+    f.server.shutdown().await
+}
+
+#[tokio::test]
+async fn a_teardown_that_always_fails_is_force_finalized_and_the_tree_deletion_completes() -> anyhow::Result<()> {
+    let f = fixture(Duration::ZERO).await?;
+    apply_ok(
+        &f.client,
+        apply("stack", "ff", stack(&["base", "top"], &[("top", "base")])),
+    )
+    .await?;
+    wait_phase(&f.client, "stack", "ff", Phase::Ready, Duration::from_secs(60)).await?;
+    Log::set(&f.log.stuck, "cell/base", true);
+    let force = |name: &str| ActOnResourcesRequest {
+        action: ResourceAction::ForceFinalize.into(),
+        kind: "cell".into(),
+        name: name.into(),
+        reason: "the provider lost the account; nothing left to clean".into(),
+        ..Default::default()
+    };
+    // Refused while the resource is not being deleted; nothing changes.
+    let early = f.client.admin().act_on_resources(force("base")).await;
+    expect_error(early, Code::FailedPrecondition, "ACTION_NOT_APPLICABLE");
+    assert_eq!(get(&f.client, "cell", "base").await?.phase(), Phase::Ready);
+
+    delete(&f.client, "stack", "ff").await?;
+    wait_gone(&f.client, "cell", "top", Duration::from_secs(30)).await?;
+    wait_for(
+        &f.client,
+        "cell",
+        "base",
+        Duration::from_secs(30),
+        "surfaced its failing teardown",
+        |r| {
+            r.filter(|r| {
+                r.conditions
+                    .iter()
+                    .any(|c| c.r#type == "Teardown" && c.reason == "StillInUse")
+            })
+        },
+    )
+    .await?;
+    let forced = f.client.admin().act_on_resources(force("base")).await?.into_inner();
+    assert_eq!(forced.acted_count, 1);
+    // base goes without a successful teardown; its owner's teardown runs.
+    wait_gone(&f.client, "stack", "ff", Duration::from_secs(60)).await?;
+    let log = f.log.teardowns();
+    assert!(
+        log.iter().filter(|t| t.node == "cell/base").all(|t| !t.succeeded),
+        "{log:?}"
+    );
+    assert_eq!(completed(&log), ["cell/top", "stack/ff"]);
     f.server.shutdown().await
 }
 

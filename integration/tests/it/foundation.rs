@@ -19,7 +19,8 @@ use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 use tonic_reflection::pb::v1alpha;
 
-const API_SERVICES: [&str; 6] = [
+const API_SERVICES: [&str; 7] = [
+    "converge.v1.AdminService",
     "converge.v1.ClusterService",
     "converge.v1.KindService",
     "converge.v1.OperationService",

@@ -5,6 +5,7 @@
 //! and shares one private PostgreSQL cluster among all tests (each test
 //! still gets its own database); each module is one area of behaviour.
 
+mod admin;
 mod bad_input;
 mod cli;
 mod cluster_members;

@@ -35,6 +35,7 @@ type Client struct {
 	Kind           convergev1.KindServiceClient
 	ProviderConfig convergev1.ProviderConfigServiceClient
 	ReactorBinding convergev1.ReactorBindingServiceClient
+	Admin          convergev1.AdminServiceClient
 	Cluster        convergev1.ClusterServiceClient
 	Worker         workerv1.WorkerServiceClient
 }
@@ -62,6 +63,7 @@ func New(cc grpc.ClientConnInterface) *Client {
 		Kind:           convergev1.NewKindServiceClient(cc),
 		ProviderConfig: convergev1.NewProviderConfigServiceClient(cc),
 		ReactorBinding: convergev1.NewReactorBindingServiceClient(cc),
+		Admin:          convergev1.NewAdminServiceClient(cc),
 		Cluster:        convergev1.NewClusterServiceClient(cc),
 		Worker:         workerv1.NewWorkerServiceClient(cc),
 	}

@@ -17,6 +17,7 @@ import { KindService } from "./gen/converge/v1/kind_service_pb.js";
 import { OperationService } from "./gen/converge/v1/operation_service_pb.js";
 import { ProviderConfigService } from "./gen/converge/v1/provider_config_service_pb.js";
 import { ReactorBindingService } from "./gen/converge/v1/reactor_binding_service_pb.js";
+import { AdminService } from "./gen/converge/v1/admin_service_pb.js";
 import { ResourceService } from "./gen/converge/v1/resource_service_pb.js";
 import { WorkerService } from "./gen/converge/worker/v1/worker_pb.js";
 import { type ErrorInfo, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
@@ -45,6 +46,7 @@ export interface ConvergeClient {
   readonly kind: Client<typeof KindService>;
   readonly providerConfig: Client<typeof ProviderConfigService>;
   readonly reactorBinding: Client<typeof ReactorBindingService>;
+  readonly admin: Client<typeof AdminService>;
   readonly cluster: Client<typeof ClusterService>;
   readonly worker: Client<typeof WorkerService>;
   /** ResourceService conveniences: apply, get, paginated list, resuming watch, delete, with {@link ConvergeError}s. */
@@ -76,6 +78,7 @@ export function createConvergeClient(address: string | Transport): ConvergeClien
     kind: createClient(KindService, transport),
     providerConfig: createClient(ProviderConfigService, transport),
     reactorBinding: createClient(ReactorBindingService, transport),
+    admin: createClient(AdminService, transport),
     cluster: createClient(ClusterService, transport),
     worker: createClient(WorkerService, transport),
     resources: new Resources(resource),

@@ -2,6 +2,7 @@
 //! calls and domain errors to statuses (in [`crate::contract::status`]).
 
 pub mod access;
+pub mod admin;
 pub mod availability;
 pub mod cluster;
 pub mod gate;
@@ -18,6 +19,7 @@ pub mod write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use converge_proto::v1::admin_service_server::AdminServiceServer;
 use converge_proto::v1::cluster_service_server::ClusterServiceServer;
 use converge_proto::v1::kind_service_server::KindServiceServer;
 use converge_proto::v1::operation_service_server::OperationServiceServer;
@@ -189,6 +191,7 @@ where
         ReactorBindingServiceServer,
         reactor_binding::ReactorBindingApi::new(state.clone())
     );
+    let admin = service!(api, AdminServiceServer, admin::AdminApi::new(state.clone()));
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
     let worker = match state.broker.clone() {
         Some(broker) if workers => service!(true, WorkerServiceServer, crate::broker::WorkerApi::new(broker)),
@@ -213,6 +216,7 @@ where
         .add_optional_service(kind)
         .add_optional_service(provider_config)
         .add_optional_service(reactor_binding)
+        .add_optional_service(admin)
         .add_optional_service(cluster)
         .add_optional_service(worker);
     Ok(Routes { router, names })

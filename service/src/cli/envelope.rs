@@ -650,6 +650,41 @@ pub fn event_value(e: &pb::ResourceEvent) -> Value {
     Value::Object(m)
 }
 
+/// A fleet summary as its envelope (output only).
+pub fn fleet_summary_value(s: &pb::GetFleetSummaryResponse) -> Value {
+    let mut m = head("FleetSummary");
+    put(&mut m, "asOf", time(s.as_of.as_ref()));
+    put(&mut m, "total", json!(s.total));
+    let counts: Vec<Value> = s
+        .phase_counts
+        .iter()
+        .map(|c| json!({"kind": c.kind, "kindVersion": c.kind_version, "phase": phase_proto_name(c.phase), "count": c.count}))
+        .collect();
+    put(&mut m, "phaseCounts", json!(counts));
+    let failures: Vec<Value> = s
+        .top_failures
+        .iter()
+        .map(|f| {
+            json!({"kind": f.kind, "stage": f.stage, "reason": f.reason, "count": f.count,
+                   "example": reference(f.example.as_ref()), "exampleMessage": f.example_message})
+        })
+        .collect();
+    put(&mut m, "topFailures", json!(failures));
+    let oldest: Vec<Value> = s
+        .oldest
+        .iter()
+        .map(|o| json!({"phase": phase_proto_name(o.phase), "resource": reference(o.resource.as_ref()), "since": time(o.since.as_ref())}))
+        .collect();
+    put(&mut m, "oldest", json!(oldest));
+    let unserved: Vec<Value> = s
+        .unserved
+        .iter()
+        .map(|u| json!({"kind": u.kind, "kindVersion": u.kind_version, "tasks": u.tasks, "oldestSince": time(u.oldest_since.as_ref())}))
+        .collect();
+    put(&mut m, "unserved", json!(unserved));
+    Value::Object(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,9 +23,11 @@ Examples:
   converge get reactorbindings           # or: rb
   converge get operations account demo-payments
   converge get members -o wide
+  converge get summary                   # counts by kind and phase, top failures
+  converge get summary noop -l team=payments --fresh
 
 The first word is a kind, or one of: resources, kinds, providerconfigs (pc),
-reactorbindings (rb), operations (ops), members. A kind named like one of
+reactorbindings (rb), operations (ops), members, summary. A kind named like one of
 these is listed with `converge get resources KIND`.";
 
 /// Most objects asked for per page.
@@ -67,6 +69,10 @@ pub struct GetArgs {
     /// Stop after this many objects (all pages are read otherwise).
     #[arg(long)]
     pub limit: Option<usize>,
+
+    /// `get summary`: count now instead of reading the engine's snapshot.
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 /// A phase given as `ready`, `Ready` or `PHASE_READY`.
@@ -90,6 +96,7 @@ enum Target<'a> {
     ReactorBindings(Option<&'a str>),
     Operations(&'a str, &'a str),
     Members,
+    Summary(Option<&'a str>),
 }
 
 fn target(args: &GetArgs) -> Result<Target<'_>, CliError> {
@@ -124,6 +131,7 @@ fn target(args: &GetArgs) -> Result<Target<'_>, CliError> {
             }
             Target::Members
         }
+        "summary" => Target::Summary(one("get summary [KIND]")?),
         kind => Target::Resources(Some(kind), one("get KIND [NAME]")?),
     })
 }
@@ -263,6 +271,9 @@ pub async fn run(client: &Client, args: &GetArgs) -> Result<(), CliError> {
                 .members;
             truncate(args, &mut members);
             show_members(args, members)
+        }
+        Target::Summary(kind) => {
+            super::admin::summary(client, kind, args.selector.as_deref(), args.fresh, args.output).await
         }
     }
 }

@@ -12,6 +12,7 @@
 //! (tables and formats), [`error`] (messages and exit codes), then one
 //! module per command group.
 
+mod admin;
 mod apply;
 mod connect;
 mod delete;
@@ -30,6 +31,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use converge_sdk::proto::v1 as pb;
 use converge_service::config::Cli;
 
 pub use self::error::CliError;
@@ -101,6 +103,18 @@ pub enum ClientCommand {
     /// Release a quarantined resource.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::UNQUARANTINE_EXAMPLES))]
     Unquarantine(verbs::QuarantineArgs),
+    /// Clear a terminal failure (or a teardown that gave up) and retry.
+    #[command(name = "clear-failure", after_help = format!("{}\n\n{EXIT_CODES}", admin::ACTION_EXAMPLES))]
+    ClearFailure(admin::ActionArgs),
+    /// Forget the failure count and run a task waiting out its retry delay now.
+    #[command(name = "reset-backoff", after_help = format!("{}\n\n{EXIT_CODES}", admin::ACTION_EXAMPLES))]
+    ResetBackoff(admin::ActionArgs),
+    /// Take a task's lease back from the broker holding it; any worker may run it.
+    #[command(name = "release-lease", after_help = format!("{}\n\n{EXIT_CODES}", admin::ACTION_EXAMPLES))]
+    ReleaseLease(admin::ActionArgs),
+    /// Complete a stuck teardown without the worker (nothing external is cleaned up).
+    #[command(name = "force-finalize", after_help = format!("{}\n\n{EXIT_CODES}", admin::ACTION_EXAMPLES))]
+    ForceFinalize(admin::ActionArgs),
     /// List a resource's event runs, newest first.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::EVENTS_EXAMPLES))]
     Events(verbs::EventsArgs),
@@ -212,6 +226,18 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
         ClientCommand::Reconcile(args) => verbs::reconcile(&client, &args).await,
         ClientCommand::Quarantine(args) => verbs::quarantine(&client, &args).await,
         ClientCommand::Unquarantine(args) => verbs::unquarantine(&client, &args).await,
+        ClientCommand::ClearFailure(args) => {
+            admin::act(&client, pb::ResourceAction::ClearFailure, &args.selection).await
+        }
+        ClientCommand::ResetBackoff(args) => {
+            admin::act(&client, pb::ResourceAction::ResetBackoff, &args.selection).await
+        }
+        ClientCommand::ReleaseLease(args) => {
+            admin::act(&client, pb::ResourceAction::ReleaseLease, &args.selection).await
+        }
+        ClientCommand::ForceFinalize(args) => {
+            admin::act(&client, pb::ResourceAction::ForceFinalize, &args.selection).await
+        }
         ClientCommand::Events(args) => verbs::events(&client, &args).await,
         ClientCommand::Invoke(args) => verbs::invoke(&client, &args).await,
         ClientCommand::History(args) => verbs::history(&client, &args).await,

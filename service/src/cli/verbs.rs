@@ -8,6 +8,7 @@ use converge_proto::json::{json_to_struct, struct_to_json};
 use converge_sdk::Client;
 use converge_sdk::proto::v1 as pb;
 
+use super::admin::{self, Selection};
 use super::envelope;
 use super::error::CliError;
 use super::output::{Format, Table, age, parse_duration, print, print_documents, yaml};
@@ -22,12 +23,14 @@ Examples:
 pub const RECONCILE_EXAMPLES: &str = "\
 Examples:
   converge reconcile noop hello                   # run the reconcile again now
-  converge reconcile noop hello --reset-backoff   # and forget the failed attempts";
+  converge reconcile noop hello --reset-backoff   # and forget the failed attempts
+  converge reconcile noop -l team=payments --reason 'provider fixed' --dry-run";
 
 /// Examples of `quarantine` in `--help`.
 pub const QUARANTINE_EXAMPLES: &str = "\
 Examples:
   converge quarantine noop hello -m 'provider outage, INC-1234'
+  converge quarantine noop -l region=eu-west-1 -m 'provider outage, INC-1234'
   converge describe noop hello                    # Quarantined: yes, with the note";
 
 /// Examples of `unquarantine` in `--help`.
@@ -63,24 +66,36 @@ pub struct Target {
     pub name: String,
 }
 
-/// Arguments of `converge reconcile`.
+/// Arguments of `converge reconcile`: one resource, or many with a
+/// selector (through the admin service).
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     #[command(flatten)]
-    target: Target,
-    /// Also reset the retry backoff (failure attempts back to 0).
-    #[arg(long)]
+    selection: Selection,
+    /// Also reset the retry backoff (failure attempts back to 0); one
+    /// resource only (for many: `converge reset-backoff`).
+    #[arg(long, requires = "name")]
     reset_backoff: bool,
 }
 
-/// Arguments of `converge quarantine` and `unquarantine`.
+/// Arguments of `converge quarantine` and `unquarantine`: one resource, or
+/// many with a selector (through the admin service).
 #[derive(Debug, Args)]
 pub struct QuarantineArgs {
     #[command(flatten)]
-    target: Target,
-    /// A note recorded on the event (and the condition).
+    selection: Selection,
+    /// A note recorded on the event (and the condition); the reason of a
+    /// bulk call when --reason is not given.
     #[arg(short = 'm', long)]
     message: Option<String>,
+}
+
+/// The single resource of a selection that names one.
+fn single(selection: &Selection) -> Option<Target> {
+    selection.name.as_ref().map(|name| Target {
+        kind: selection.kind.clone(),
+        name: name.clone(),
+    })
 }
 
 /// Arguments of `converge events`.
@@ -156,44 +171,63 @@ fn name(t: &Target) -> String {
 
 /// Runs `converge reconcile`.
 pub async fn reconcile(client: &Client, args: &ReconcileArgs) -> Result<(), CliError> {
+    let Some(target) = single(&args.selection).filter(|_| args.selection.reason.is_none() && !args.selection.dry_run)
+    else {
+        return admin::act(client, pb::ResourceAction::Reconcile, &args.selection).await;
+    };
     client
         .resources()
         .reconcile_resource(pb::ReconcileResourceRequest {
-            kind: args.target.kind.clone(),
-            name: args.target.name.clone(),
+            kind: target.kind.clone(),
+            name: target.name.clone(),
             reset_backoff: args.reset_backoff,
             request_id: String::new(),
         })
         .await?;
-    print(&format!("{} reconcile requested\n", name(&args.target)))
+    print(&format!("{} reconcile requested\n", name(&target)))
+}
+
+/// A quarantine or release of many resources: the note doubles as the reason.
+async fn quarantine_many(client: &Client, action: pb::ResourceAction, args: &QuarantineArgs) -> Result<(), CliError> {
+    let mut selection = args.selection.clone();
+    selection.reason = selection.reason.or_else(|| args.message.clone());
+    admin::act(client, action, &selection).await
 }
 
 /// Runs `converge quarantine`.
 pub async fn quarantine(client: &Client, args: &QuarantineArgs) -> Result<(), CliError> {
+    let Some(target) = single(&args.selection).filter(|_| args.selection.reason.is_none() && !args.selection.dry_run)
+    else {
+        return quarantine_many(client, pb::ResourceAction::Quarantine, args).await;
+    };
     client
         .resources()
         .quarantine_resource(pb::QuarantineResourceRequest {
-            kind: args.target.kind.clone(),
-            name: args.target.name.clone(),
+            kind: target.kind.clone(),
+            name: target.name.clone(),
             message: args.message.clone().unwrap_or_default(),
             request_id: String::new(),
         })
         .await?;
-    print(&format!("{} quarantined\n", name(&args.target)))
+    print(&format!("{} quarantined\n", name(&target)))
 }
 
 /// Runs `converge unquarantine`.
 pub async fn unquarantine(client: &Client, args: &QuarantineArgs) -> Result<(), CliError> {
+    let Some(target) = single(&args.selection).filter(|_| args.selection.reason.is_none() && !args.selection.dry_run)
+    else {
+        return quarantine_many(client, pb::ResourceAction::Unquarantine, args).await;
+    };
     client
         .resources()
         .unquarantine_resource(pb::UnquarantineResourceRequest {
-            kind: args.target.kind.clone(),
-            name: args.target.name.clone(),
+            kind: target.kind.clone(),
+            name: target.name.clone(),
             message: args.message.clone().unwrap_or_default(),
             request_id: String::new(),
         })
         .await?;
-    print(&format!("{} released\n", name(&args.target)))
+    print(&format!("{} released\n", name(&target)))
 }
 
 /// Reads up to `limit` event runs of a resource, newest first.

@@ -110,6 +110,8 @@ reasons! {
     DeletionPending => "DELETION_PENDING",
     /// The resource was composed by another; its spec belongs to the composer.
     ResourceOwned => "RESOURCE_OWNED",
+    /// An operator action does not apply to the resource in its current state.
+    ActionNotApplicable => "ACTION_NOT_APPLICABLE",
     /// The kind version is retired: no new resources or flips.
     KindVersionRetired => "KIND_VERSION_RETIRED",
     /// The kind version still has resources.
@@ -173,6 +175,7 @@ impl Reason {
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned
+            | Reason::ActionNotApplicable
             | Reason::KindVersionRetired
             | Reason::KindInUse
             | Reason::ProviderConfigInUse

@@ -31,7 +31,7 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// The repeatable function files of this build, in the order they are
 /// applied (a SQL-language function's body is checked when it is created, so
 /// a file comes after the files whose functions it calls).
-pub static FUNCTION_FILES: [(&str, &str); 21] = [
+pub static FUNCTION_FILES: [(&str, &str); 22] = [
     ("cluster.sql", include_str!("../../../migrations/functions/cluster.sql")),
     ("notify.sql", include_str!("../../../migrations/functions/notify.sql")),
     ("jsonb.sql", include_str!("../../../migrations/functions/jsonb.sql")),
@@ -80,6 +80,7 @@ pub static FUNCTION_FILES: [(&str, &str); 21] = [
         include_str!("../../../migrations/functions/operations.sql"),
     ),
     ("resync.sql", include_str!("../../../migrations/functions/resync.sql")),
+    ("admin.sql", include_str!("../../../migrations/functions/admin.sql")),
 ];
 
 /// Session advisory lock key serialising migration runs ("converge" in ASCII).

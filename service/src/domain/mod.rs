@@ -1,5 +1,6 @@
 //! Domain types and rules, independent of the wire format and the database.
 
+pub mod admin;
 pub mod compiled;
 pub mod composition;
 pub mod event;

@@ -2,6 +2,7 @@
 //! pods at once.
 
 pub mod drainer;
+pub mod fleet_summary;
 pub mod queue_sampler;
 pub mod reaper;
 pub mod resync;

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 
 use crate::broker::BrokerStats;
 use crate::db::probe::DatabaseStatus;
+use crate::engine::fleet_summary::{self, SharedSummary};
 use crate::engine::queue_sampler::{self, SharedSample};
 
 /// Registers the broker's counters and gauges.
@@ -105,6 +106,30 @@ pub fn database(meter: &Meter, status: DatabaseStatus, embedded: bool) {
                 i64::from(status.is_up()),
                 &[KeyValue::new("converge.database.embedded", embedded)],
             )
+        })
+        .build();
+}
+
+/// Registers the resources-by-phase gauge, read from the fleet summary's
+/// snapshot (bounded: kinds x versions x seven phases).
+pub fn resources(meter: &Meter, shared: SharedSummary) {
+    meter
+        .i64_observable_gauge("converge.resources")
+        .with_description("Resources by kind, kind version and phase, from the fleet summary's latest snapshot.")
+        .with_callback(move |observer| {
+            for count in fleet_summary::latest(&shared)
+                .map(|s| s.phase_counts)
+                .unwrap_or_default()
+            {
+                observer.observe(
+                    count.count,
+                    &[
+                        KeyValue::new("converge.kind", count.kind),
+                        KeyValue::new("converge.kind_version", i64::from(count.kind_version)),
+                        KeyValue::new("converge.phase", count.phase),
+                    ],
+                );
+            }
         })
         .build();
 }

@@ -445,6 +445,17 @@ async fn prepare_and_spawn(
             stop.subscribe(),
         ));
         tasks.push(crate::engine::resync::spawn(pool.clone(), stop.subscribe()));
+        let shared_summary = crate::telemetry::metrics::meter().map(|meter| {
+            let shared = crate::engine::fleet_summary::SharedSummary::default();
+            instruments::resources(meter, shared.clone());
+            shared
+        });
+        tasks.push(crate::engine::fleet_summary::spawn(
+            pool.clone(),
+            shared_summary,
+            crate::engine::fleet_summary::INTERVAL,
+            stop.subscribe(),
+        ));
         tasks.push(crate::engine::drainer::spawn(
             pool.clone(),
             &notifications,

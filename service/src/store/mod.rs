@@ -46,6 +46,7 @@ macro_rules! row_struct {
     };
 }
 
+pub mod admin;
 pub mod changes;
 pub mod cluster;
 pub mod deletion;
@@ -66,6 +67,7 @@ pub mod resync;
 pub mod retry;
 pub mod revisions;
 pub mod statistics;
+pub mod summary;
 pub mod work;
 
 pub use error::StoreError;

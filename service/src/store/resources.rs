@@ -521,17 +521,7 @@ pub async fn list_in(
         if let Some(version) = filter.kind_version {
             query.push(" AND r.kind_version = ").push_bind(small_version(version));
         }
-        if !filter.phases.is_empty() {
-            let phases: Vec<String> = filter.phases.iter().map(|p| p.as_db().to_owned()).collect();
-            query.push(" AND r.phase = ANY(").push_bind(phases).push(")");
-            // The phase is not indexed (a sync would then never be a HOT update,
-            // ADR 14); rare phases are reached through partial indexes on the
-            // columns they imply.
-            let implied: Option<Vec<&str>> = filter.phases.iter().map(|p| implied_by_phase(*p)).collect();
-            if let Some(implied) = implied {
-                query.push(" AND (").push(implied.join(" OR ")).push(")");
-            }
-        }
+        push_phases(&mut query, &filter.phases);
         if let Some(owner) = filter.owner_id {
             query.push(" AND r.owner_id = ").push_bind(owner);
         }
@@ -560,6 +550,22 @@ pub async fn list_in(
         Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
     })
     .await
+}
+
+/// Restricts `query` (over `resources r`) to `phases` (none = all).
+pub(super) fn push_phases(query: &mut QueryBuilder<Postgres>, phases: &[Phase]) {
+    if phases.is_empty() {
+        return;
+    }
+    let names: Vec<String> = phases.iter().map(|p| p.as_db().to_owned()).collect();
+    query.push(" AND r.phase = ANY(").push_bind(names).push(")");
+    // The phase is not indexed (a sync would then never be a HOT update,
+    // ADR 14); rare phases are reached through partial indexes on the
+    // columns they imply.
+    let implied: Option<Vec<&str>> = phases.iter().map(|p| implied_by_phase(*p)).collect();
+    if let Some(implied) = implied {
+        query.push(" AND (").push(implied.join(" OR ")).push(")");
+    }
 }
 
 /// A predicate every resource in `phase` satisfies and that a partial index
@@ -671,7 +677,7 @@ pub fn resource_from_image(image: &Value) -> Option<Resource> {
 /// Translates label requirements to SQL. Equality uses containment (`@>`),
 /// which the GIN index on labels serves; `!=` and `notin` also match
 /// resources without the key, as in Kubernetes.
-fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
+pub(super) fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
     for requirement in &selector.requirements {
         match requirement {
             Requirement::Equals { key, value } => {

@@ -38,6 +38,7 @@ from google.protobuf import json_format, struct_pb2
 
 from converge_sdk.errors import ConvergeError
 from converge_sdk.gen.converge.v1 import (
+    admin_service_pb2_grpc,
     cluster_service_pb2_grpc,
     kind_pb2,
     kind_service_pb2,
@@ -119,6 +120,7 @@ class AsyncConvergeClient:
         self.kind = kind_service_pb2_grpc.KindServiceStub(channel)
         self.provider_config = provider_config_service_pb2_grpc.ProviderConfigServiceStub(channel)
         self.reactor_binding = reactor_binding_service_pb2_grpc.ReactorBindingServiceStub(channel)
+        self.admin = admin_service_pb2_grpc.AdminServiceStub(channel)
         self.cluster = cluster_service_pb2_grpc.ClusterServiceStub(channel)
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
 

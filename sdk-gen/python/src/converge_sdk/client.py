@@ -14,6 +14,7 @@ import grpc
 
 from converge_sdk.errors import ERROR_DOMAIN, error_info, error_status
 from converge_sdk.gen.converge.v1 import (
+    admin_service_pb2_grpc,
     cluster_service_pb2_grpc,
     kind_service_pb2_grpc,
     operation_service_pb2_grpc,
@@ -62,6 +63,7 @@ class ConvergeClient:
         self.kind = kind_service_pb2_grpc.KindServiceStub(channel)
         self.provider_config = provider_config_service_pb2_grpc.ProviderConfigServiceStub(channel)
         self.reactor_binding = reactor_binding_service_pb2_grpc.ReactorBindingServiceStub(channel)
+        self.admin = admin_service_pb2_grpc.AdminServiceStub(channel)
         self.cluster = cluster_service_pb2_grpc.ClusterServiceStub(channel)
         self.worker = worker_pb2_grpc.WorkerServiceStub(channel)
 

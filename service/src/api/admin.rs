@@ -1,0 +1,329 @@
+//! The `converge.v1.AdminService` API: the fleet summary and operator
+//! actions on one resource or many.
+
+use std::time::Duration;
+
+use converge_proto::v1 as pb;
+use converge_proto::v1::admin_service_server::AdminService;
+use converge_proto::v1::{
+    ActOnResourcesRequest, ActOnResourcesResponse, GetFleetSummaryRequest, GetFleetSummaryResponse,
+};
+use tonic::{Request, Response, Status};
+
+use super::ApiState;
+use super::pages::{decode_token, invalid_token};
+use super::resource::{check_key, resource_not_found};
+use super::write::{self, WriteCall};
+use crate::contract::caller;
+use crate::contract::convert::{phase_to_proto, phases_from_proto, timestamp};
+use crate::contract::status::{ApiError, Reason};
+use crate::domain::admin::{AdminAction, FleetSummary, MAX_REASON_BYTES};
+use crate::domain::labels::LabelSelector;
+use crate::domain::names::validate_kind_name;
+use crate::domain::page_token::{PageToken, PositionPart, filter_hash, page_size};
+use crate::domain::resource::Phase;
+use crate::domain::violation::{Violation, check_storable_text};
+use crate::store::admin::{self, ActionTarget};
+use crate::store::resources;
+use crate::store::summary::{self, SummaryFilter};
+
+/// Failure reasons a summary returns by default, and at most.
+const DEFAULT_TOP_FAILURES: usize = 10;
+const MAX_TOP_FAILURES: usize = 100;
+
+/// A snapshot older than this is not served (the engine has stopped taking
+/// them); the summary is counted at call time instead.
+const SNAPSHOT_SERVED_FOR: Duration = Duration::from_secs(120);
+
+/// Serves `converge.v1.AdminService`.
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    state: ApiState,
+}
+
+impl AdminApi {
+    /// A service over `state`.
+    pub fn new(state: ApiState) -> Self {
+        Self { state }
+    }
+}
+
+fn parse_selector(raw: &str) -> Result<LabelSelector, ApiError> {
+    LabelSelector::parse(raw).map_err(|e| {
+        ApiError::violations(
+            Reason::InvalidLabelSelector,
+            vec![Violation::new("/label_selector", e.to_string())],
+        )
+    })
+}
+
+fn action_from_proto(raw: i32) -> Result<AdminAction, ApiError> {
+    let action = match pb::ResourceAction::try_from(raw) {
+        Ok(pb::ResourceAction::Reconcile) => AdminAction::Reconcile,
+        Ok(pb::ResourceAction::Quarantine) => AdminAction::Quarantine,
+        Ok(pb::ResourceAction::Unquarantine) => AdminAction::Unquarantine,
+        Ok(pb::ResourceAction::ClearFailure) => AdminAction::ClearFailure,
+        Ok(pb::ResourceAction::ResetBackoff) => AdminAction::ResetBackoff,
+        Ok(pb::ResourceAction::ReleaseLease) => AdminAction::ReleaseLease,
+        Ok(pb::ResourceAction::ForceFinalize) => AdminAction::ForceFinalize,
+        Ok(pb::ResourceAction::Unspecified) | Err(_) => {
+            return Err(Violation::new("/action", "must be one of the ResourceAction values").into());
+        }
+    };
+    Ok(action)
+}
+
+fn summary_to_proto(summary: FleetSummary, as_of: chrono::DateTime<chrono::Utc>) -> GetFleetSummaryResponse {
+    let phase = |name: &str| {
+        Phase::from_db(name)
+            .map(phase_to_proto)
+            .unwrap_or(pb::Phase::Unspecified) as i32
+    };
+    let total = summary.total();
+    GetFleetSummaryResponse {
+        phase_counts: summary
+            .phase_counts
+            .into_iter()
+            .map(|c| pb::KindPhaseCount {
+                phase: phase(&c.phase),
+                kind: c.kind,
+                kind_version: c.kind_version,
+                count: c.count,
+            })
+            .collect(),
+        top_failures: summary
+            .top_failures
+            .into_iter()
+            .map(|f| pb::FailureReasonCount {
+                example: Some(pb::ResourceRef {
+                    kind: f.kind.clone(),
+                    name: f.example,
+                }),
+                kind: f.kind,
+                stage: f.stage,
+                reason: f.reason,
+                count: f.count,
+                example_message: f.example_message,
+            })
+            .collect(),
+        oldest: summary
+            .oldest
+            .into_iter()
+            .map(|o| pb::OldestInPhase {
+                phase: phase(&o.phase),
+                resource: Some(pb::ResourceRef {
+                    kind: o.kind,
+                    name: o.name,
+                }),
+                since: Some(timestamp(o.since)),
+            })
+            .collect(),
+        unserved: Vec::new(),
+        as_of: Some(timestamp(as_of)),
+        total,
+    }
+}
+
+/// The checked parts of an ActOnResources request.
+#[derive(Debug, Clone)]
+struct ActRequest {
+    action: AdminAction,
+    target: ActionTarget,
+    name: Option<String>,
+    limit: usize,
+    after: Option<uuid::Uuid>,
+    filters: u64,
+}
+
+fn check_act_request(req: &ActOnResourcesRequest) -> Result<ActRequest, ApiError> {
+    let action = action_from_proto(req.action)?;
+    let mut violations = Vec::new();
+    if req.reason.trim().is_empty() {
+        violations.push(Violation::new(
+            "/reason",
+            "is required: say why (it is recorded with your identity)",
+        ));
+    } else if req.reason.len() > MAX_REASON_BYTES {
+        violations.push(Violation::new(
+            "/reason",
+            format!("must be at most {MAX_REASON_BYTES} bytes"),
+        ));
+    }
+    if !req.name.is_empty() {
+        for (field, set) in [
+            ("/label_selector", !req.label_selector.is_empty()),
+            ("/phases", !req.phases.is_empty()),
+            ("/page_token", !req.page_token.is_empty()),
+        ] {
+            if set {
+                violations.push(Violation::new(field, "must be empty when name is set"));
+            }
+        }
+    }
+    if !violations.is_empty() {
+        return Err(ApiError::violations(Reason::InvalidField, violations));
+    }
+    check_storable_text("/reason", &req.reason)?;
+    if req.name.is_empty() {
+        validate_kind_name("/kind", &req.kind).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+    } else {
+        check_key(&req.kind, &req.name)?;
+    }
+    let selector = parse_selector(&req.label_selector)?;
+    let phases = phases_from_proto("/phases", &req.phases)?;
+    let limit = page_size(req.page_size).map_err(ApiError::from)?;
+    let mut phase_names: Vec<&str> = phases.iter().map(|p| p.as_db()).collect();
+    phase_names.sort_unstable();
+    let filters = filter_hash(&[action.as_db(), &req.kind, &selector.to_string(), &phase_names.join(",")]);
+    let after = match decode_token(&req.page_token, filters)?.as_deref() {
+        None => None,
+        Some([PositionPart::Uuid(id)]) => Some(*id),
+        Some(_) => return Err(invalid_token("is not a position of this call")),
+    };
+    Ok(ActRequest {
+        action,
+        target: ActionTarget {
+            action,
+            kind: req.kind.clone(),
+            selector,
+            phases,
+        },
+        name: (!req.name.is_empty()).then(|| req.name.clone()),
+        limit,
+        after,
+        filters,
+    })
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn get_fleet_summary(
+        &self,
+        request: Request<GetFleetSummaryRequest>,
+    ) -> Result<Response<GetFleetSummaryResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(kind) = &req.kind {
+            validate_kind_name("/kind", kind).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+        }
+        let top = match req.top_failures {
+            0 => DEFAULT_TOP_FAILURES,
+            n if n < 0 => return Err(ApiError::from(Violation::new("/top_failures", "must not be negative")).into()),
+            n => usize::try_from(n).unwrap_or(MAX_TOP_FAILURES).min(MAX_TOP_FAILURES),
+        };
+        let filter = SummaryFilter {
+            kind: req.kind.clone(),
+            selector: parse_selector(&req.label_selector)?,
+        };
+        let pool = &self.state.pool;
+        let snapshot = if !req.fresh && filter.is_everything() && top <= DEFAULT_TOP_FAILURES {
+            summary::snapshot(pool).await.map_err(ApiError::from)?
+        } else {
+            None
+        };
+        if let Some((taken_at, mut snapshot)) = snapshot
+            && chrono::Utc::now() - taken_at < chrono::Duration::from_std(SNAPSHOT_SERVED_FOR).unwrap_or_default()
+        {
+            snapshot.top_failures.truncate(top);
+            return Ok(Response::new(summary_to_proto(snapshot, taken_at)));
+        }
+        let now = chrono::Utc::now();
+        let counted = summary::count(pool, &filter, top).await.map_err(ApiError::from)?;
+        Ok(Response::new(summary_to_proto(counted, now)))
+    }
+
+    async fn act_on_resources(
+        &self,
+        request: Request<ActOnResourcesRequest>,
+    ) -> Result<Response<ActOnResourcesResponse>, Status> {
+        let actor = caller::api_actor(&request);
+        let req = request.into_inner();
+        let checked = check_act_request(&req)?;
+        let call = WriteCall::new("ActOnResources", &req.request_id, req.validate_only, &req, |r| {
+            r.request_id.clear()
+        })?;
+        let first_call = req.page_token.is_empty();
+        let (reason, validate_only) = (req.reason.clone(), req.validate_only);
+        let (target, audit_actor) = (checked.clone(), actor.clone());
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (actor, reason, checked) = (actor.clone(), reason.clone(), target.clone());
+            Box::pin(async move {
+                let action = checked.action;
+                if let Some(name) = &checked.name {
+                    let resource = resources::find_for_update(conn, &checked.target.kind, name)
+                        .await?
+                        .ok_or_else(|| resource_not_found(&checked.target.kind, name))?;
+                    let done = if validate_only {
+                        admin::applies(conn, resource.id, action).await?
+                    } else {
+                        admin::act(conn, resource.id, action, &actor, &reason).await?
+                    };
+                    if !done {
+                        return Err(ApiError::refused(
+                            Reason::ActionNotApplicable,
+                            format!(
+                                "{}/{name} is {}: {} applies only to {}",
+                                checked.target.kind,
+                                resource.phase.as_db(),
+                                action.as_db(),
+                                action.applies_to()
+                            ),
+                        ));
+                    }
+                    return Ok(ActOnResourcesResponse {
+                        acted_count: i64::from(!validate_only),
+                        names: vec![name.clone()],
+                        matched_count: 1,
+                        next_page_token: String::new(),
+                    });
+                }
+                let matched_count = if first_call || validate_only {
+                    admin::count(conn, &checked.target).await?
+                } else {
+                    0
+                };
+                // One extra row says whether another page follows.
+                let mut page =
+                    admin::page(conn, &checked.target, checked.after, checked.limit + 1, !validate_only).await?;
+                let more = page.len() > checked.limit;
+                page.truncate(checked.limit);
+                let mut names = Vec::with_capacity(page.len());
+                let mut acted = 0i64;
+                for (id, name) in &page {
+                    if validate_only || admin::act(conn, *id, action, &actor, &reason).await? {
+                        acted += i64::from(!validate_only);
+                        names.push(name.clone());
+                    }
+                }
+                let next_page_token = match page.last() {
+                    Some((last, _)) if more && !validate_only => PageToken {
+                        position: vec![PositionPart::Uuid(*last)],
+                        filter_hash: checked.filters,
+                    }
+                    .encode(),
+                    _ => String::new(),
+                };
+                Ok(ActOnResourcesResponse {
+                    acted_count: acted,
+                    names,
+                    matched_count,
+                    next_page_token,
+                })
+            })
+        })
+        .await?;
+        if !validate_only {
+            tracing::info!(
+                target: "audit",
+                verb = checked.action.as_db(),
+                actor = %audit_actor,
+                kind = %req.kind,
+                name = %req.name,
+                selector = %checked.target.selector,
+                acted = answer.acted_count,
+                reason = %req.reason,
+                "operator action"
+            );
+        }
+        Ok(Response::new(answer))
+    }
+}
