@@ -9,8 +9,7 @@ use converge_sdk::proto::v1 as pb;
 
 use super::envelope;
 use super::error::CliError;
-use super::get::parse_phase;
-use super::output::{Format, Table, age, print, print_documents};
+use super::output::{Format, Table, age, parse_phase, print, print_documents};
 
 /// Examples of the admin actions in `--help`.
 pub const ACTION_EXAMPLES: &str = "\

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::envelope;
 use super::error::CliError;
-use super::output::{Format, Table, age, print, print_documents};
+use super::output::{Format, Table, age, parse_phase, print, print_documents};
 
 /// Examples in `--help`.
 pub const EXAMPLES: &str = "\
@@ -73,19 +73,6 @@ pub struct GetArgs {
     /// `get summary`: count now instead of reading the engine's snapshot.
     #[arg(long)]
     pub fresh: bool,
-}
-
-/// A phase given as `ready`, `Ready` or `PHASE_READY`.
-pub fn parse_phase(text: &str) -> Result<pb::Phase, String> {
-    let upper = text.trim().to_ascii_uppercase();
-    let name = if upper.starts_with("PHASE_") {
-        upper
-    } else {
-        format!("PHASE_{upper}")
-    };
-    pb::Phase::from_str_name(&name)
-        .filter(|p| *p != pb::Phase::Unspecified)
-        .ok_or_else(|| "expected ready, reconciling, degraded, failed, deleting, orphaned or quarantined".to_owned())
 }
 
 /// What the first word asked for.

@@ -4,6 +4,7 @@
 use std::io::Write as _;
 
 use clap::ValueEnum;
+use converge_sdk::proto::v1 as pb;
 use serde_json::{Map, Value, json};
 
 use super::envelope::API_VERSION;
@@ -194,6 +195,19 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         _ => return Err("expected a duration such as 30s, 5m or 1h".to_owned()),
     };
     Ok(std::time::Duration::from_secs(secs))
+}
+
+/// A phase given as `ready`, `Ready` or `PHASE_READY`.
+pub fn parse_phase(text: &str) -> Result<pb::Phase, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = if upper.starts_with("PHASE_") {
+        upper
+    } else {
+        format!("PHASE_{upper}")
+    };
+    pb::Phase::from_str_name(&name)
+        .filter(|p| *p != pb::Phase::Unspecified)
+        .ok_or_else(|| "expected ready, reconciling, degraded, failed, deleting, orphaned or quarantined".to_owned())
 }
 
 #[cfg(test)]
