@@ -163,7 +163,7 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 }
 
 #[tokio::test]
-async fn reflection_lists_all_seven_services_plus_health_and_reflection() -> anyhow::Result<()> {
+async fn reflection_lists_all_eight_services_plus_health_and_reflection() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let mut expected = names(&API_SERVICES);
     expected.extend(names(&PLUMBING));
