@@ -31,9 +31,9 @@ use crate::store::summary::{self, SummaryFilter};
 const DEFAULT_TOP_FAILURES: usize = 10;
 const MAX_TOP_FAILURES: usize = 100;
 
-/// A snapshot older than this is not served (the engine has stopped taking
-/// them); the summary is counted at call time instead.
-const SNAPSHOT_SERVED_FOR: Duration = Duration::from_secs(120);
+/// A snapshot older than this is served only while nothing has written
+/// resources since it was taken; otherwise the summary is counted now.
+const SNAPSHOT_SERVED_FOR: Duration = Duration::from_secs(60);
 
 /// Serves `converge.v1.AdminService`.
 #[derive(Debug, Clone)]
@@ -215,14 +215,21 @@ impl AdminService for AdminApi {
             selector: parse_selector(&req.label_selector)?,
         };
         let pool = &self.state.pool;
-        let snapshot = if !req.fresh && filter.is_everything() && top <= DEFAULT_TOP_FAILURES {
-            summary::snapshot(pool).await.map_err(ApiError::from)?
-        } else {
-            None
-        };
-        if let Some((taken_at, mut snapshot)) = snapshot
-            && chrono::Utc::now() - taken_at < chrono::Duration::from_std(SNAPSHOT_SERVED_FOR).unwrap_or_default()
-        {
+        if !req.fresh && filter.is_everything() && top <= DEFAULT_TOP_FAILURES {
+            let (taken_at, mut snapshot) = match summary::current_snapshot(pool, SNAPSHOT_SERVED_FOR)
+                .await
+                .map_err(ApiError::from)?
+            {
+                Some(current) => {
+                    summary::mark_requested(pool).await.map_err(ApiError::from)?;
+                    current
+                }
+                // Counted now and kept: the engine keeps it fresh from here
+                // while callers keep asking.
+                None => summary::take(pool, DEFAULT_TOP_FAILURES)
+                    .await
+                    .map_err(ApiError::from)?,
+            };
             snapshot.top_failures.truncate(top);
             return Ok(Response::new(summary_to_proto(snapshot, taken_at)));
         }

@@ -162,36 +162,118 @@ async fn oldest(conn: &mut PgConnection, filter: &SummaryFilter) -> StoreResult<
     Ok(found)
 }
 
-/// The engine's latest snapshot of the whole fleet and when it was taken.
-pub async fn snapshot(pool: &PgPool) -> StoreResult<Option<(DateTime<Utc>, FleetSummary)>> {
-    measured("summary.snapshot", async move {
-        let row: Option<(DateTime<Utc>, Json<FleetSummary>)> =
-            sqlx::query_as("SELECT taken_at, body FROM fleet_summary")
-                .fetch_optional(pool)
-                .await?;
+/// How recently a summary call must have asked for the snapshot for the
+/// engine to keep it fresh (when no metrics exporter wants it anyway).
+pub const WANTED_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The snapshot of the whole fleet and when it was taken, if it is still
+/// current: taken within `within`, or nothing has written resources since
+/// (as far as the statistics, flushed about once a second, know).
+pub async fn current_snapshot(
+    pool: &PgPool,
+    within: std::time::Duration,
+) -> StoreResult<Option<(DateTime<Utc>, FleetSummary)>> {
+    measured("summary.current_snapshot", async move {
+        let row: Option<(DateTime<Utc>, Json<FleetSummary>)> = sqlx::query_as(
+            "SELECT s.taken_at, s.body FROM fleet_summary s
+             WHERE s.taken_at > now() - make_interval(secs => $1)
+                OR s.write_count = (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables
+                                    WHERE relid = 'resources'::regclass)",
+        )
+        .bind(within.as_secs_f64())
+        .fetch_optional(pool)
+        .await?;
         Ok(row.map(|(taken_at, Json(body))| (taken_at, body)))
     })
     .await
 }
 
-/// Takes a new snapshot when the resources table has been written since
-/// the last one, or the last one is older than `max_age`; one member at a
-/// time (the others skip). Returns whether it took one. A quiet fleet costs
-/// one statistics read.
-pub async fn refresh(pool: &PgPool, max_age: std::time::Duration, top: usize) -> StoreResult<bool> {
+/// The latest snapshot, however old (the gauge's source).
+pub async fn snapshot(pool: &PgPool) -> StoreResult<Option<FleetSummary>> {
+    measured("summary.snapshot", async move {
+        let row: Option<Json<FleetSummary>> = sqlx::query_scalar("SELECT body FROM fleet_summary")
+            .fetch_optional(pool)
+            .await?;
+        Ok(row.map(|Json(body)| body))
+    })
+    .await
+}
+
+/// Notes that a caller read the snapshot, so the engine keeps it fresh for
+/// [`WANTED_FOR`]; writes at most once a minute.
+pub async fn mark_requested(pool: &PgPool) -> StoreResult<()> {
+    measured("summary.mark_requested", async move {
+        sqlx::query("UPDATE fleet_summary SET requested_at = now() WHERE requested_at < now() - interval '1 minute'")
+            .execute(pool)
+            .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// The whole fleet counted now, stored as the snapshot and returned with
+/// its time.
+pub async fn take(pool: &PgPool, top: usize) -> StoreResult<(DateTime<Utc>, FleetSummary)> {
+    measured("summary.take", async move {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *tx)
+            .await?;
+        let (taken_at, body) = take_in(&mut tx, top).await?;
+        tx.commit().await?;
+        Ok((taken_at, body))
+    })
+    .await
+}
+
+async fn take_in(conn: &mut PgConnection, top: usize) -> StoreResult<(DateTime<Utc>, FleetSummary)> {
+    // Read first: a write that lands while counting moves it, so the next
+    // pass counts again rather than keeping a snapshot that missed it.
+    let writes: Option<i64> = sqlx::query_scalar(WRITE_COUNT).fetch_one(&mut *conn).await?;
+    let filter = SummaryFilter::default();
+    let body = FleetSummary {
+        phase_counts: phase_counts(conn, &filter).await?,
+        top_failures: top_failures(conn, &filter, top).await?,
+        oldest: oldest(conn, &filter).await?,
+    };
+    let taken_at: DateTime<Utc> = sqlx::query_scalar(
+        "INSERT INTO fleet_summary (taken_at, write_count, body) VALUES (now(), $1, $2)
+         ON CONFLICT (singleton) DO UPDATE SET taken_at = excluded.taken_at,
+             write_count = excluded.write_count, body = excluded.body
+         RETURNING taken_at",
+    )
+    .bind(writes)
+    .bind(Json(&body))
+    .fetch_one(conn)
+    .await?;
+    Ok((taken_at, body))
+}
+
+/// resources' cumulative write counter (NULL when statistics are off).
+const WRITE_COUNT: &str = "SELECT (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables
+                                   WHERE relid = 'resources'::regclass)";
+
+/// Retakes the snapshot when it is wanted (`always`, or a summary call
+/// within [`WANTED_FOR`]) and the resources table has been written since it
+/// was taken (or it is older than `max_age`); one member at a time (the
+/// others skip). Returns whether it took one. Otherwise it costs one read.
+pub async fn refresh(pool: &PgPool, always: bool, max_age: std::time::Duration, top: usize) -> StoreResult<bool> {
     measured("summary.refresh", async move {
-        let (writes, current): (Option<i64>, bool) = sqlx::query_as(
-            "SELECT w.writes,
-                    EXISTS (SELECT 1 FROM fleet_summary s
-                            WHERE s.write_count IS NOT DISTINCT FROM w.writes AND w.writes IS NOT NULL
-                              AND s.taken_at > now() - make_interval(secs => $1))
+        let due: bool = sqlx::query_scalar(
+            "SELECT CASE WHEN s.singleton IS NULL THEN $1
+                         ELSE ($1 OR s.requested_at > now() - make_interval(secs => $2))
+                              AND (s.write_count IS DISTINCT FROM w.writes OR w.writes IS NULL
+                                   OR s.taken_at < now() - make_interval(secs => $3)) END
              FROM (SELECT (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables
-                           WHERE relid = 'resources'::regclass) AS writes) w",
+                           WHERE relid = 'resources'::regclass) AS writes) w
+             LEFT JOIN fleet_summary s ON true",
         )
+        .bind(always)
+        .bind(WANTED_FOR.as_secs_f64())
         .bind(max_age.as_secs_f64())
         .fetch_one(pool)
         .await?;
-        if current {
+        if !due {
             return Ok(false);
         }
         let mut tx = pool.begin().await?;
@@ -205,21 +287,7 @@ pub async fn refresh(pool: &PgPool, max_age: std::time::Duration, top: usize) ->
         if !mine {
             return Ok(false);
         }
-        let filter = SummaryFilter::default();
-        let body = FleetSummary {
-            phase_counts: phase_counts(&mut tx, &filter).await?,
-            top_failures: top_failures(&mut tx, &filter, top).await?,
-            oldest: oldest(&mut tx, &filter).await?,
-        };
-        sqlx::query(
-            "INSERT INTO fleet_summary (taken_at, write_count, body) VALUES (now(), $1, $2)
-             ON CONFLICT (singleton) DO UPDATE SET taken_at = excluded.taken_at,
-                 write_count = excluded.write_count, body = excluded.body",
-        )
-        .bind(writes)
-        .bind(Json(&body))
-        .execute(&mut *tx)
-        .await?;
+        take_in(&mut tx, top).await?;
         tx.commit().await?;
         Ok(true)
     })

@@ -787,3 +787,58 @@ async fn the_one_queue_writer_keeps_advances_or_hurries_an_existing_task() -> an
     assert!(unknown.is_err_and(|e| e.to_string().contains("unknown conflict rule")));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_fleet_snapshot_is_taken_only_while_wanted_and_only_after_writes() -> anyhow::Result<()> {
+    use converge_service::store::summary;
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    let max_age = Duration::from_secs(300);
+    let rows = || sqlx::query_scalar::<_, i64>("SELECT count(*) FROM fleet_summary");
+    let write = |names: &'static str| async move {
+        let mut conn = pool.acquire().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO resources (kind, kind_version, name) SELECT 'thing', 1, {names} || g FROM generate_series(1, 10) g"
+        )))
+        .execute(&mut *conn)
+        .await?;
+        // Publish this session's counters now rather than within a second.
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        anyhow::Ok(())
+    };
+    write("'a'").await?;
+
+    // Nobody asked and no exporter wants it: nothing is counted or stored.
+    assert!(!summary::refresh(pool, false, max_age, 10).await?);
+    assert_eq!(rows().fetch_one(pool).await?, 0);
+
+    // A caller's first read counts and stores it.
+    let (_, taken) = summary::take(pool, 10).await?;
+    assert_eq!(taken.total(), 10);
+    // Nothing written since: not retaken, and still current however old.
+    assert!(!summary::refresh(pool, false, max_age, 10).await?);
+    assert!(summary::current_snapshot(pool, Duration::ZERO).await?.is_some());
+
+    // Written since, and asked for recently: retaken, and current again.
+    write("'b'").await?;
+    assert!(summary::current_snapshot(pool, Duration::ZERO).await?.is_none());
+    assert!(summary::refresh(pool, false, max_age, 10).await?);
+    let (_, current) = summary::current_snapshot(pool, Duration::ZERO)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no current snapshot"))?;
+    assert_eq!(current.total(), 20);
+
+    // No call for longer than the wanted window: writes no longer retake it,
+    // unless an exporter wants it (always).
+    sqlx::query("UPDATE fleet_summary SET requested_at = now() - interval '1 hour'")
+        .execute(pool)
+        .await?;
+    write("'c'").await?;
+    assert!(!summary::refresh(pool, false, max_age, 10).await?);
+    assert!(summary::refresh(pool, true, max_age, 10).await?);
+    Ok(())
+}

@@ -35,9 +35,10 @@ type AdminServiceClient interface {
 	// Counts of resources by kind, kind version and phase, the most common
 	// failure reasons with an example each, the oldest resource waiting in
 	// each unsettled phase, and the tasks no connected worker serves. Without
-	// a label selector the counts come from a snapshot the engine refreshes
-	// while anything changes (as_of says when it was taken); with one, or
-	// with fresh, they are counted at call time.
+	// a kind or label selector the answer is a snapshot, retaken within about
+	// 15 s of a change while callers keep asking (as_of says when it was
+	// taken); the first call after a quiet spell counts at call time. With a
+	// kind, a selector or fresh, it is counted at call time.
 	GetFleetSummary(ctx context.Context, in *GetFleetSummaryRequest, opts ...grpc.CallOption) (*GetFleetSummaryResponse, error)
 	// Runs one action on one resource (name) or on the resources of a kind
 	// that a label selector and phase filter match, at most page_size of them
@@ -90,9 +91,10 @@ type AdminServiceServer interface {
 	// Counts of resources by kind, kind version and phase, the most common
 	// failure reasons with an example each, the oldest resource waiting in
 	// each unsettled phase, and the tasks no connected worker serves. Without
-	// a label selector the counts come from a snapshot the engine refreshes
-	// while anything changes (as_of says when it was taken); with one, or
-	// with fresh, they are counted at call time.
+	// a kind or label selector the answer is a snapshot, retaken within about
+	// 15 s of a change while callers keep asking (as_of says when it was
+	// taken); the first call after a quiet spell counts at call time. With a
+	// kind, a selector or fresh, it is counted at call time.
 	GetFleetSummary(context.Context, *GetFleetSummaryRequest) (*GetFleetSummaryResponse, error)
 	// Runs one action on one resource (name) or on the resources of a kind
 	// that a label selector and phase filter match, at most page_size of them

@@ -530,9 +530,10 @@ export const AdminService: GenService<{
    * Counts of resources by kind, kind version and phase, the most common
    * failure reasons with an example each, the oldest resource waiting in
    * each unsettled phase, and the tasks no connected worker serves. Without
-   * a label selector the counts come from a snapshot the engine refreshes
-   * while anything changes (as_of says when it was taken); with one, or
-   * with fresh, they are counted at call time.
+   * a kind or label selector the answer is a snapshot, retaken within about
+   * 15 s of a change while callers keep asking (as_of says when it was
+   * taken); the first call after a quiet spell counts at call time. With a
+   * kind, a selector or fresh, it is counted at call time.
    *
    * @generated from rpc converge.v1.AdminService.GetFleetSummary
    */
