@@ -151,6 +151,12 @@ struct Args {
     /// 1,000 of the unserved kind; reports p50/p99 per shape (`explain`).
     #[arg(long, default_value_t = 0)]
     explain: usize,
+    /// Flat mode: after the run, time this many GetFleetSummary calls as an
+    /// operator makes them (served from the snapshot once the first has
+    /// counted), and up to 20 counted at call time (`fresh`); reports
+    /// p50/p99 of each (`summary`).
+    #[arg(long, default_value_t = 0)]
+    summary: usize,
     /// With --explain: write EXPLAIN (ANALYZE, BUFFERS) of the read's facts
     /// statement, for one resource of each shape, to this file.
     #[arg(long)]
@@ -482,6 +488,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let summary = if args.mode == Mode::Flat && args.summary > 0 {
+        Some(measure_summary(&client, total, args.summary).await?)
+    } else {
+        None
+    };
     let worker_usage = worker_usage(&fleet.workers);
     let throughput = total as f64 / ready_secs;
     let resources = match args.mode {
@@ -518,6 +529,7 @@ async fn main() -> anyhow::Result<()> {
         "operations": operations,
         "resync": resync,
         "explain": explain,
+        "summary": summary,
         "worker_command": args.worker_command,
         "tls": args.tls,
         "connect_ms_p50": connect_ms,
@@ -878,6 +890,38 @@ async fn measure_config_push(
         "reconciled_per_sec": users as f64 / reconciled_secs,
         "others_reconciled": others,
     }))
+}
+
+/// Times GetFleetSummary (see `--summary`); every answer must count every
+/// loaded resource.
+async fn measure_summary(client: &Client, total: usize, samples: usize) -> anyhow::Result<serde_json::Value> {
+    let mut shapes = serde_json::Map::new();
+    for (shape, fresh, calls) in [("snapshot", false, samples), ("fresh", true, samples.min(20))] {
+        let mut millis = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let started = Instant::now();
+            let answer = client
+                .admin()
+                .get_fleet_summary(converge_proto::v1::GetFleetSummaryRequest {
+                    fresh,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            millis.push(started.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(
+                usize::try_from(answer.total).unwrap_or(0) >= total,
+                "a summary counted {} of {total} resources",
+                answer.total
+            );
+        }
+        millis.sort_by(f64::total_cmp);
+        let at = |q: f64| millis[((millis.len() - 1) as f64 * q).round() as usize];
+        let (p50, p99, max) = (at(0.5), at(0.99), at(1.0));
+        println!("GetFleetSummary, {shape}: {calls} calls, p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms");
+        shapes.insert(shape.into(), json!({"calls": calls, "p50_ms": p50, "p99_ms": p99, "max_ms": max}));
+    }
+    Ok(serde_json::Value::Object(shapes))
 }
 
 /// Resources of the unserved kind `--explain` adds (half of them deleted).
