@@ -919,7 +919,10 @@ async fn measure_summary(client: &Client, total: usize, samples: usize) -> anyho
         let at = |q: f64| millis[((millis.len() - 1) as f64 * q).round() as usize];
         let (p50, p99, max) = (at(0.5), at(0.99), at(1.0));
         println!("GetFleetSummary, {shape}: {calls} calls, p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms");
-        shapes.insert(shape.into(), json!({"calls": calls, "p50_ms": p50, "p99_ms": p99, "max_ms": max}));
+        shapes.insert(
+            shape.into(),
+            json!({"calls": calls, "p50_ms": p50, "p99_ms": p99, "max_ms": max}),
+        );
     }
     Ok(serde_json::Value::Object(shapes))
 }
