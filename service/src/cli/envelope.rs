@@ -542,6 +542,29 @@ pub fn reactor_binding_value(b: &pb::ReactorBinding) -> Value {
     Value::Object(m)
 }
 
+/// A reactor delivery (output only: `deliveries list` prints it).
+pub fn reactor_delivery_value(d: &pb::ReactorDelivery) -> Value {
+    let mut m = head("ReactorDelivery");
+    put(&mut m, "id", json!(d.id));
+    put(&mut m, "binding", json!(d.binding));
+    put(&mut m, "reactor", json!(d.reactor));
+    if let Some(v) = d.reactor_version {
+        m.insert("reactorVersion".to_owned(), json!(v));
+    }
+    put(&mut m, "transition", json!(transition_name(d.transition)));
+    put(&mut m, "resource", reference(d.resource.as_ref()));
+    put(&mut m, "resourceUid", json!(d.resource_uid));
+    put(&mut m, "generation", json!(d.generation));
+    put(&mut m, "dedupToken", json!(d.dedup_token));
+    put(&mut m, "attempts", json!(d.attempts));
+    put(&mut m, "createTime", time(d.create_time.as_ref()));
+    put(&mut m, "nextAttemptTime", time(d.next_attempt_time.as_ref()));
+    put(&mut m, "failTime", time(d.fail_time.as_ref()));
+    put(&mut m, "lastError", json!(d.last_error));
+    put(&mut m, "leased", json!(d.leased));
+    Value::Object(m)
+}
+
 /// The proto name of an operation state.
 pub fn operation_state_name(s: i32) -> &'static str {
     pb::OperationState::try_from(s).map_or("OPERATION_STATE_UNSPECIFIED", |s| s.as_str_name())

@@ -671,7 +671,7 @@ pub fn resource_from_image(image: &Value) -> Option<Resource> {
 /// Translates label requirements to SQL. Equality uses containment (`@>`),
 /// which the GIN index on labels serves; `!=` and `notin` also match
 /// resources without the key, as in Kubernetes.
-fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
+pub(super) fn push_selector(query: &mut QueryBuilder<Postgres>, selector: &LabelSelector) {
     for requirement in &selector.requirements {
         match requirement {
             Requirement::Equals { key, value } => {
