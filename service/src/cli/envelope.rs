@@ -483,6 +483,11 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
         put(&mut pm, "resyncRecomposes", json!(p.resync_recomposes));
         put(&mut pm, "orphanGraceSecs", json!(p.orphan_grace_secs));
         put(&mut pm, "maxTransientAttempts", json!(p.max_transient_attempts));
+        put(
+            &mut pm,
+            "unservedConditionAfterSecs",
+            json!(p.unserved_condition_after_secs),
+        );
         put(&mut m, "policy", Value::Object(pm));
     }
     put(&mut m, "manifestVersion", json!(k.manifest_version.to_string()));

@@ -66,6 +66,7 @@ pub mod resync;
 pub mod retry;
 pub mod revisions;
 pub mod statistics;
+pub mod unserved;
 pub mod work;
 
 pub use error::StoreError;
