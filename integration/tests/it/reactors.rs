@@ -885,6 +885,42 @@ async fn a_delivery_that_gave_up_is_listed_and_redriven_once() -> anyhow::Result
     assert_eq!(dry.first[0].id, web_given_up.id);
     assert!(dry.next_page_token.is_empty());
     assert_eq!(get_binding(&client, "on-sync").await?.failed_deliveries, 2);
+    // More than the limit: a continuation covers the rest, then none is left.
+    let by_binding = RedriveReactorDeliveriesRequest {
+        validate_only: true,
+        limit: 1,
+        ..redrive_request(RedriveTarget::Binding("on-sync".into()), "endpoint fixed")
+    };
+    let first = redrives
+        .clone()
+        .redrive_reactor_deliveries(by_binding.clone())
+        .await?
+        .into_inner();
+    assert_eq!(first.count, 1);
+    assert!(!first.next_page_token.is_empty());
+    let second = redrives
+        .clone()
+        .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+            page_token: first.next_page_token.clone(),
+            ..by_binding.clone()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(second.count, 1);
+    assert_ne!(second.first[0].id, first.first[0].id);
+    assert!(second.next_page_token.is_empty());
+    expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+                page_token: first.next_page_token,
+                ..redrive_request(selected("app", ""), "endpoint fixed")
+            })
+            .await,
+        Code::InvalidArgument,
+        "INVALID_PAGE_TOKEN",
+    );
+    assert_eq!(get_binding(&client, "on-sync").await?.failed_deliveries, 2);
 
     // The redrive delivers it exactly once more, with the same token.
     reactor.failing.store(false, std::sync::atomic::Ordering::SeqCst);
