@@ -225,6 +225,43 @@ BEGIN
 END
 $function$;
 
+-- An operator's redrive of deliveries that gave up: each of p_ids still
+-- marked failed gets its attempts back (from 0), its error cleared, is due
+-- at once and keeps its dedup token, so it is delivered once more; an event
+-- on its watched resource (when that still exists) names p_actor and
+-- p_reason. Returns how many were redriven.
+CREATE OR REPLACE FUNCTION redrive_deliveries(p_ids uuid[], p_actor text, p_reason text)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    d record;
+    v_count integer := 0;
+BEGIN
+    FOR d IN
+        UPDATE reactor_deliveries x
+        SET attempts = 0, failed_at = NULL, last_error = NULL, not_before = now(), claim_epoch = x.claim_epoch + 1
+        WHERE x.id = ANY (p_ids) AND x.failed_at IS NOT NULL
+        RETURNING x.resource_id, x.binding, x.reactor, x.transition, x.dedup_token, x.generation
+    LOOP
+        v_count := v_count + 1;
+        IF EXISTS (SELECT 1 FROM resources r WHERE r.id = d.resource_id) THEN
+            PERFORM record_resource_event(
+                d.resource_id, 'reactor', 'Normal', 'ReactorDeliveryRedriven',
+                format('reactor %s (binding %s) on %s redriven by %s: %s',
+                       d.reactor, d.binding, d.transition, p_actor, left(p_reason, 400)),
+                jsonb_build_object('binding', d.binding, 'reactor', d.reactor, 'transition', d.transition,
+                                   'dedupToken', d.dedup_token, 'reason', left(p_reason, 1024)),
+                p_actor, d.generation, 100);
+        END IF;
+    END LOOP;
+    IF v_count > 0 THEN
+        PERFORM notify_throttled('work_ready', 'wake_work_ready');
+    END IF;
+    RETURN v_count;
+END
+$function$;
+
 -- Releases delivery leases whose heartbeat is older than p_stale_secs (the
 -- broker or its worker is gone); returns how many.
 CREATE OR REPLACE FUNCTION reap_stale_deliveries(p_stale_secs double precision, p_limit integer)

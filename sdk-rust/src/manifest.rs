@@ -110,6 +110,8 @@ struct PolicyJson {
     orphan_grace_secs: i32,
     #[serde(default, alias = "max_transient_attempts")]
     max_transient_attempts: i32,
+    #[serde(default, alias = "unserved_condition_after_secs")]
+    unserved_condition_after_secs: i32,
 }
 
 /// Parses the manifest file `file` (its name, for messages) with content
@@ -170,6 +172,7 @@ fn manifest(file: &str, m: ManifestJson) -> Result<pb::KindManifest, ManifestErr
             resync_recomposes: policy.resync_recomposes,
             orphan_grace_secs: policy.orphan_grace_secs,
             max_transient_attempts: policy.max_transient_attempts,
+            unserved_condition_after_secs: policy.unserved_condition_after_secs,
         }),
         ..Default::default()
     })

@@ -13,12 +13,13 @@ use converge_integration::api::{
 use converge_proto::v1::{
     ApplyKindManifestRequest, ApplyProviderConfigRequest, ApplyReactorBindingRequest, ApplyResourceRequest,
     BatchApplyResourcesRequest, CreateResourceRequest, DeleteKindManifestRequest, DeleteResourceRequest,
-    ExplainResourceRequest, GetKindConfigRequest, GetKindManifestRequest, GetOperationRequest, GetResourceGraphRequest,
-    GetResourceRequest, GetVersionRequest, InvokeOperationRequest, KindConfig, ListClusterMembersRequest,
-    ListKindManifestsRequest, ListOperationsRequest, ListProviderConfigsRequest, ListReactorBindingsRequest,
-    ListResourceEventsRequest, ListResourcesRequest, ListSpecRevisionsRequest, ProviderConfig,
-    QuarantineResourceRequest, ReactorBinding, ReconcileResourceRequest, ResourceRef, RollbackResourceRequest,
-    UnquarantineResourceRequest, UpdateKindConfigRequest, WatchResourceEventsRequest, WatchResourcesRequest,
+    DeliveryResourceSelector, ExplainResourceRequest, GetKindConfigRequest, GetKindManifestRequest,
+    GetOperationRequest, GetResourceGraphRequest, GetResourceRequest, GetVersionRequest, InvokeOperationRequest,
+    KindConfig, ListClusterMembersRequest, ListKindManifestsRequest, ListOperationsRequest, ListProviderConfigsRequest,
+    ListReactorBindingsRequest, ListReactorDeliveriesRequest, ListResourceEventsRequest, ListResourcesRequest,
+    ListSpecRevisionsRequest, ProviderConfig, QuarantineResourceRequest, ReactorBinding, ReconcileResourceRequest,
+    RedriveReactorDeliveriesRequest, ResourceRef, RollbackResourceRequest, UnquarantineResourceRequest,
+    UpdateKindConfigRequest, WatchResourceEventsRequest, WatchResourcesRequest,
 };
 use converge_proto::worker_v1::{self as wpb, WorkStreamRequest};
 use converge_sdk::Client;
@@ -744,16 +745,56 @@ async fn one_request(client: &Client, rng: &mut Rng) -> (&'static str, Result<()
                     ..Default::default()
                 })
         ),
-        27 => call!(
-            "ListReactorBindings",
-            client
-                .reactor_bindings()
-                .list_reactor_bindings(ListReactorBindingsRequest {
-                    page_size: rng.number(),
-                    page_token: rng.token(),
-                    ..Default::default()
-                })
-        ),
+        27 => match rng.below(3) {
+            0 => call!(
+                "ListReactorBindings",
+                client
+                    .reactor_bindings()
+                    .list_reactor_bindings(ListReactorBindingsRequest {
+                        page_size: rng.number(),
+                        page_token: rng.token(),
+                        ..Default::default()
+                    })
+            ),
+            1 => call!(
+                "ListReactorDeliveries",
+                client
+                    .reactor_bindings()
+                    .list_reactor_deliveries(ListReactorDeliveriesRequest {
+                        binding: Some(rng.text()),
+                        resource: rng.reference(),
+                        resource_uid: Some(rng.text()),
+                        page_size: rng.number(),
+                        page_token: rng.token(),
+                        ..Default::default()
+                    })
+            ),
+            _ => {
+                use converge_proto::v1::redrive_reactor_deliveries_request::Target;
+                let target = match rng.below(4) {
+                    0 => None,
+                    1 => Some(Target::DeliveryId(rng.text())),
+                    2 => Some(Target::Binding(rng.text())),
+                    _ => Some(Target::Resources(DeliveryResourceSelector {
+                        kind: rng.text(),
+                        label_selector: rng.text(),
+                    })),
+                };
+                call!(
+                    "RedriveReactorDeliveries",
+                    client
+                        .reactor_bindings()
+                        .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+                            target,
+                            reason: rng.text(),
+                            limit: rng.number(),
+                            page_token: rng.token(),
+                            request_id: rng.text(),
+                            ..Default::default()
+                        })
+                )
+            }
+        },
         28 => {
             let operations = client.operations();
             match rng.below(3) {

@@ -37,5 +37,6 @@ mod resync;
 mod revisions;
 mod telemetry;
 mod tls;
+mod unserved;
 mod waiting_for;
 mod watches;

@@ -1,6 +1,7 @@
 //! Reactors end to end: bindings and their refusals, one delivery per
-//! transition and matching binding, failures that stop retrying, and
-//! deliveries that survive a killed worker process and a killed server.
+//! transition and matching binding, failures that stop retrying, their
+//! listing and redrive, and deliveries that survive a killed worker process
+//! and a killed server.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,10 +11,12 @@ use std::time::Duration;
 use converge_integration::api::{self, apply, apply_manifest, apply_ok, expect_error, fields, find, spawn_worker};
 use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
+use converge_proto::v1::redrive_reactor_deliveries_request::Target as RedriveTarget;
 use converge_proto::v1::{
-    ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, Emit, GetReactorBindingRequest,
-    KindManifest, ListReactorBindingsRequest, ListResourceEventsRequest, Phase, Reaction, ReactorBinding, Transition,
-    Trigger,
+    ApplyReactorBindingRequest, DeleteReactorBindingRequest, DeleteResourceRequest, DeliveryResourceSelector, Emit,
+    GetReactorBindingRequest, KindManifest, KindPolicy, ListReactorBindingsRequest, ListReactorDeliveriesRequest,
+    ListResourceEventsRequest, Phase, Reaction, ReactorBinding, ReactorDelivery, RedriveReactorDeliveriesRequest,
+    ResourceRef, Transition, Trigger,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::{
@@ -632,5 +635,361 @@ async fn the_publisher_chain_writes_each_synced_bom_to_its_sink() -> anyhow::Res
     assert_eq!(published["bom"], "demo");
     assert_eq!(published["binding"], "publish-boms");
     assert!(published["status"].is_object(), "{published}");
+    server.shutdown().await
+}
+
+/// A reactor of kind `flaky` that fails (transiently) while `failing` is
+/// set and records every delivery it sees.
+#[derive(Clone, Default)]
+struct Flaky {
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    seen: Arc<Mutex<Vec<Delivered>>>,
+}
+
+impl Flaky {
+    fn seen_of(&self, resource: &str) -> Vec<Delivered> {
+        self.seen
+            .lock()
+            .map(|s| s.iter().filter(|d| d.resource == resource).cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Provider for Flaky {
+    fn kind(&self) -> KindVersion {
+        KindVersion::new("flaky", 1)
+    }
+
+    async fn handle(&self, request: ReactionRequest) -> Result<Outcome, HandlerError> {
+        let StageInput::React(input) = &request.input else {
+            return Err(HandlerError::terminal("not a react task"));
+        };
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.push(Delivered {
+                binding: input.binding.clone(),
+                transition: format!("{:?}", input.transition).to_lowercase(),
+                resource: request.resource.name.clone(),
+                generation: request.generation,
+                dedup_token: input.dedup_token.clone(),
+            });
+        }
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(HandlerError::transient("the endpoint is down"));
+        }
+        Ok(Outcome::new())
+    }
+}
+
+async fn deliveries(client: &Client, request: ListReactorDeliveriesRequest) -> anyhow::Result<Vec<ReactorDelivery>> {
+    Ok(client
+        .reactor_bindings()
+        .list_reactor_deliveries(request)
+        .await?
+        .into_inner()
+        .reactor_deliveries)
+}
+
+fn redrive_request(target: RedriveTarget, reason: &str) -> RedriveReactorDeliveriesRequest {
+    RedriveReactorDeliveriesRequest {
+        target: Some(target),
+        reason: reason.into(),
+        ..Default::default()
+    }
+}
+
+fn selected(kind: &str, selector: &str) -> RedriveTarget {
+    RedriveTarget::Resources(DeliveryResourceSelector {
+        kind: kind.into(),
+        label_selector: selector.into(),
+    })
+}
+
+#[tokio::test]
+async fn a_delivery_that_gave_up_is_listed_and_redriven_once() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    kinds(&client).await?;
+    let mut flaky = sink_manifest("flaky");
+    flaky.policy = Some(KindPolicy {
+        max_transient_attempts: 2,
+        ..Default::default()
+    });
+    apply_manifest(&client, flaky).await?;
+    // A reactor kind no worker serves: its deliveries stay pending.
+    apply_manifest(&client, sink_manifest("idle")).await?;
+    bind(
+        &client,
+        ReactorBinding {
+            reactor: "flaky".into(),
+            ..binding("on-sync", Transition::Synced)
+        },
+    )
+    .await?;
+    bind(
+        &client,
+        ReactorBinding {
+            reactor: "idle".into(),
+            ..binding("on-sync-idle", Transition::Synced)
+        },
+    )
+    .await?;
+    let reactor = Flaky::default();
+    reactor.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _worker = spawn_worker(
+        Worker::builder()
+            .endpoint(server.address())
+            .provider(App)
+            .provider(reactor.clone()),
+    );
+    for (name, team) in [("web", "a"), ("db", "b")] {
+        let mut app = apply("app", name, json!({}));
+        app.labels = BTreeMap::from([("team".to_owned(), team.to_owned())]);
+        apply_ok(&client, app).await?;
+    }
+    eventually(Duration::from_secs(30), || async {
+        Ok((get_binding(&client, "on-sync").await?.failed_deliveries == 2).then_some(()))
+    })
+    .await?;
+
+    // Listed: by binding, by resource, only those that gave up.
+    let given_up = deliveries(
+        &client,
+        ListReactorDeliveriesRequest {
+            binding: Some("on-sync".into()),
+            only_given_up: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    assert_eq!(given_up.len(), 2, "{given_up:?}");
+    for d in &given_up {
+        assert_eq!(d.attempts, 2, "{d:?}");
+        assert!(
+            d.fail_time.is_some() && d.last_error.contains("endpoint is down"),
+            "{d:?}"
+        );
+    }
+    let web = deliveries(
+        &client,
+        ListReactorDeliveriesRequest {
+            resource: Some(ResourceRef {
+                kind: "app".into(),
+                name: "web".into(),
+            }),
+            ..Default::default()
+        },
+    )
+    .await?;
+    assert_eq!(
+        web.len(),
+        2,
+        "one given up (on-sync), one pending (on-sync-idle): {web:?}"
+    );
+    let pending = web
+        .iter()
+        .find(|d| d.binding == "on-sync-idle")
+        .ok_or_else(|| anyhow::anyhow!("no pending delivery: {web:?}"))?;
+    assert!(pending.fail_time.is_none());
+    let web_given_up = web
+        .iter()
+        .find(|d| d.binding == "on-sync")
+        .ok_or_else(|| anyhow::anyhow!("no given-up delivery: {web:?}"))?
+        .clone();
+    let page = client
+        .reactor_bindings()
+        .list_reactor_deliveries(ListReactorDeliveriesRequest {
+            only_given_up: true,
+            page_size: 1,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(page.reactor_deliveries.len(), 1);
+    let rest = client
+        .reactor_bindings()
+        .list_reactor_deliveries(ListReactorDeliveriesRequest {
+            only_given_up: true,
+            page_size: 1,
+            page_token: page.next_page_token,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(rest.reactor_deliveries.len(), 1);
+    assert_ne!(rest.reactor_deliveries[0].id, page.reactor_deliveries[0].id);
+
+    // Refusals change nothing.
+    let redrives = client.reactor_bindings();
+    let violations = expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(redrive_request(selected("app", "team in (a"), "fixed"))
+            .await,
+        Code::InvalidArgument,
+        "INVALID_LABEL_SELECTOR",
+    );
+    assert_eq!(fields(&violations), ["/resources/label_selector"]);
+    let violations = expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(redrive_request(selected("app", "team=a"), " "))
+            .await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    assert_eq!(fields(&violations), ["/reason"]);
+    let violations = expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+                limit: 1001,
+                ..redrive_request(selected("app", "team=a"), "fixed")
+            })
+            .await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    assert_eq!(fields(&violations), ["/limit"]);
+    expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(redrive_request(RedriveTarget::DeliveryId(pending.id.clone()), "fixed"))
+            .await,
+        Code::FailedPrecondition,
+        "DELIVERY_NOT_GIVEN_UP",
+    );
+    expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(redrive_request(
+                RedriveTarget::DeliveryId(uuid::Uuid::nil().to_string()),
+                "fixed",
+            ))
+            .await,
+        Code::NotFound,
+        "REACTOR_DELIVERY_NOT_FOUND",
+    );
+
+    // validate_only counts and names, and changes nothing.
+    let dry = redrives
+        .clone()
+        .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+            validate_only: true,
+            ..redrive_request(selected("app", "team=a"), "endpoint fixed")
+        })
+        .await?
+        .into_inner();
+    assert_eq!(dry.count, 1);
+    assert_eq!(dry.first.len(), 1);
+    assert_eq!(dry.first[0].id, web_given_up.id);
+    assert!(dry.next_page_token.is_empty());
+    assert_eq!(get_binding(&client, "on-sync").await?.failed_deliveries, 2);
+    // More than the limit: a continuation covers the rest, then none is left.
+    let by_binding = RedriveReactorDeliveriesRequest {
+        validate_only: true,
+        limit: 1,
+        ..redrive_request(RedriveTarget::Binding("on-sync".into()), "endpoint fixed")
+    };
+    let first = redrives
+        .clone()
+        .redrive_reactor_deliveries(by_binding.clone())
+        .await?
+        .into_inner();
+    assert_eq!(first.count, 1);
+    assert!(!first.next_page_token.is_empty());
+    let second = redrives
+        .clone()
+        .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+            page_token: first.next_page_token.clone(),
+            ..by_binding.clone()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(second.count, 1);
+    assert_ne!(second.first[0].id, first.first[0].id);
+    assert!(second.next_page_token.is_empty());
+    expect_error(
+        redrives
+            .clone()
+            .redrive_reactor_deliveries(RedriveReactorDeliveriesRequest {
+                page_token: first.next_page_token,
+                ..redrive_request(selected("app", ""), "endpoint fixed")
+            })
+            .await,
+        Code::InvalidArgument,
+        "INVALID_PAGE_TOKEN",
+    );
+    assert_eq!(get_binding(&client, "on-sync").await?.failed_deliveries, 2);
+
+    // The redrive delivers it exactly once more, with the same token.
+    reactor.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let request = RedriveReactorDeliveriesRequest {
+        request_id: "redrive-web".into(),
+        ..redrive_request(selected("app", "team=a"), "endpoint fixed")
+    };
+    let done = redrives
+        .clone()
+        .redrive_reactor_deliveries(request.clone())
+        .await?
+        .into_inner();
+    assert_eq!(done.count, 1);
+    eventually(Duration::from_secs(30), || async {
+        let b = get_binding(&client, "on-sync").await?;
+        Ok((b.failed_deliveries == 1 && b.pending_deliveries == 0).then_some(()))
+    })
+    .await?;
+    let repeated = redrives.clone().redrive_reactor_deliveries(request).await?.into_inner();
+    assert_eq!(repeated, done, "a repeated request id answers the first call");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = reactor.seen_of("web");
+    assert_eq!(seen.len(), 3, "two failed attempts and one redriven: {seen:?}");
+    assert!(
+        seen.iter().all(|d| d.dedup_token == web_given_up.dedup_token),
+        "{seen:?}"
+    );
+    let events = client
+        .resources()
+        .list_resource_events(ListResourceEventsRequest {
+            kind: "app".into(),
+            name: "web".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .events;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "ReactorDeliveryRedriven" && e.message.contains("endpoint fixed") && e.actor == "api"),
+        "{events:?}"
+    );
+    assert_eq!(reactor.seen_of("db").len(), 2, "db was not selected");
+
+    // The rest of the binding, by binding; then nothing is left to redrive.
+    let rest = redrives
+        .clone()
+        .redrive_reactor_deliveries(redrive_request(
+            RedriveTarget::Binding("on-sync".into()),
+            "endpoint fixed",
+        ))
+        .await?
+        .into_inner();
+    assert_eq!(rest.count, 1);
+    eventually(Duration::from_secs(30), || async {
+        Ok((get_binding(&client, "on-sync").await?.failed_deliveries == 0).then_some(()))
+    })
+    .await?;
+    let again = redrives
+        .clone()
+        .redrive_reactor_deliveries(redrive_request(
+            RedriveTarget::Binding("on-sync".into()),
+            "endpoint fixed",
+        ))
+        .await?
+        .into_inner();
+    assert_eq!(again.count, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reactor.seen_of("db").len(), 3);
     server.shutdown().await
 }

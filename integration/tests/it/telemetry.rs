@@ -257,7 +257,15 @@ async fn the_prometheus_endpoint_parses_and_follows_queue_latency_and_the_fence(
         Ok(value(&scrape(&metrics_addr).await?, "converge_queue_depth", &queued).filter(|v| *v >= 5.0))
     })
     .await?;
+    // The same tasks, as waiting with no worker for the kind version.
+    let pair = [("converge_kind", "cell"), ("converge_kind_version", "1")];
+    eventually(Duration::from_secs(30), || async {
+        Ok(value(&scrape(&metrics_addr).await?, "converge_unserved_tasks", &pair).filter(|v| *v >= 5.0))
+    })
+    .await?;
     let scraped = scrape(&metrics_addr).await?;
+    let age = value(&scraped, "converge_unserved_task_oldest_age_seconds", &pair);
+    assert!(age.is_some_and(|a| a >= 0.0), "oldest age: {age:?}");
     let apply_calls = value(
         &scraped,
         "rpc_server_call_duration_seconds_count",

@@ -26,6 +26,7 @@ use crate::domain::violation::{Violation, check_storable_text};
 use crate::store::admin::{self, ActionTarget};
 use crate::store::resources;
 use crate::store::summary::{self, SummaryFilter};
+use crate::store::unserved::{self, UnservedTasks};
 
 /// Failure reasons a summary returns by default, and at most.
 const DEFAULT_TOP_FAILURES: usize = 10;
@@ -45,6 +46,20 @@ impl AdminApi {
     /// A service over `state`.
     pub fn new(state: ApiState) -> Self {
         Self { state }
+    }
+
+    /// The task backlogs no connected worker serves, counted now (never
+    /// from the snapshot: workers come and go without any resource write),
+    /// of one kind or all. Tasks carry no labels, so a label selector does
+    /// not narrow them.
+    async fn unserved(&self, kind: Option<&str>) -> Result<Vec<UnservedTasks>, ApiError> {
+        let mut pairs = unserved::unserved(&self.state.pool, self.state.liveness_secs())
+            .await
+            .map_err(ApiError::from)?;
+        if let Some(kind) = kind {
+            pairs.retain(|p| p.kind == kind);
+        }
+        Ok(pairs)
     }
 }
 
@@ -73,7 +88,11 @@ fn action_from_proto(raw: i32) -> Result<AdminAction, ApiError> {
     Ok(action)
 }
 
-fn summary_to_proto(summary: FleetSummary, as_of: chrono::DateTime<chrono::Utc>) -> GetFleetSummaryResponse {
+fn summary_to_proto(
+    summary: FleetSummary,
+    unserved: Vec<UnservedTasks>,
+    as_of: chrono::DateTime<chrono::Utc>,
+) -> GetFleetSummaryResponse {
     let phase = |name: &str| {
         Phase::from_db(name)
             .map(phase_to_proto)
@@ -118,7 +137,15 @@ fn summary_to_proto(summary: FleetSummary, as_of: chrono::DateTime<chrono::Utc>)
                 since: Some(timestamp(o.since)),
             })
             .collect(),
-        unserved: Vec::new(),
+        unserved: unserved
+            .into_iter()
+            .map(|u| pb::UnservedTasks {
+                kind: u.kind,
+                kind_version: u.kind_version,
+                tasks: u.tasks,
+                oldest_since: Some(timestamp(u.oldest_waiting_since)),
+            })
+            .collect(),
         as_of: Some(timestamp(as_of)),
         total,
     }
@@ -231,11 +258,13 @@ impl AdminService for AdminApi {
                     .map_err(ApiError::from)?,
             };
             snapshot.top_failures.truncate(top);
-            return Ok(Response::new(summary_to_proto(snapshot, taken_at)));
+            let unserved = self.unserved(filter.kind.as_deref()).await?;
+            return Ok(Response::new(summary_to_proto(snapshot, unserved, taken_at)));
         }
         let now = chrono::Utc::now();
         let counted = summary::count(pool, &filter, top).await.map_err(ApiError::from)?;
-        Ok(Response::new(summary_to_proto(counted, now)))
+        let unserved = self.unserved(filter.kind.as_deref()).await?;
+        Ok(Response::new(summary_to_proto(counted, unserved, now)))
     }
 
     async fn act_on_resources(

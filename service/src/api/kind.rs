@@ -168,6 +168,7 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
             resync_recomposes: policy.resync_recomposes,
             orphan_grace_secs: policy.orphan_grace_secs,
             max_transient_attempts: policy.max_transient_attempts,
+            unserved_condition_after_secs: policy.unserved_condition_after_secs,
         },
     })
 }
@@ -201,6 +202,7 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
             resync_recomposes: m.policy.resync_recomposes,
             orphan_grace_secs: m.policy.orphan_grace_secs,
             max_transient_attempts: m.policy.max_transient_attempts,
+            unserved_condition_after_secs: m.policy.unserved_condition_after_secs,
         }),
         manifest_version: stored.manifest_version,
         create_time: Some(timestamp(stored.created_at)),
@@ -222,6 +224,11 @@ fn config_etag(config: &KindConfigRow) -> String {
         config.retired,
         config.revision_limit
     );
+    // Appended only when set, so configs without it keep their etags.
+    let text = match config.unserved_condition_after_secs {
+        0 => text,
+        secs => format!("{text}:{secs}"),
+    };
     Sha256::digest(text.as_bytes())[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -242,6 +249,7 @@ fn config_to_proto(config: KindConfigRow) -> pb::KindConfig {
         max_transient_attempts: config.max_transient_attempts,
         retired: config.retired,
         revision_limit: config.revision_limit,
+        unserved_condition_after_secs: config.unserved_condition_after_secs,
         update_time: Some(timestamp(config.updated_at)),
     }
 }
@@ -372,7 +380,7 @@ async fn check_existing_configs(conn: &mut PgConnection, compiled: &CompiledKind
 }
 
 /// The fields `UpdateKindConfig` may change, by update-mask path.
-const CONFIG_PATHS: [&str; 8] = [
+const CONFIG_PATHS: [&str; 9] = [
     "max_inflight",
     "task_deadline_secs",
     "resync_interval_secs",
@@ -381,6 +389,7 @@ const CONFIG_PATHS: [&str; 8] = [
     "max_transient_attempts",
     "retired",
     "revision_limit",
+    "unserved_condition_after_secs",
 ];
 
 fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]) -> Result<KindConfigRow, ApiError> {
@@ -397,6 +406,9 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
             "orphan_grace_secs" => next.orphan_grace_secs = update.orphan_grace_secs,
             "max_transient_attempts" => next.max_transient_attempts = update.max_transient_attempts,
             "retired" => next.retired = update.retired,
+            "unserved_condition_after_secs" => {
+                next.unserved_condition_after_secs = update.unserved_condition_after_secs;
+            }
             // 0 (unset) is the default, so an update that replaces every
             // field without naming this one keeps a valid value.
             "revision_limit" => {
@@ -422,6 +434,7 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
         resync_recomposes: next.resync_recomposes,
         orphan_grace_secs: next.orphan_grace_secs,
         max_transient_attempts: next.max_transient_attempts,
+        unserved_condition_after_secs: next.unserved_condition_after_secs,
     };
     if let Err(policy_violations) = validate_policy(&policy, "/config") {
         violations.extend(policy_violations);

@@ -6,22 +6,36 @@ use converge_proto::v1::reactor_binding_service_server::ReactorBindingService;
 use converge_proto::v1::{
     ApplyReactorBindingRequest, ApplyReactorBindingResponse, DeleteReactorBindingRequest, DeleteReactorBindingResponse,
     GetReactorBindingRequest, GetReactorBindingResponse, ListReactorBindingsRequest, ListReactorBindingsResponse,
+    ListReactorDeliveriesRequest, ListReactorDeliveriesResponse, RedriveReactorDeliveriesRequest,
+    RedriveReactorDeliveriesResponse, redrive_reactor_deliveries_request,
 };
 use sqlx::PgConnection;
 use tonic::{Request, Response, Status};
+use uuid::Uuid;
 
 use super::ApiState;
 use super::pages::{decode_token, finish_page, invalid_token};
 use super::write::{self, WriteCall};
 use crate::catalog::KindCatalog;
+use crate::contract::caller;
 use crate::contract::convert::timestamp;
 use crate::contract::status::{ApiError, Reason};
+use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_resource_name};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
-use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
-use crate::domain::violation::Violation;
-use crate::store::kinds;
-use crate::store::reactors::{self, BindingFilter};
+use crate::domain::reactor::{Binding, BindingContent, BindingStats, Delivery, RedriveTarget, Transition};
+use crate::domain::violation::{Violation, check_storable_text};
+use crate::store::reactors::{self, BindingFilter, DeliveryFilter};
+use crate::store::{kinds, resources};
+
+/// Most deliveries one redrive call covers (also its default).
+pub const MAX_REDRIVE: usize = 1000;
+
+/// Most deliveries a redrive answer lists.
+const REDRIVE_LISTED: usize = 20;
+
+/// Longest accepted redrive reason, in bytes.
+const MAX_REASON_BYTES: usize = 1024;
 
 /// Serves `converge.v1.ReactorBindingService`.
 #[derive(Debug, Clone)]
@@ -279,6 +293,145 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     validate_resource_name("/name", name).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))
 }
 
+fn delivery_to_proto(d: Delivery) -> pb::ReactorDelivery {
+    pb::ReactorDelivery {
+        id: d.id.to_string(),
+        binding: d.binding,
+        reactor: d.reactor,
+        reactor_version: d.reactor_version,
+        transition: d
+            .transition
+            .map_or(pb::Transition::Unspecified, transition_to_proto)
+            .into(),
+        resource: Some(pb::ResourceRef {
+            kind: d.resource_kind,
+            name: d.resource_name,
+        }),
+        resource_uid: d.resource_id.to_string(),
+        generation: d.generation,
+        dedup_token: d.dedup_token,
+        attempts: d.attempts,
+        create_time: Some(timestamp(d.created_at)),
+        next_attempt_time: Some(timestamp(d.not_before)),
+        fail_time: d.failed_at.map(timestamp),
+        last_error: d.last_error.unwrap_or_default(),
+        leased: d.leased,
+    }
+}
+
+fn parse_uid(field: &str, raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| Violation::new(field, "must be a UUID").into())
+}
+
+/// The list position after the delivery `id`.
+fn delivery_position(position: Option<Vec<PositionPart>>) -> Result<Option<Uuid>, ApiError> {
+    match position.as_deref() {
+        None => Ok(None),
+        Some([PositionPart::Uuid(id)]) => Ok(Some(*id)),
+        Some(_) => Err(invalid_token("is not a reactor delivery position")),
+    }
+}
+
+/// A redrive request checked for everything that needs no database: its
+/// target, reason and limit.
+fn redrive_input(req: &RedriveReactorDeliveriesRequest) -> Result<(RedriveTarget, String, usize), ApiError> {
+    use redrive_reactor_deliveries_request::Target;
+    let target = match &req.target {
+        None => {
+            return Err(Violation::new("/target", "one of delivery_id, binding or resources is required").into());
+        }
+        Some(Target::DeliveryId(id)) => RedriveTarget::Id(parse_uid("/delivery_id", id)?),
+        Some(Target::Binding(name)) => {
+            validate_resource_name("/binding", name).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+            RedriveTarget::Binding(name.clone())
+        }
+        Some(Target::Resources(selected)) => {
+            validate_kind_name("/resources/kind", &selected.kind)
+                .map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+            let selector = LabelSelector::parse(&selected.label_selector).map_err(|e| {
+                ApiError::violations(
+                    Reason::InvalidLabelSelector,
+                    vec![Violation::new("/resources/label_selector", e.to_string())],
+                )
+            })?;
+            RedriveTarget::Resources {
+                kind: selected.kind.clone(),
+                selector,
+            }
+        }
+    };
+    let reason = req.reason.trim();
+    if reason.is_empty() {
+        return Err(Violation::new("/reason", "is required: say why the deliveries are redriven").into());
+    }
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(Violation::new("/reason", format!("must be at most {MAX_REASON_BYTES} bytes")).into());
+    }
+    check_storable_text("/reason", reason)?;
+    let limit = match usize::try_from(req.limit) {
+        Ok(0) => MAX_REDRIVE,
+        Ok(n) if n <= MAX_REDRIVE => n,
+        _ => {
+            return Err(Violation::new(
+                "/limit",
+                format!("must be between 0 (the default, {MAX_REDRIVE}) and {MAX_REDRIVE}; page through larger sets with page_token"),
+            )
+            .into());
+        }
+    };
+    Ok((target, reason.to_owned(), limit))
+}
+
+/// The filter hash a redrive page token is bound to: the target.
+fn redrive_filters(target: &RedriveTarget) -> u64 {
+    match target {
+        RedriveTarget::Id(id) => filter_hash(&["id", &id.to_string()]),
+        RedriveTarget::Binding(name) => filter_hash(&["binding", name]),
+        RedriveTarget::Resources { kind, selector } => filter_hash(&["resources", kind, &selector.to_string()]),
+    }
+}
+
+/// Redrives inside the caller's transaction.
+async fn redrive_in(
+    conn: &mut PgConnection,
+    target: &RedriveTarget,
+    after: Option<Uuid>,
+    limit: usize,
+    filters: u64,
+    actor: &str,
+    reason: &str,
+) -> Result<RedriveReactorDeliveriesResponse, ApiError> {
+    if let RedriveTarget::Id(id) = target {
+        let Some(delivery) = reactors::lock_delivery(conn, *id).await? else {
+            return Err(ApiError::refused(
+                Reason::ReactorDeliveryNotFound,
+                format!("reactor delivery {id} does not exist (it may have been made, or swept by retention)"),
+            ));
+        };
+        if delivery.failed_at.is_none() {
+            let message = format!(
+                "reactor delivery {id} has not given up (attempt {} so far): it is still being delivered, there is \
+                 nothing to redrive",
+                delivery.attempts
+            );
+            return Err(ApiError::Refused {
+                reason: Reason::DeliveryNotGivenUp,
+                violations: vec![Violation::new(format!("reactor_deliveries/{id}"), message.clone())],
+                message,
+            });
+        }
+    }
+    let mut page = reactors::lock_given_up(conn, target, after, i64::try_from(limit + 1).unwrap_or(i64::MAX)).await?;
+    let next_page_token = finish_page(&mut page, limit, filters, |last| vec![PositionPart::Uuid(last.id)]);
+    let ids: Vec<Uuid> = page.iter().map(|d| d.id).collect();
+    let count = reactors::redrive(conn, &ids, actor, reason).await?;
+    Ok(RedriveReactorDeliveriesResponse {
+        count,
+        first: page.into_iter().take(REDRIVE_LISTED).map(delivery_to_proto).collect(),
+        next_page_token,
+    })
+}
+
 #[tonic::async_trait]
 impl ReactorBindingService for ReactorBindingApi {
     async fn apply_reactor_binding(
@@ -385,6 +538,105 @@ impl ReactorBindingService for ReactorBindingApi {
             Box::pin(async move { delete_in(conn, &req).await })
         })
         .await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn list_reactor_deliveries(
+        &self,
+        request: Request<ListReactorDeliveriesRequest>,
+    ) -> Result<Response<ListReactorDeliveriesResponse>, Status> {
+        let req = request.into_inner();
+        let limit = page_size(req.page_size).map_err(ApiError::from)?;
+        if let Some(binding) = &req.binding {
+            validate_resource_name("/binding", binding)
+                .map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+        }
+        let by_ref = req
+            .resource
+            .as_ref()
+            .filter(|r| !(r.kind.is_empty() && r.name.is_empty()));
+        if let Some(r) = by_ref {
+            let mut violations = Vec::new();
+            violations.extend(validate_kind_name("/resource/kind", &r.kind).err());
+            violations.extend(validate_resource_name("/resource/name", &r.name).err());
+            if !violations.is_empty() {
+                return Err(ApiError::violations(Reason::InvalidName, violations).into());
+            }
+        }
+        let by_uid = req
+            .resource_uid
+            .as_deref()
+            .map(|raw| parse_uid("/resource_uid", raw))
+            .transpose()?;
+        let filters = filter_hash(&[
+            req.binding.as_deref().unwrap_or(""),
+            &by_ref.map(|r| format!("{}/{}", r.kind, r.name)).unwrap_or_default(),
+            &by_uid.map(|u| u.to_string()).unwrap_or_default(),
+            if req.only_given_up { "given-up" } else { "" },
+        ]);
+        let after = delivery_position(decode_token(&req.page_token, filters)?)?;
+        let pool = &self.state.pool;
+        let by_name = match by_ref {
+            Some(r) => match resources::id_of(pool, &r.kind, &r.name).await.map_err(ApiError::from)? {
+                Some(id) => Some(id),
+                // A resource that does not exist has no deliveries to list.
+                None => return Ok(Response::new(ListReactorDeliveriesResponse::default())),
+            },
+            None => None,
+        };
+        let resource_id = match (by_name, by_uid) {
+            (Some(a), Some(b)) if a != b => return Ok(Response::new(ListReactorDeliveriesResponse::default())),
+            (a, b) => a.or(b),
+        };
+        let filter = DeliveryFilter {
+            binding: req.binding.clone(),
+            resource_id,
+            only_given_up: req.only_given_up,
+        };
+        let mut page = reactors::list_deliveries(pool, &filter, after, i64::try_from(limit + 1).unwrap_or(i64::MAX))
+            .await
+            .map_err(ApiError::from)?;
+        let next_page_token = finish_page(&mut page, limit, filters, |last| vec![PositionPart::Uuid(last.id)]);
+        Ok(Response::new(ListReactorDeliveriesResponse {
+            reactor_deliveries: page.into_iter().map(delivery_to_proto).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn redrive_reactor_deliveries(
+        &self,
+        request: Request<RedriveReactorDeliveriesRequest>,
+    ) -> Result<Response<RedriveReactorDeliveriesResponse>, Status> {
+        let actor = caller::api_actor(&request);
+        let req = request.into_inner();
+        let (target, reason, limit) = redrive_input(&req)?;
+        let filters = redrive_filters(&target);
+        let after = delivery_position(decode_token(&req.page_token, filters)?)?;
+        let call = WriteCall::new(
+            "RedriveReactorDeliveries",
+            &req.request_id,
+            req.validate_only,
+            &req,
+            |r| r.request_id.clear(),
+        )?;
+        let (work_target, work_actor, work_reason) = (target.clone(), actor.clone(), reason.clone());
+        let answer = write::run(&self.state.pool, &call, move |conn| {
+            let (target, actor, reason) = (work_target.clone(), work_actor.clone(), work_reason.clone());
+            Box::pin(async move { redrive_in(conn, &target, after, limit, filters, &actor, &reason).await })
+        })
+        .await?;
+        if !req.validate_only {
+            // One line per call for the audit trail (a repeated request id
+            // logs again: the caller did call again).
+            tracing::info!(
+                target: "audit",
+                verb = "RedriveReactorDeliveries",
+                actor = %actor,
+                reason = %reason,
+                count = answer.count,
+                "reactor deliveries redriven"
+            );
+        }
         Ok(Response::new(answer))
     }
 }

@@ -483,6 +483,11 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
         put(&mut pm, "resyncRecomposes", json!(p.resync_recomposes));
         put(&mut pm, "orphanGraceSecs", json!(p.orphan_grace_secs));
         put(&mut pm, "maxTransientAttempts", json!(p.max_transient_attempts));
+        put(
+            &mut pm,
+            "unservedConditionAfterSecs",
+            json!(p.unserved_condition_after_secs),
+        );
         put(&mut m, "policy", Value::Object(pm));
     }
     put(&mut m, "manifestVersion", json!(k.manifest_version.to_string()));
@@ -539,6 +544,29 @@ pub fn reactor_binding_value(b: &pb::ReactorBinding) -> Value {
     put(&mut m, "pendingDeliveries", json!(b.pending_deliveries));
     put(&mut m, "failedDeliveries", json!(b.failed_deliveries));
     put(&mut m, "lastFailure", json!(b.last_failure));
+    Value::Object(m)
+}
+
+/// A reactor delivery (output only: `deliveries list` prints it).
+pub fn reactor_delivery_value(d: &pb::ReactorDelivery) -> Value {
+    let mut m = head("ReactorDelivery");
+    put(&mut m, "id", json!(d.id));
+    put(&mut m, "binding", json!(d.binding));
+    put(&mut m, "reactor", json!(d.reactor));
+    if let Some(v) = d.reactor_version {
+        m.insert("reactorVersion".to_owned(), json!(v));
+    }
+    put(&mut m, "transition", json!(transition_name(d.transition)));
+    put(&mut m, "resource", reference(d.resource.as_ref()));
+    put(&mut m, "resourceUid", json!(d.resource_uid));
+    put(&mut m, "generation", json!(d.generation));
+    put(&mut m, "dedupToken", json!(d.dedup_token));
+    put(&mut m, "attempts", json!(d.attempts));
+    put(&mut m, "createTime", time(d.create_time.as_ref()));
+    put(&mut m, "nextAttemptTime", time(d.next_attempt_time.as_ref()));
+    put(&mut m, "failTime", time(d.fail_time.as_ref()));
+    put(&mut m, "lastError", json!(d.last_error));
+    put(&mut m, "leased", json!(d.leased));
     Value::Object(m)
 }
 

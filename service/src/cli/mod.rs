@@ -127,6 +127,13 @@ pub enum ClientCommand {
     /// Restore the spec of an earlier generation.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::ROLLBACK_EXAMPLES))]
     Rollback(verbs::RollbackArgs),
+    /// List reactor deliveries (pending and given up).
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::DELIVERIES_EXAMPLES))]
+    Deliveries(verbs::DeliveriesArgs),
+    /// Deliver again reactor deliveries that gave up: one by id, all of a
+    /// binding, or those of resources chosen by kind and label selector.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::REDRIVE_EXAMPLES))]
+    Redrive(verbs::RedriveArgs),
     /// Print a resource's composition tree, as `converge dev` does.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
@@ -243,6 +250,8 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
         ClientCommand::History(args) => verbs::history(&client, &args).await,
         ClientCommand::Rollback(args) => verbs::rollback(&client, &args).await,
         ClientCommand::Graph(args) => graph::run(&client, &args).await,
+        ClientCommand::Deliveries(args) => verbs::deliveries(&client, &args).await,
+        ClientCommand::Redrive(args) => verbs::redrive(&client, &args).await,
     }
 }
 

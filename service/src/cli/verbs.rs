@@ -1,5 +1,6 @@
 //! The one-call commands on one resource: `reconcile`, `quarantine`,
-//! `unquarantine`, `events`, `invoke`, `history` and `rollback`.
+//! `unquarantine`, `events`, `invoke`, `history` and `rollback`; and the
+//! reactor deliveries' `deliveries list` and `redrive`.
 
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,21 @@ pub const ROLLBACK_EXAMPLES: &str = "\
 Examples:
   converge rollback bom demo --to-generation 2 --dry-run
   converge rollback bom demo --to-generation 2";
+
+/// Examples of `deliveries` in `--help`.
+pub const DELIVERIES_EXAMPLES: &str = "\
+Examples:
+  converge deliveries list --failed               # every delivery that gave up
+  converge deliveries list --binding on-sync -o wide
+  converge deliveries list --resource app/web --failed -o yaml";
+
+/// Examples of `redrive` in `--help`.
+pub const REDRIVE_EXAMPLES: &str = "\
+Examples:
+  converge redrive --binding on-sync --reason 'sink fixed, INC-1234' --dry-run
+  converge redrive --binding on-sync --reason 'sink fixed, INC-1234'
+  converge redrive --id 0190f5a2-7c4e-7000-8000-000000000001 --reason 'retry after the fix'
+  converge redrive app -l team=payments --reason 'webhook endpoint is back'";
 
 /// A resource named by kind and name.
 #[derive(Debug, Args)]
@@ -161,6 +177,64 @@ pub struct RollbackArgs {
     #[arg(long = "to-generation")]
     to_generation: i64,
     /// Have the server check the rollback without writing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Arguments of `converge deliveries`.
+#[derive(Debug, Args)]
+pub struct DeliveriesArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: DeliveriesCommand,
+}
+
+/// The `deliveries` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum DeliveriesCommand {
+    /// List recorded reactor deliveries, oldest first.
+    List(DeliveriesListArgs),
+}
+
+/// Arguments of `converge deliveries list`.
+#[derive(Debug, Args)]
+pub struct DeliveriesListArgs {
+    /// Only deliveries of this binding.
+    #[arg(long)]
+    binding: Option<String>,
+    /// Only deliveries of this watched resource (KIND/NAME).
+    #[arg(long)]
+    resource: Option<String>,
+    /// Only deliveries that gave up.
+    #[arg(long)]
+    failed: bool,
+    /// At most this many.
+    #[arg(long, default_value_t = 500)]
+    limit: usize,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// Arguments of `converge redrive`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["kind", "binding", "id"])))]
+pub struct RedriveArgs {
+    /// Redrive the given-up deliveries of resources of this kind (with -l).
+    kind: Option<String>,
+    /// Label selector over the resources of KIND (empty: all of them).
+    #[arg(short = 'l', long = "selector", requires = "kind", default_value = "")]
+    selector: String,
+    /// Redrive every given-up delivery of this binding.
+    #[arg(long)]
+    binding: Option<String>,
+    /// Redrive one delivery by id.
+    #[arg(long)]
+    id: Option<String>,
+    /// Why (recorded on the events and in the audit log).
+    #[arg(long)]
+    reason: String,
+    /// Have the server count what would be redriven, changing nothing.
     #[arg(long)]
     dry_run: bool,
 }
@@ -488,4 +562,155 @@ pub async fn rollback(client: &Client, args: &RollbackArgs) -> Result<(), CliErr
         args.to_generation,
         resource.generation
     ))
+}
+
+/// The delivery table.
+fn deliveries_table(deliveries: &[pb::ReactorDelivery], wide: bool) -> Table {
+    let mut header = vec!["ID", "BINDING", "TRANSITION", "RESOURCE", "ATTEMPTS", "STATE", "AGE"];
+    if wide {
+        header.extend(["REACTOR", "DEDUP-TOKEN", "LAST-ERROR"]);
+    }
+    let mut table = Table::new(&header);
+    for d in deliveries {
+        let state = if d.fail_time.is_some() {
+            "GaveUp"
+        } else if d.leased {
+            "Leased"
+        } else {
+            "Pending"
+        };
+        let resource = d
+            .resource
+            .as_ref()
+            .map_or_else(String::new, |r| format!("{}/{}", r.kind, r.name));
+        let mut row = vec![
+            d.id.clone(),
+            d.binding.clone(),
+            envelope::transition_name(d.transition)
+                .trim_start_matches("TRANSITION_")
+                .to_lowercase(),
+            resource,
+            d.attempts.to_string(),
+            state.to_owned(),
+            age(d.create_time.as_ref()),
+        ];
+        if wide {
+            row.extend([
+                d.reactor.clone(),
+                d.dedup_token.clone(),
+                converge_service::domain::names::first_chars(&d.last_error, 80).to_owned(),
+            ]);
+        }
+        table.row(row);
+    }
+    table
+}
+
+/// Runs `converge deliveries`.
+pub async fn deliveries(client: &Client, args: &DeliveriesArgs) -> Result<(), CliError> {
+    let DeliveriesCommand::List(args) = &args.command;
+    let resource = match &args.resource {
+        Some(text) => {
+            let (kind, name) = text
+                .split_once('/')
+                .ok_or_else(|| CliError::Invalid(format!("--resource {text:?} is not KIND/NAME")))?;
+            Some(pb::ResourceRef {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+            })
+        }
+        None => None,
+    };
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .reactor_bindings()
+            .list_reactor_deliveries(pb::ListReactorDeliveriesRequest {
+                binding: args.binding.clone(),
+                resource: resource.clone(),
+                only_given_up: args.failed,
+                page_size: i32::try_from(args.limit.clamp(1, 1000)).unwrap_or(1000),
+                page_token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        all.extend(page.reactor_deliveries);
+        if page.next_page_token.is_empty() || all.len() >= args.limit {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    all.truncate(args.limit);
+    match args.output {
+        Format::Json | Format::Yaml => print_documents(
+            args.output,
+            all.iter().map(envelope::reactor_delivery_value).collect(),
+            false,
+        ),
+        Format::Name => print(
+            &all.iter()
+                .map(|d| format!("ReactorDelivery/{}\n", d.id))
+                .collect::<String>(),
+        ),
+        Format::Table | Format::Wide => {
+            let text = deliveries_table(&all, args.output == Format::Wide).render();
+            if text.is_empty() {
+                eprintln!("No reactor deliveries found.");
+                return Ok(());
+            }
+            print(&text)
+        }
+    }
+}
+
+/// Runs `converge redrive`: page after page until every matching given-up
+/// delivery is covered (each call redrives at most the server's cap).
+pub async fn redrive(client: &Client, args: &RedriveArgs) -> Result<(), CliError> {
+    use pb::redrive_reactor_deliveries_request::Target as Which;
+    let target = match (&args.kind, &args.binding, &args.id) {
+        (Some(kind), _, _) => Which::Resources(pb::DeliveryResourceSelector {
+            kind: kind.clone(),
+            label_selector: args.selector.clone(),
+        }),
+        (None, Some(binding), _) => Which::Binding(binding.clone()),
+        (None, None, Some(id)) => Which::DeliveryId(id.clone()),
+        (None, None, None) => return Err(CliError::Invalid("name KIND, --binding or --id".to_owned())),
+    };
+    let mut total = 0;
+    let mut first = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let answer = client
+            .reactor_bindings()
+            .redrive_reactor_deliveries(pb::RedriveReactorDeliveriesRequest {
+                target: Some(target.clone()),
+                reason: args.reason.clone(),
+                validate_only: args.dry_run,
+                // A fresh id per page: a retried page is then not redone.
+                request_id: uuid::Uuid::new_v4().to_string(),
+                limit: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        total += answer.count;
+        if first.len() < 20 {
+            first.extend(answer.first);
+        }
+        if answer.next_page_token.is_empty() {
+            break;
+        }
+        page_token = answer.next_page_token;
+    }
+    first.truncate(20);
+    let mut text = deliveries_table(&first, false).render();
+    let verb = if args.dry_run {
+        "would be redriven (dry run)"
+    } else {
+        "redriven"
+    };
+    text.push_str(&format!("{total} reactor deliveries {verb}\n"));
+    print(&text)
 }

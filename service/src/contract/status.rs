@@ -91,6 +91,10 @@ reasons! {
     ConfigDataTooLarge => "CONFIG_DATA_TOO_LARGE",
     /// No such reactor binding.
     ReactorBindingNotFound => "REACTOR_BINDING_NOT_FOUND",
+    /// No such reactor delivery (never recorded, delivered, or swept).
+    ReactorDeliveryNotFound => "REACTOR_DELIVERY_NOT_FOUND",
+    /// A redrive names a delivery that has not given up.
+    DeliveryNotGivenUp => "DELIVERY_NOT_GIVEN_UP",
     /// The resource has no retained revision at that generation.
     RevisionNotFound => "REVISION_NOT_FOUND",
     /// No such operation (never invoked, or past the retention window).
@@ -170,6 +174,7 @@ impl Reason {
             | Reason::ResourceNotFound
             | Reason::ProviderConfigNotFound
             | Reason::ReactorBindingNotFound
+            | Reason::ReactorDeliveryNotFound
             | Reason::RevisionNotFound
             | Reason::OperationNotFound => Code::NotFound,
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
@@ -181,6 +186,7 @@ impl Reason {
             | Reason::ProviderConfigInUse
             | Reason::ProviderConfigOwned
             | Reason::KindIsReactor
+            | Reason::DeliveryNotGivenUp
             | Reason::SchemaRejectsExistingResources
             | Reason::SchemaRejectsExistingConfigs => Code::FailedPrecondition,
             Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,

@@ -505,6 +505,7 @@ mod tests {
                     resync_recomposes: policy.resync_recomposes,
                     orphan_grace_secs: policy.orphan_grace_secs,
                     max_transient_attempts: policy.max_transient_attempts,
+                    unserved_condition_after_secs: policy.unserved_condition_after_secs,
                 },
             };
             let kind = converge_service::domain::compiled::compile_manifest(manifest)

@@ -121,6 +121,9 @@ pub struct KindPolicy {
     pub orphan_grace_secs: i32,
     /// Consecutive transient failures before a failure turns terminal; 0 = unbounded.
     pub max_transient_attempts: i32,
+    /// Seconds a task may wait with no worker serving its pair before its
+    /// resource is marked WorkerAvailable=False; 0 = off.
+    pub unserved_condition_after_secs: i32,
 }
 
 /// The definition of one version of a kind.
@@ -164,6 +167,8 @@ pub const MAX_RESYNC_INTERVAL_SECS: i32 = 2_592_000;
 pub const MAX_ORPHAN_GRACE_SECS: i32 = 2_592_000;
 /// Upper bound of `max_transient_attempts`.
 pub const MAX_TRANSIENT_ATTEMPTS: i32 = 10_000;
+/// Upper bound of `unserved_condition_after_secs` (30 days).
+pub const MAX_UNSERVED_CONDITION_AFTER_SECS: i32 = 2_592_000;
 
 pub(super) const REACTIONS: &str = "/manifest/reactions";
 const FINALIZER_NAME: &str = "/manifest/finalizer_name";
@@ -428,6 +433,11 @@ pub fn validate_policy(policy: &KindPolicy, field_prefix: &str) -> Result<(), Ve
         "max_transient_attempts",
         policy.max_transient_attempts,
         MAX_TRANSIENT_ATTEMPTS,
+    );
+    bounded(
+        "unserved_condition_after_secs",
+        policy.unserved_condition_after_secs,
+        MAX_UNSERVED_CONDITION_AFTER_SECS,
     );
     let resync = policy.resync_interval_secs;
     if resync != 0 && !(MIN_RESYNC_INTERVAL_SECS..=MAX_RESYNC_INTERVAL_SECS).contains(&resync) {
@@ -895,6 +905,7 @@ mod tests {
             resync_recomposes: true,
             orphan_grace_secs: 2_592_000,
             max_transient_attempts: 10_000,
+            unserved_condition_after_secs: 2_592_000,
         };
         assert_eq!(validate_policy(&max, "/config"), Ok(()));
         assert_eq!(
@@ -914,6 +925,7 @@ mod tests {
             resync_recomposes: false,
             orphan_grace_secs: 2_592_001,
             max_transient_attempts: 10_001,
+            unserved_condition_after_secs: 2_592_001,
         };
         assert_eq!(
             fields(validate_policy(&over, "/config")),
@@ -923,6 +935,7 @@ mod tests {
                 "/config/orphan_grace_secs",
                 "/config/resync_interval_secs",
                 "/config/task_deadline_secs",
+                "/config/unserved_condition_after_secs",
             ]
         );
         let negative = KindPolicy {
@@ -932,8 +945,9 @@ mod tests {
             resync_recomposes: false,
             orphan_grace_secs: -1,
             max_transient_attempts: i32::MIN,
+            unserved_condition_after_secs: -1,
         };
-        assert_eq!(fields(validate_policy(&negative, "/manifest/policy")).len(), 5);
+        assert_eq!(fields(validate_policy(&negative, "/manifest/policy")).len(), 6);
         let too_long_resync = KindPolicy {
             resync_interval_secs: 2_592_001,
             ..KindPolicy::default()

@@ -139,6 +139,59 @@ pub struct BindingStats {
     pub last_failure: Option<String>,
 }
 
+/// A recorded delivery, as listed and redriven.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// Its id.
+    pub id: uuid::Uuid,
+    /// The binding that recorded it.
+    pub binding: String,
+    /// The reactor kind it runs.
+    pub reactor: String,
+    /// The reactor version it names (`None` = the latest at delivery).
+    pub reactor_version: Option<i32>,
+    /// The transition it reports (`None` for a spelling this build does not know).
+    pub transition: Option<Transition>,
+    /// The watched resource's id.
+    pub resource_id: uuid::Uuid,
+    /// The watched resource's kind and name, as at the transition.
+    pub resource_kind: String,
+    /// See `resource_kind`.
+    pub resource_name: String,
+    /// The generation of the transition.
+    pub generation: i64,
+    /// The token the reactor sees on every attempt.
+    pub dedup_token: String,
+    /// Attempts since it was recorded or redriven.
+    pub attempts: i32,
+    /// When it was recorded.
+    pub created_at: DateTime<Utc>,
+    /// Not attempted before.
+    pub not_before: DateTime<Utc>,
+    /// When it gave up (`None` while it is still being delivered).
+    pub failed_at: Option<DateTime<Utc>>,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Whether a worker holds it.
+    pub leased: bool,
+}
+
+/// Which deliveries a redrive addresses.
+#[derive(Debug, Clone)]
+pub enum RedriveTarget {
+    /// One delivery.
+    Id(uuid::Uuid),
+    /// The given-up deliveries of a binding.
+    Binding(String),
+    /// The given-up deliveries of the resources of a kind a selector matches.
+    Resources {
+        /// The watched kind.
+        kind: String,
+        /// Over the resources' current labels.
+        selector: super::labels::LabelSelector,
+    },
+}
+
 /// The dedup token of a delivery, as the transition triggers build it.
 pub fn dedup_token(resource_id: &uuid::Uuid, transition: Transition, generation: i64, binding: &str) -> String {
     format!("{resource_id}:{}:{generation}:{binding}", transition.as_db())

@@ -8,3 +8,4 @@ pub mod reaper;
 pub mod resync;
 pub mod retention;
 pub mod statistics;
+pub mod unserved;

@@ -134,6 +134,40 @@ pub fn resources(meter: &Meter, shared: SharedSummary) {
         .build();
 }
 
+/// Registers the sampled figures of tasks no worker serves, by (kind,
+/// kind_version): bounded by the configured kind versions.
+pub fn unserved(meter: &Meter, figures: crate::engine::unserved::SharedFigures) {
+    let tasks = figures.clone();
+    meter
+        .i64_observable_gauge("converge.unserved.tasks")
+        .with_description("Tasks nobody holds of a kind version no connected worker serves.")
+        .with_callback(move |observer| {
+            for figure in crate::engine::unserved::latest(&tasks) {
+                observer.observe(figure.tasks, &pair_labels(figure.kind, figure.kind_version));
+            }
+        })
+        .build();
+    meter
+        .f64_observable_gauge("converge.unserved.task_oldest_age")
+        .with_unit("s")
+        .with_description("Age of the oldest task of a kind version no connected worker serves.")
+        .with_callback(move |observer| {
+            let now = chrono::Utc::now();
+            for figure in crate::engine::unserved::latest(&figures) {
+                let age = (now - figure.oldest_waiting_since).num_milliseconds().max(0) as f64 / 1000.0;
+                observer.observe(age, &pair_labels(figure.kind, figure.kind_version));
+            }
+        })
+        .build();
+}
+
+fn pair_labels(kind: String, version: i32) -> [KeyValue; 2] {
+    [
+        KeyValue::new("converge.kind", kind),
+        KeyValue::new("converge.kind_version", i64::from(version)),
+    ]
+}
+
 /// Registers the sampled queue figures.
 pub fn queue(meter: &Meter, sample: SharedSample) {
     let depth = sample.clone();

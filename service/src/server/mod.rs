@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub drainer: crate::engine::drainer::DrainerConfig,
     /// How often the queue is sampled for the metrics (when they are on).
     pub queue_sample_interval: Duration,
+    /// How often tasks no worker serves are sampled and the kinds'
+    /// `unserved_condition_after_secs` policy applied.
+    pub unserved_interval: Duration,
     /// Where calls arrive: the TCP listener, the in-process transport of an
     /// embedding application, or both.
     pub transports: Transports,
@@ -103,6 +106,7 @@ impl ServerConfig {
             reaper: crate::engine::reaper::ReaperConfig::default(),
             drainer: crate::engine::drainer::DrainerConfig::default(),
             queue_sample_interval: crate::engine::queue_sampler::SAMPLE_INTERVAL,
+            unserved_interval: crate::engine::unserved::PASS_INTERVAL,
             transports: Transports::Tcp,
         }
     }
@@ -476,6 +480,20 @@ async fn prepare_and_spawn(
         membership.report_load(broker.load_source());
         broker
     });
+    if config.serve.role.serves_api() {
+        let figures = crate::telemetry::metrics::meter().map(|meter| {
+            let figures = crate::engine::unserved::SharedFigures::default();
+            instruments::unserved(meter, figures.clone());
+            figures
+        });
+        tasks.push(crate::engine::unserved::spawn(
+            pool.clone(),
+            config.unserved_interval,
+            config.membership.liveness,
+            figures,
+            stop.subscribe(),
+        ));
+    }
     if let Some(meter) = crate::telemetry::metrics::meter() {
         instruments::pool(meter, pool.clone(), "primary");
         if let Some(broker) = &broker {

@@ -12,7 +12,8 @@ use crate::domain::manifest::{KindManifest, KindPolicy, Reaction};
 /// Columns of a manifest row.
 const MANIFEST_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, description, spec_schema, status_schema, \
      config_schema, reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, \
-     resync_recomposes, orphan_grace_secs, max_transient_attempts, manifest_version, created_at, updated_at";
+     resync_recomposes, orphan_grace_secs, max_transient_attempts, unserved_condition_after_secs, manifest_version, \
+     created_at, updated_at";
 
 /// A stored manifest with its bookkeeping.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +44,7 @@ struct ManifestRow {
     resync_recomposes: bool,
     orphan_grace_secs: i32,
     max_transient_attempts: i32,
+    unserved_condition_after_secs: i32,
     manifest_version: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -67,6 +69,7 @@ impl ManifestRow {
                     resync_recomposes: self.resync_recomposes,
                     orphan_grace_secs: self.orphan_grace_secs,
                     max_transient_attempts: self.max_transient_attempts,
+                    unserved_condition_after_secs: self.unserved_condition_after_secs,
                 },
             },
             manifest_version: self.manifest_version,
@@ -122,8 +125,8 @@ pub async fn upsert_manifest(
         let sql = format!(
             "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
                  reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
-                 orphan_grace_secs, max_transient_attempts, manifest_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                 orphan_grace_secs, max_transient_attempts, manifest_version, unserved_condition_after_secs)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
              ON CONFLICT (kind, kind_version) DO UPDATE SET
                  description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
                  status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
@@ -131,7 +134,8 @@ pub async fn upsert_manifest(
                  max_inflight = EXCLUDED.max_inflight, task_deadline_secs = EXCLUDED.task_deadline_secs,
                  resync_interval_secs = EXCLUDED.resync_interval_secs, resync_recomposes = EXCLUDED.resync_recomposes,
                  orphan_grace_secs = EXCLUDED.orphan_grace_secs, max_transient_attempts = EXCLUDED.max_transient_attempts,
-                 manifest_version = EXCLUDED.manifest_version, updated_at = now()
+                 manifest_version = EXCLUDED.manifest_version,
+                 unserved_condition_after_secs = EXCLUDED.unserved_condition_after_secs, updated_at = now()
              RETURNING {MANIFEST_COLUMNS}"
         );
         let policy = &manifest.policy;
@@ -151,6 +155,7 @@ pub async fn upsert_manifest(
             .bind(policy.orphan_grace_secs)
             .bind(policy.max_transient_attempts)
             .bind(manifest_version)
+            .bind(policy.unserved_condition_after_secs)
             .fetch_one(conn)
             .await?;
         Ok(row.into_stored())
@@ -276,13 +281,15 @@ pub struct KindConfigRow {
     pub retired: bool,
     /// Spec revisions kept per root resource.
     pub revision_limit: i32,
+    /// Wait before a task no worker serves marks its resource (0 = off).
+    pub unserved_condition_after_secs: i32,
     /// Last change.
     pub updated_at: DateTime<Utc>,
 }
 
 const CONFIG_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, max_inflight, task_deadline_secs, \
      resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, retired, revision_limit, \
-     updated_at";
+     unserved_condition_after_secs, updated_at";
 
 /// Reads one kind config, optionally row-locked for an update.
 pub async fn get_config(
@@ -311,11 +318,11 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
             "WITH updated AS (
                  UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
                      resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
-                     revision_limit = $10, updated_at = now()
+                     revision_limit = $10, unserved_condition_after_secs = $11, updated_at = now()
                  WHERE kind = $1 AND kind_version = $2
                    AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
-                        max_transient_attempts, retired, revision_limit)
-                       IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10)
+                        max_transient_attempts, retired, revision_limit, unserved_condition_after_secs)
+                       IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10, $11)
                  RETURNING {CONFIG_COLUMNS})
              SELECT * FROM updated
              UNION ALL
@@ -333,6 +340,7 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
             .bind(config.max_transient_attempts)
             .bind(config.retired)
             .bind(config.revision_limit)
+            .bind(config.unserved_condition_after_secs)
             .fetch_one(conn)
             .await
             .map_err(Into::into)

@@ -68,6 +68,7 @@ pub mod retry;
 pub mod revisions;
 pub mod statistics;
 pub mod summary;
+pub mod unserved;
 pub mod work;
 
 pub use error::StoreError;

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::StoreResult;
-use crate::domain::reactor::{Binding, BindingContent, BindingStats, Transition};
+use crate::domain::reactor::{Binding, BindingContent, BindingStats, Delivery, RedriveTarget, Transition};
 use crate::domain::shard::ShardRange;
 
 use super::small_version as small;
@@ -367,6 +367,171 @@ pub async fn trim_failed(pool: &PgPool, max_age_secs: f64, limit: i64) -> StoreR
         .execute(pool)
         .await?;
         Ok(done.rows_affected())
+    })
+    .await
+}
+
+const DELIVERY_SELECT: &str = "SELECT d.id, d.binding, d.reactor, d.reactor_version::int4 AS reactor_version, \
+     d.transition, d.resource_id, COALESCE(d.resource ->> 'kind', '') AS resource_kind, \
+     COALESCE(d.resource ->> 'name', '') AS resource_name, d.generation, d.dedup_token, d.attempts, d.created_at, \
+     d.not_before, d.failed_at, d.last_error, d.lease_token IS NOT NULL AS leased FROM reactor_deliveries d";
+
+#[derive(Debug, sqlx::FromRow)]
+struct DeliveryRow {
+    id: Uuid,
+    binding: String,
+    reactor: String,
+    reactor_version: Option<i32>,
+    transition: String,
+    resource_id: Uuid,
+    resource_kind: String,
+    resource_name: String,
+    generation: i64,
+    dedup_token: String,
+    attempts: i32,
+    created_at: DateTime<Utc>,
+    not_before: DateTime<Utc>,
+    failed_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    leased: bool,
+}
+
+impl DeliveryRow {
+    fn into_delivery(self) -> Delivery {
+        Delivery {
+            id: self.id,
+            binding: self.binding,
+            reactor: self.reactor,
+            reactor_version: self.reactor_version,
+            transition: Transition::from_db(&self.transition),
+            resource_id: self.resource_id,
+            resource_kind: self.resource_kind,
+            resource_name: self.resource_name,
+            generation: self.generation,
+            dedup_token: self.dedup_token,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            not_before: self.not_before,
+            failed_at: self.failed_at,
+            last_error: self.last_error,
+            leased: self.leased,
+        }
+    }
+}
+
+/// Filters of [`list_deliveries`], combined with AND.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    /// Only deliveries of this binding.
+    pub binding: Option<String>,
+    /// Only deliveries of this watched resource.
+    pub resource_id: Option<Uuid>,
+    /// Only deliveries that gave up.
+    pub only_given_up: bool,
+}
+
+/// Up to `limit` deliveries after `after` (by id, which is time-ordered:
+/// oldest first).
+pub async fn list_deliveries(
+    pool: &PgPool,
+    filter: &DeliveryFilter,
+    after: Option<Uuid>,
+    limit: i64,
+) -> StoreResult<Vec<Delivery>> {
+    measured("reactors.list_deliveries", async move {
+        let mut query = QueryBuilder::<Postgres>::new(DELIVERY_SELECT);
+        query.push(" WHERE true");
+        if let Some(binding) = &filter.binding {
+            query.push(" AND d.binding = ").push_bind(binding.clone());
+        }
+        if let Some(id) = filter.resource_id {
+            query.push(" AND d.resource_id = ").push_bind(id);
+        }
+        if filter.only_given_up {
+            // Served by the partial index of failed deliveries.
+            query.push(" AND d.failed_at IS NOT NULL");
+        }
+        if let Some(after) = after {
+            query.push(" AND d.id > ").push_bind(after);
+        }
+        query.push(" ORDER BY d.id LIMIT ").push_bind(limit);
+        let rows: Vec<DeliveryRow> = query.build_query_as().fetch_all(pool).await?;
+        Ok(rows.into_iter().map(DeliveryRow::into_delivery).collect())
+    })
+    .await
+}
+
+/// Reads one delivery and locks it until the transaction ends.
+pub async fn lock_delivery(conn: &mut PgConnection, id: Uuid) -> StoreResult<Option<Delivery>> {
+    measured("reactors.lock_delivery", async move {
+        let sql = format!("{DELIVERY_SELECT} WHERE d.id = $1 FOR UPDATE OF d");
+        let row: Option<DeliveryRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(DeliveryRow::into_delivery))
+    })
+    .await
+}
+
+/// Up to `limit` given-up deliveries a redrive of a binding or of selected
+/// resources covers, after `after` (by id, oldest first), locked until the
+/// transaction ends. A target of one id reads that delivery whatever its
+/// state (see [`lock_delivery`] to tell why it would be refused).
+pub async fn lock_given_up(
+    conn: &mut PgConnection,
+    target: &RedriveTarget,
+    after: Option<Uuid>,
+    limit: i64,
+) -> StoreResult<Vec<Delivery>> {
+    measured("reactors.lock_given_up", async move {
+        let mut query = QueryBuilder::<Postgres>::new(DELIVERY_SELECT);
+        match target {
+            RedriveTarget::Id(id) => {
+                query.push(" WHERE d.failed_at IS NOT NULL AND d.id = ").push_bind(*id);
+            }
+            RedriveTarget::Binding(binding) => {
+                query
+                    .push(" WHERE d.failed_at IS NOT NULL AND d.binding = ")
+                    .push_bind(binding.clone());
+            }
+            RedriveTarget::Resources { kind, selector } => {
+                // Given-up deliveries are few (the partial index of failed
+                // ones); each is checked against its resource's current row.
+                query
+                    .push(" JOIN resources r ON r.id = d.resource_id WHERE d.failed_at IS NOT NULL AND r.kind = ")
+                    .push_bind(kind.clone());
+                super::resources::push_selector(&mut query, selector);
+            }
+        }
+        if let Some(after) = after {
+            query.push(" AND d.id > ").push_bind(after);
+        }
+        query
+            .push(" ORDER BY d.id LIMIT ")
+            .push_bind(limit)
+            .push(" FOR UPDATE OF d");
+        let rows: Vec<DeliveryRow> = query.build_query_as().fetch_all(conn).await?;
+        Ok(rows.into_iter().map(DeliveryRow::into_delivery).collect())
+    })
+    .await
+}
+
+/// Redrives the given-up deliveries among `ids` (migrations/functions/reactors.sql,
+/// `redrive_deliveries`): attempts from 0, error cleared, due now, an event
+/// on each watched resource naming `actor` and `reason`; returns how many.
+pub async fn redrive(conn: &mut PgConnection, ids: &[Uuid], actor: &str, reason: &str) -> StoreResult<i64> {
+    measured("reactors.redrive", async move {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let count: i32 = sqlx::query_scalar("SELECT redrive_deliveries($1, $2, $3)")
+            .bind(ids)
+            .bind(actor)
+            .bind(reason)
+            .fetch_one(conn)
+            .await?;
+        Ok(i64::from(count))
     })
     .await
 }

@@ -196,7 +196,10 @@ type GetFleetSummaryResponse struct {
 	// The resource that has waited longest in each unsettled phase
 	// (RECONCILING, DELETING, DEGRADED, ORPHANED) with any resource in it.
 	Oldest []*OldestInPhase `protobuf:"bytes,3,rep,name=oldest,proto3" json:"oldest,omitempty"`
-	// Task backlogs of kind versions that no connected worker serves.
+	// Task backlogs of kind versions that no connected worker serves,
+	// counted at call time (workers come and go without any resource write,
+	// so never from the snapshot); narrowed by `kind`, not by the label
+	// selector (tasks carry no labels).
 	Unserved []*UnservedTasks `protobuf:"bytes,4,rep,name=unserved,proto3" json:"unserved,omitempty"`
 	// When the counts were taken: the snapshot's time, or now for a count
 	// at call time.

@@ -314,8 +314,14 @@ type KindPolicy struct {
 	// the failure becomes terminal (phase FAILED). 0 (default) = retry
 	// forever.
 	MaxTransientAttempts int32 `protobuf:"varint,6,opt,name=max_transient_attempts,json=maxTransientAttempts,proto3" json:"max_transient_attempts,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Seconds a task of this (kind, kind_version) may wait while no connected
+	// worker serves the pair before its resource gets the condition
+	// WorkerAvailable=False (reason NoWorker). The condition is removed once a
+	// worker serves the pair and takes the task. Nothing is ever deleted for
+	// it. 0 (default) = off; otherwise at most 2592000.
+	UnservedConditionAfterSecs int32 `protobuf:"varint,16,opt,name=unserved_condition_after_secs,json=unservedConditionAfterSecs,proto3" json:"unserved_condition_after_secs,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *KindPolicy) Reset() {
@@ -386,6 +392,13 @@ func (x *KindPolicy) GetOrphanGraceSecs() int32 {
 func (x *KindPolicy) GetMaxTransientAttempts() int32 {
 	if x != nil {
 		return x.MaxTransientAttempts
+	}
+	return 0
+}
+
+func (x *KindPolicy) GetUnservedConditionAfterSecs() int32 {
+	if x != nil {
+		return x.UnservedConditionAfterSecs
 	}
 	return 0
 }
@@ -584,8 +597,12 @@ type KindConfig struct {
 	// default 10; 0 on update means the default); older ones are removed as
 	// new ones are written.
 	RevisionLimit int32 `protobuf:"varint,12,opt,name=revision_limit,json=revisionLimit,proto3" json:"revision_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Seconds a task may wait with no connected worker serving this version
+	// before its resource gets the condition WorkerAvailable=False (reason
+	// NoWorker); see KindPolicy.unserved_condition_after_secs. 0 = off.
+	UnservedConditionAfterSecs int32 `protobuf:"varint,16,opt,name=unserved_condition_after_secs,json=unservedConditionAfterSecs,proto3" json:"unserved_condition_after_secs,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *KindConfig) Reset() {
@@ -702,6 +719,13 @@ func (x *KindConfig) GetRevisionLimit() int32 {
 	return 0
 }
 
+func (x *KindConfig) GetUnservedConditionAfterSecs() int32 {
+	if x != nil {
+		return x.UnservedConditionAfterSecs
+	}
+	return 0
+}
+
 var File_converge_v1_kind_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_proto_rawDesc = "" +
@@ -713,7 +737,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x05emits\x18\x03 \x03(\x0e2\x11.converge.v1.EmitB\x04\xe2A\x01\x02R\x05emits\x12\x12\n" +
 	"\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n" +
 	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12@\n" +
-	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\vinputSchema\"\x9e\x02\n" +
+	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\vinputSchema\"\xe1\x02\n" +
 	"\n" +
 	"KindPolicy\x12!\n" +
 	"\fmax_inflight\x18\x01 \x01(\x05R\vmaxInflight\x12,\n" +
@@ -721,7 +745,8 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x14resync_interval_secs\x18\x03 \x01(\x05R\x12resyncIntervalSecs\x12+\n" +
 	"\x11resync_recomposes\x18\x04 \x01(\bR\x10resyncRecomposes\x12*\n" +
 	"\x11orphan_grace_secs\x18\x05 \x01(\x05R\x0forphanGraceSecs\x124\n" +
-	"\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\"\x97\x05\n" +
+	"\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\x12A\n" +
+	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs\"\x97\x05\n" +
 	"\fKindManifest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12&\n" +
@@ -738,7 +763,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"createTime\x12A\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
-	"updateTime\"\xed\x03\n" +
+	"updateTime\"\xb0\x04\n" +
 	"\n" +
 	"KindConfig\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
@@ -754,7 +779,8 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\v \x01(\tR\x04etag\x12%\n" +
-	"\x0erevision_limit\x18\f \x01(\x05R\rrevisionLimit*\xb7\x01\n" +
+	"\x0erevision_limit\x18\f \x01(\x05R\rrevisionLimit\x12A\n" +
+	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs*\xb7\x01\n" +
 	"\aTrigger\x12\x17\n" +
 	"\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n" +

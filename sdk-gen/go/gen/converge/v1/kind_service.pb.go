@@ -596,7 +596,8 @@ type UpdateKindConfigRequest struct {
 	Config *KindConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	// Required. Fields of config to update, e.g. "max_inflight,retired".
 	// Allowed paths: max_inflight, task_deadline_secs, resync_interval_secs,
-	// resync_recomposes, orphan_grace_secs, max_transient_attempts, retired.
+	// resync_recomposes, orphan_grace_secs, max_transient_attempts, retired,
+	// revision_limit, unserved_condition_after_secs.
 	// "*" updates all of them. An empty mask or another path is
 	// INVALID_ARGUMENT.
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`

@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -477,11 +478,620 @@ func (*DeleteReactorBindingResponse) Descriptor() ([]byte, []int) {
 	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{7}
 }
 
+// A delivery a binding recorded: one lifecycle transition of one resource
+// to hand to the binding's reactor kind. It stays until the reactor
+// succeeds; one that gave up stays (with fail_time set) until the retention
+// sweep, or until it is redriven.
+type ReactorDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. The delivery's id (a UUID).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Output only. Name of the binding that recorded it.
+	Binding string `protobuf:"bytes,2,opt,name=binding,proto3" json:"binding,omitempty"`
+	// Output only. The reactor kind it runs.
+	Reactor string `protobuf:"bytes,3,opt,name=reactor,proto3" json:"reactor,omitempty"`
+	// Output only. The reactor version it names (unset: the highest applied,
+	// non-retired one when delivered).
+	ReactorVersion *int32 `protobuf:"varint,4,opt,name=reactor_version,json=reactorVersion,proto3,oneof" json:"reactor_version,omitempty"`
+	// Output only. The transition it reports.
+	Transition Transition `protobuf:"varint,5,opt,name=transition,proto3,enum=converge.v1.Transition" json:"transition,omitempty"`
+	// Output only. The watched resource, as it was at the transition (it may
+	// have been deleted since).
+	Resource *ResourceRef `protobuf:"bytes,6,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Output only. The watched resource's uid.
+	ResourceUid string `protobuf:"bytes,7,opt,name=resource_uid,json=resourceUid,proto3" json:"resource_uid,omitempty"`
+	// Output only. The generation the transition happened at.
+	Generation int64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Output only. The token the reactor sees on every attempt.
+	DedupToken string `protobuf:"bytes,9,opt,name=dedup_token,json=dedupToken,proto3" json:"dedup_token,omitempty"`
+	// Output only. Attempts made since it was recorded or last redriven.
+	Attempts int32 `protobuf:"varint,10,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Output only. When the transition recorded it.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. Not attempted before this time (retry backoff).
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// Output only. When it gave up; unset while it is still being delivered.
+	FailTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=fail_time,json=failTime,proto3" json:"fail_time,omitempty"`
+	// Output only. The last failure (empty when none).
+	LastError string `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Output only. True while a worker holds it.
+	Leased        bool `protobuf:"varint,15,opt,name=leased,proto3" json:"leased,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReactorDelivery) Reset() {
+	*x = ReactorDelivery{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReactorDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReactorDelivery) ProtoMessage() {}
+
+func (x *ReactorDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReactorDelivery.ProtoReflect.Descriptor instead.
+func (*ReactorDelivery) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReactorDelivery) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetBinding() string {
+	if x != nil {
+		return x.Binding
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetReactor() string {
+	if x != nil {
+		return x.Reactor
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetReactorVersion() int32 {
+	if x != nil && x.ReactorVersion != nil {
+		return *x.ReactorVersion
+	}
+	return 0
+}
+
+func (x *ReactorDelivery) GetTransition() Transition {
+	if x != nil {
+		return x.Transition
+	}
+	return Transition_TRANSITION_UNSPECIFIED
+}
+
+func (x *ReactorDelivery) GetResource() *ResourceRef {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *ReactorDelivery) GetResourceUid() string {
+	if x != nil {
+		return x.ResourceUid
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReactorDelivery) GetDedupToken() string {
+	if x != nil {
+		return x.DedupToken
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *ReactorDelivery) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ReactorDelivery) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *ReactorDelivery) GetFailTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailTime
+	}
+	return nil
+}
+
+func (x *ReactorDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *ReactorDelivery) GetLeased() bool {
+	if x != nil {
+		return x.Leased
+	}
+	return false
+}
+
+// Request message for ReactorBindingService.ListReactorDeliveries. Filters
+// combine with AND.
+type ListReactorDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. Only deliveries recorded by this binding.
+	Binding *string `protobuf:"bytes,1,opt,name=binding,proto3,oneof" json:"binding,omitempty"`
+	// Optional. Only deliveries of this watched resource (kind and name of a
+	// resource that exists; a missing one matches nothing).
+	Resource *ResourceRef `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Optional. Only deliveries of the watched resource with this uid (also
+	// finds those of deleted resources).
+	ResourceUid *string `protobuf:"bytes,3,opt,name=resource_uid,json=resourceUid,proto3,oneof" json:"resource_uid,omitempty"`
+	// Optional. Only deliveries that gave up (fail_time set).
+	OnlyGivenUp bool `protobuf:"varint,4,opt,name=only_given_up,json=onlyGivenUp,proto3" json:"only_given_up,omitempty"`
+	// Optional. Maximum number of deliveries to return: default 100, maximum
+	// 1000.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. next_page_token from a previous call with the same filters.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactorDeliveriesRequest) Reset() {
+	*x = ListReactorDeliveriesRequest{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactorDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactorDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListReactorDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactorDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListReactorDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListReactorDeliveriesRequest) GetBinding() string {
+	if x != nil && x.Binding != nil {
+		return *x.Binding
+	}
+	return ""
+}
+
+func (x *ListReactorDeliveriesRequest) GetResource() *ResourceRef {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
+}
+
+func (x *ListReactorDeliveriesRequest) GetResourceUid() string {
+	if x != nil && x.ResourceUid != nil {
+		return *x.ResourceUid
+	}
+	return ""
+}
+
+func (x *ListReactorDeliveriesRequest) GetOnlyGivenUp() bool {
+	if x != nil {
+		return x.OnlyGivenUp
+	}
+	return false
+}
+
+func (x *ListReactorDeliveriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReactorDeliveriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Response message for ReactorBindingService.ListReactorDeliveries.
+type ListReactorDeliveriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Matching deliveries, oldest first.
+	ReactorDeliveries []*ReactorDelivery `protobuf:"bytes,1,rep,name=reactor_deliveries,json=reactorDeliveries,proto3" json:"reactor_deliveries,omitempty"`
+	// Opaque cursor for the next page; empty when there are no more results.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactorDeliveriesResponse) Reset() {
+	*x = ListReactorDeliveriesResponse{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactorDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactorDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListReactorDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactorDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListReactorDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListReactorDeliveriesResponse) GetReactorDeliveries() []*ReactorDelivery {
+	if x != nil {
+		return x.ReactorDeliveries
+	}
+	return nil
+}
+
+func (x *ListReactorDeliveriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Resources of one kind chosen by a label selector.
+type DeliveryResourceSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Kind of the watched resources.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Optional. Label selector over the resources' current labels, as in
+	// ListResourcesRequest.label_selector; empty selects every resource of
+	// the kind. Deliveries of deleted resources are redriven by id or by
+	// binding.
+	LabelSelector string `protobuf:"bytes,2,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryResourceSelector) Reset() {
+	*x = DeliveryResourceSelector{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryResourceSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryResourceSelector) ProtoMessage() {}
+
+func (x *DeliveryResourceSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryResourceSelector.ProtoReflect.Descriptor instead.
+func (*DeliveryResourceSelector) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeliveryResourceSelector) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DeliveryResourceSelector) GetLabelSelector() string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return ""
+}
+
+// Request message for ReactorBindingService.RedriveReactorDeliveries.
+// Exactly one target is required.
+type RedriveReactorDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deliveries to redrive.
+	//
+	// Types that are valid to be assigned to Target:
+	//
+	//	*RedriveReactorDeliveriesRequest_DeliveryId
+	//	*RedriveReactorDeliveriesRequest_Binding
+	//	*RedriveReactorDeliveriesRequest_Resources
+	Target isRedriveReactorDeliveriesRequest_Target `protobuf_oneof:"target"`
+	// Required. Why: recorded on each event and in the audit log (at most
+	// 1024 bytes).
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Optional. When true, answers what would be redriven without changing
+	// anything.
+	ValidateOnly bool `protobuf:"varint,5,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Optional. Idempotency key (at most 128 bytes; a UUID is recommended).
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Optional. At most this many deliveries per call, oldest first: default
+	// and maximum 1000.
+	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Optional. next_page_token from a previous call with the same target:
+	// continues after the deliveries that call covered.
+	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveReactorDeliveriesRequest) Reset() {
+	*x = RedriveReactorDeliveriesRequest{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveReactorDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveReactorDeliveriesRequest) ProtoMessage() {}
+
+func (x *RedriveReactorDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveReactorDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*RedriveReactorDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetTarget() isRedriveReactorDeliveriesRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetDeliveryId() string {
+	if x != nil {
+		if x, ok := x.Target.(*RedriveReactorDeliveriesRequest_DeliveryId); ok {
+			return x.DeliveryId
+		}
+	}
+	return ""
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetBinding() string {
+	if x != nil {
+		if x, ok := x.Target.(*RedriveReactorDeliveriesRequest_Binding); ok {
+			return x.Binding
+		}
+	}
+	return ""
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetResources() *DeliveryResourceSelector {
+	if x != nil {
+		if x, ok := x.Target.(*RedriveReactorDeliveriesRequest_Resources); ok {
+			return x.Resources
+		}
+	}
+	return nil
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RedriveReactorDeliveriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type isRedriveReactorDeliveriesRequest_Target interface {
+	isRedriveReactorDeliveriesRequest_Target()
+}
+
+type RedriveReactorDeliveriesRequest_DeliveryId struct {
+	// One delivery by id. A delivery that has not given up is refused with
+	// FAILED_PRECONDITION (DELIVERY_NOT_GIVEN_UP); a missing one with
+	// NOT_FOUND (REACTOR_DELIVERY_NOT_FOUND).
+	DeliveryId string `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3,oneof"`
+}
+
+type RedriveReactorDeliveriesRequest_Binding struct {
+	// Every given-up delivery of this binding (the binding may have been
+	// deleted since; no match redrives nothing).
+	Binding string `protobuf:"bytes,2,opt,name=binding,proto3,oneof"`
+}
+
+type RedriveReactorDeliveriesRequest_Resources struct {
+	// Every given-up delivery of the watched resources this selects.
+	Resources *DeliveryResourceSelector `protobuf:"bytes,3,opt,name=resources,proto3,oneof"`
+}
+
+func (*RedriveReactorDeliveriesRequest_DeliveryId) isRedriveReactorDeliveriesRequest_Target() {}
+
+func (*RedriveReactorDeliveriesRequest_Binding) isRedriveReactorDeliveriesRequest_Target() {}
+
+func (*RedriveReactorDeliveriesRequest_Resources) isRedriveReactorDeliveriesRequest_Target() {}
+
+// Response message for ReactorBindingService.RedriveReactorDeliveries.
+type RedriveReactorDeliveriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many deliveries this call redrove (or would redrive, with
+	// validate_only).
+	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The first of them (at most 20), oldest first, as they were before the
+	// redrive.
+	First []*ReactorDelivery `protobuf:"bytes,2,rep,name=first,proto3" json:"first,omitempty"`
+	// Non-empty when more given-up deliveries match than this call's limit:
+	// pass it as page_token (with a new request_id) to redrive the next ones.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveReactorDeliveriesResponse) Reset() {
+	*x = RedriveReactorDeliveriesResponse{}
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveReactorDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveReactorDeliveriesResponse) ProtoMessage() {}
+
+func (x *RedriveReactorDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_reactor_binding_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveReactorDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*RedriveReactorDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_reactor_binding_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RedriveReactorDeliveriesResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RedriveReactorDeliveriesResponse) GetFirst() []*ReactorDelivery {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *RedriveReactorDeliveriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_converge_v1_reactor_binding_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_reactor_binding_service_proto_rawDesc = "" +
 	"\n" +
-	")converge/v1/reactor_binding_service.proto\x12\vconverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n" +
+	")converge/v1/reactor_binding_service.proto\x12\vconverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n" +
 	"\x1aApplyReactorBindingRequest\x12J\n" +
 	"\x0freactor_binding\x18\x01 \x01(\v2\x1b.converge.v1.ReactorBindingB\x04\xe2A\x01\x02R\x0ereactorBinding\x12)\n" +
 	"\rvalidate_only\x18\x02 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
@@ -514,12 +1124,73 @@ const file_converge_v1_reactor_binding_service_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12\x1d\n" +
 	"\x04etag\x18\x04 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"\x1e\n" +
-	"\x1cDeleteReactorBindingResponse2\xbc\x03\n" +
+	"\x1cDeleteReactorBindingResponse\"\xd5\x05\n" +
+	"\x0fReactorDelivery\x12\x14\n" +
+	"\x02id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x02id\x12\x1e\n" +
+	"\abinding\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\abinding\x12\x1e\n" +
+	"\areactor\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\areactor\x122\n" +
+	"\x0freactor_version\x18\x04 \x01(\x05B\x04\xe2A\x01\x03H\x00R\x0ereactorVersion\x88\x01\x01\x12=\n" +
+	"\n" +
+	"transition\x18\x05 \x01(\x0e2\x17.converge.v1.TransitionB\x04\xe2A\x01\x03R\n" +
+	"transition\x12:\n" +
+	"\bresource\x18\x06 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\bresource\x12'\n" +
+	"\fresource_uid\x18\a \x01(\tB\x04\xe2A\x01\x03R\vresourceUid\x12$\n" +
+	"\n" +
+	"generation\x18\b \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x12%\n" +
+	"\vdedup_token\x18\t \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"dedupToken\x12 \n" +
+	"\battempts\x18\n" +
+	" \x01(\x05B\x04\xe2A\x01\x03R\battempts\x12A\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12L\n" +
+	"\x11next_attempt_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x0fnextAttemptTime\x12=\n" +
+	"\tfail_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\bfailTime\x12#\n" +
+	"\n" +
+	"last_error\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\tlastError\x12\x1c\n" +
+	"\x06leased\x18\x0f \x01(\bB\x04\xe2A\x01\x03R\x06leasedB\x12\n" +
+	"\x10_reactor_version\"\xbc\x02\n" +
+	"\x1cListReactorDeliveriesRequest\x12#\n" +
+	"\abinding\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\abinding\x88\x01\x01\x12:\n" +
+	"\bresource\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\bresource\x12,\n" +
+	"\fresource_uid\x18\x03 \x01(\tB\x04\xe2A\x01\x01H\x01R\vresourceUid\x88\x01\x01\x12(\n" +
+	"\ronly_given_up\x18\x04 \x01(\bB\x04\xe2A\x01\x01R\vonlyGivenUp\x12!\n" +
+	"\tpage_size\x18\x05 \x01(\x05B\x04\xe2A\x01\x01R\bpageSize\x12#\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\n" +
+	"\n" +
+	"\b_bindingB\x0f\n" +
+	"\r_resource_uid\"\x94\x01\n" +
+	"\x1dListReactorDeliveriesResponse\x12K\n" +
+	"\x12reactor_deliveries\x18\x01 \x03(\v2\x1c.converge.v1.ReactorDeliveryR\x11reactorDeliveries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"a\n" +
+	"\x18DeliveryResourceSelector\x12\x18\n" +
+	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12+\n" +
+	"\x0elabel_selector\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\rlabelSelector\"\xe0\x02\n" +
+	"\x1fRedriveReactorDeliveriesRequest\x12!\n" +
+	"\vdelivery_id\x18\x01 \x01(\tH\x00R\n" +
+	"deliveryId\x12\x1a\n" +
+	"\abinding\x18\x02 \x01(\tH\x00R\abinding\x12E\n" +
+	"\tresources\x18\x03 \x01(\v2%.converge.v1.DeliveryResourceSelectorH\x00R\tresources\x12\x1c\n" +
+	"\x06reason\x18\x04 \x01(\tB\x04\xe2A\x01\x02R\x06reason\x12)\n" +
+	"\rvalidate_only\x18\x05 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12#\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12\x1a\n" +
+	"\x05limit\x18\a \x01(\x05B\x04\xe2A\x01\x01R\x05limit\x12#\n" +
+	"\n" +
+	"page_token\x18\b \x01(\tB\x04\xe2A\x01\x01R\tpageTokenB\b\n" +
+	"\x06target\"\x94\x01\n" +
+	" RedriveReactorDeliveriesResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x122\n" +
+	"\x05first\x18\x02 \x03(\v2\x1c.converge.v1.ReactorDeliveryR\x05first\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken2\xa5\x05\n" +
 	"\x15ReactorBindingService\x12h\n" +
 	"\x13ApplyReactorBinding\x12'.converge.v1.ApplyReactorBindingRequest\x1a(.converge.v1.ApplyReactorBindingResponse\x12b\n" +
 	"\x11GetReactorBinding\x12%.converge.v1.GetReactorBindingRequest\x1a&.converge.v1.GetReactorBindingResponse\x12h\n" +
 	"\x13ListReactorBindings\x12'.converge.v1.ListReactorBindingsRequest\x1a(.converge.v1.ListReactorBindingsResponse\x12k\n" +
-	"\x14DeleteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponseB\xaa\x01\n" +
+	"\x14DeleteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponse\x12n\n" +
+	"\x15ListReactorDeliveries\x12).converge.v1.ListReactorDeliveriesRequest\x1a*.converge.v1.ListReactorDeliveriesResponse\x12w\n" +
+	"\x18RedriveReactorDeliveries\x12,.converge.v1.RedriveReactorDeliveriesRequest\x1a-.converge.v1.RedriveReactorDeliveriesResponseB\xaa\x01\n" +
 	"\x0fcom.converge.v1B\x1aReactorBindingServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (
@@ -534,36 +1205,58 @@ func file_converge_v1_reactor_binding_service_proto_rawDescGZIP() []byte {
 	return file_converge_v1_reactor_binding_service_proto_rawDescData
 }
 
-var file_converge_v1_reactor_binding_service_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_converge_v1_reactor_binding_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_converge_v1_reactor_binding_service_proto_goTypes = []any{
-	(*ApplyReactorBindingRequest)(nil),   // 0: converge.v1.ApplyReactorBindingRequest
-	(*ApplyReactorBindingResponse)(nil),  // 1: converge.v1.ApplyReactorBindingResponse
-	(*GetReactorBindingRequest)(nil),     // 2: converge.v1.GetReactorBindingRequest
-	(*GetReactorBindingResponse)(nil),    // 3: converge.v1.GetReactorBindingResponse
-	(*ListReactorBindingsRequest)(nil),   // 4: converge.v1.ListReactorBindingsRequest
-	(*ListReactorBindingsResponse)(nil),  // 5: converge.v1.ListReactorBindingsResponse
-	(*DeleteReactorBindingRequest)(nil),  // 6: converge.v1.DeleteReactorBindingRequest
-	(*DeleteReactorBindingResponse)(nil), // 7: converge.v1.DeleteReactorBindingResponse
-	(*ReactorBinding)(nil),               // 8: converge.v1.ReactorBinding
+	(*ApplyReactorBindingRequest)(nil),       // 0: converge.v1.ApplyReactorBindingRequest
+	(*ApplyReactorBindingResponse)(nil),      // 1: converge.v1.ApplyReactorBindingResponse
+	(*GetReactorBindingRequest)(nil),         // 2: converge.v1.GetReactorBindingRequest
+	(*GetReactorBindingResponse)(nil),        // 3: converge.v1.GetReactorBindingResponse
+	(*ListReactorBindingsRequest)(nil),       // 4: converge.v1.ListReactorBindingsRequest
+	(*ListReactorBindingsResponse)(nil),      // 5: converge.v1.ListReactorBindingsResponse
+	(*DeleteReactorBindingRequest)(nil),      // 6: converge.v1.DeleteReactorBindingRequest
+	(*DeleteReactorBindingResponse)(nil),     // 7: converge.v1.DeleteReactorBindingResponse
+	(*ReactorDelivery)(nil),                  // 8: converge.v1.ReactorDelivery
+	(*ListReactorDeliveriesRequest)(nil),     // 9: converge.v1.ListReactorDeliveriesRequest
+	(*ListReactorDeliveriesResponse)(nil),    // 10: converge.v1.ListReactorDeliveriesResponse
+	(*DeliveryResourceSelector)(nil),         // 11: converge.v1.DeliveryResourceSelector
+	(*RedriveReactorDeliveriesRequest)(nil),  // 12: converge.v1.RedriveReactorDeliveriesRequest
+	(*RedriveReactorDeliveriesResponse)(nil), // 13: converge.v1.RedriveReactorDeliveriesResponse
+	(*ReactorBinding)(nil),                   // 14: converge.v1.ReactorBinding
+	(Transition)(0),                          // 15: converge.v1.Transition
+	(*ResourceRef)(nil),                      // 16: converge.v1.ResourceRef
+	(*timestamppb.Timestamp)(nil),            // 17: google.protobuf.Timestamp
 }
 var file_converge_v1_reactor_binding_service_proto_depIdxs = []int32{
-	8, // 0: converge.v1.ApplyReactorBindingRequest.reactor_binding:type_name -> converge.v1.ReactorBinding
-	8, // 1: converge.v1.ApplyReactorBindingResponse.reactor_binding:type_name -> converge.v1.ReactorBinding
-	8, // 2: converge.v1.GetReactorBindingResponse.reactor_binding:type_name -> converge.v1.ReactorBinding
-	8, // 3: converge.v1.ListReactorBindingsResponse.reactor_bindings:type_name -> converge.v1.ReactorBinding
-	0, // 4: converge.v1.ReactorBindingService.ApplyReactorBinding:input_type -> converge.v1.ApplyReactorBindingRequest
-	2, // 5: converge.v1.ReactorBindingService.GetReactorBinding:input_type -> converge.v1.GetReactorBindingRequest
-	4, // 6: converge.v1.ReactorBindingService.ListReactorBindings:input_type -> converge.v1.ListReactorBindingsRequest
-	6, // 7: converge.v1.ReactorBindingService.DeleteReactorBinding:input_type -> converge.v1.DeleteReactorBindingRequest
-	1, // 8: converge.v1.ReactorBindingService.ApplyReactorBinding:output_type -> converge.v1.ApplyReactorBindingResponse
-	3, // 9: converge.v1.ReactorBindingService.GetReactorBinding:output_type -> converge.v1.GetReactorBindingResponse
-	5, // 10: converge.v1.ReactorBindingService.ListReactorBindings:output_type -> converge.v1.ListReactorBindingsResponse
-	7, // 11: converge.v1.ReactorBindingService.DeleteReactorBinding:output_type -> converge.v1.DeleteReactorBindingResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	14, // 0: converge.v1.ApplyReactorBindingRequest.reactor_binding:type_name -> converge.v1.ReactorBinding
+	14, // 1: converge.v1.ApplyReactorBindingResponse.reactor_binding:type_name -> converge.v1.ReactorBinding
+	14, // 2: converge.v1.GetReactorBindingResponse.reactor_binding:type_name -> converge.v1.ReactorBinding
+	14, // 3: converge.v1.ListReactorBindingsResponse.reactor_bindings:type_name -> converge.v1.ReactorBinding
+	15, // 4: converge.v1.ReactorDelivery.transition:type_name -> converge.v1.Transition
+	16, // 5: converge.v1.ReactorDelivery.resource:type_name -> converge.v1.ResourceRef
+	17, // 6: converge.v1.ReactorDelivery.create_time:type_name -> google.protobuf.Timestamp
+	17, // 7: converge.v1.ReactorDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	17, // 8: converge.v1.ReactorDelivery.fail_time:type_name -> google.protobuf.Timestamp
+	16, // 9: converge.v1.ListReactorDeliveriesRequest.resource:type_name -> converge.v1.ResourceRef
+	8,  // 10: converge.v1.ListReactorDeliveriesResponse.reactor_deliveries:type_name -> converge.v1.ReactorDelivery
+	11, // 11: converge.v1.RedriveReactorDeliveriesRequest.resources:type_name -> converge.v1.DeliveryResourceSelector
+	8,  // 12: converge.v1.RedriveReactorDeliveriesResponse.first:type_name -> converge.v1.ReactorDelivery
+	0,  // 13: converge.v1.ReactorBindingService.ApplyReactorBinding:input_type -> converge.v1.ApplyReactorBindingRequest
+	2,  // 14: converge.v1.ReactorBindingService.GetReactorBinding:input_type -> converge.v1.GetReactorBindingRequest
+	4,  // 15: converge.v1.ReactorBindingService.ListReactorBindings:input_type -> converge.v1.ListReactorBindingsRequest
+	6,  // 16: converge.v1.ReactorBindingService.DeleteReactorBinding:input_type -> converge.v1.DeleteReactorBindingRequest
+	9,  // 17: converge.v1.ReactorBindingService.ListReactorDeliveries:input_type -> converge.v1.ListReactorDeliveriesRequest
+	12, // 18: converge.v1.ReactorBindingService.RedriveReactorDeliveries:input_type -> converge.v1.RedriveReactorDeliveriesRequest
+	1,  // 19: converge.v1.ReactorBindingService.ApplyReactorBinding:output_type -> converge.v1.ApplyReactorBindingResponse
+	3,  // 20: converge.v1.ReactorBindingService.GetReactorBinding:output_type -> converge.v1.GetReactorBindingResponse
+	5,  // 21: converge.v1.ReactorBindingService.ListReactorBindings:output_type -> converge.v1.ListReactorBindingsResponse
+	7,  // 22: converge.v1.ReactorBindingService.DeleteReactorBinding:output_type -> converge.v1.DeleteReactorBindingResponse
+	10, // 23: converge.v1.ReactorBindingService.ListReactorDeliveries:output_type -> converge.v1.ListReactorDeliveriesResponse
+	13, // 24: converge.v1.ReactorBindingService.RedriveReactorDeliveries:output_type -> converge.v1.RedriveReactorDeliveriesResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_reactor_binding_service_proto_init() }
@@ -572,15 +1265,23 @@ func file_converge_v1_reactor_binding_service_proto_init() {
 		return
 	}
 	file_converge_v1_reactor_binding_proto_init()
+	file_converge_v1_resource_proto_init()
 	file_converge_v1_reactor_binding_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_converge_v1_reactor_binding_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_converge_v1_reactor_binding_service_proto_msgTypes[8].OneofWrappers = []any{}
+	file_converge_v1_reactor_binding_service_proto_msgTypes[9].OneofWrappers = []any{}
+	file_converge_v1_reactor_binding_service_proto_msgTypes[12].OneofWrappers = []any{
+		(*RedriveReactorDeliveriesRequest_DeliveryId)(nil),
+		(*RedriveReactorDeliveriesRequest_Binding)(nil),
+		(*RedriveReactorDeliveriesRequest_Resources)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_reactor_binding_service_proto_rawDesc), len(file_converge_v1_reactor_binding_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReactorBindingService_ApplyReactorBinding_FullMethodName  = "/converge.v1.ReactorBindingService/ApplyReactorBinding"
-	ReactorBindingService_GetReactorBinding_FullMethodName    = "/converge.v1.ReactorBindingService/GetReactorBinding"
-	ReactorBindingService_ListReactorBindings_FullMethodName  = "/converge.v1.ReactorBindingService/ListReactorBindings"
-	ReactorBindingService_DeleteReactorBinding_FullMethodName = "/converge.v1.ReactorBindingService/DeleteReactorBinding"
+	ReactorBindingService_ApplyReactorBinding_FullMethodName      = "/converge.v1.ReactorBindingService/ApplyReactorBinding"
+	ReactorBindingService_GetReactorBinding_FullMethodName        = "/converge.v1.ReactorBindingService/GetReactorBinding"
+	ReactorBindingService_ListReactorBindings_FullMethodName      = "/converge.v1.ReactorBindingService/ListReactorBindings"
+	ReactorBindingService_DeleteReactorBinding_FullMethodName     = "/converge.v1.ReactorBindingService/DeleteReactorBinding"
+	ReactorBindingService_ListReactorDeliveries_FullMethodName    = "/converge.v1.ReactorBindingService/ListReactorDeliveries"
+	ReactorBindingService_RedriveReactorDeliveries_FullMethodName = "/converge.v1.ReactorBindingService/RedriveReactorDeliveries"
 )
 
 // ReactorBindingServiceClient is the client API for ReactorBindingService service.
@@ -44,6 +46,16 @@ type ReactorBindingServiceClient interface {
 	ListReactorBindings(ctx context.Context, in *ListReactorBindingsRequest, opts ...grpc.CallOption) (*ListReactorBindingsResponse, error)
 	// Deletes a binding. Deliveries recorded before the delete may still be made.
 	DeleteReactorBinding(ctx context.Context, in *DeleteReactorBindingRequest, opts ...grpc.CallOption) (*DeleteReactorBindingResponse, error)
+	// Lists recorded deliveries (pending and given up), oldest first.
+	ListReactorDeliveries(ctx context.Context, in *ListReactorDeliveriesRequest, opts ...grpc.CallOption) (*ListReactorDeliveriesResponse, error)
+	// Makes deliveries that gave up (attempts used up, or a terminal failure)
+	// deliverable again: their attempts restart from 0, their error is
+	// cleared and they are due at once. Each is then delivered once more with
+	// its original dedup_token. Records a ReactorDeliveryRedriven event on
+	// each watched resource that still exists, naming the caller. At most
+	// `limit` deliveries per call; next_page_token continues with the next
+	// ones.
+	RedriveReactorDeliveries(ctx context.Context, in *RedriveReactorDeliveriesRequest, opts ...grpc.CallOption) (*RedriveReactorDeliveriesResponse, error)
 }
 
 type reactorBindingServiceClient struct {
@@ -94,6 +106,26 @@ func (c *reactorBindingServiceClient) DeleteReactorBinding(ctx context.Context, 
 	return out, nil
 }
 
+func (c *reactorBindingServiceClient) ListReactorDeliveries(ctx context.Context, in *ListReactorDeliveriesRequest, opts ...grpc.CallOption) (*ListReactorDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReactorDeliveriesResponse)
+	err := c.cc.Invoke(ctx, ReactorBindingService_ListReactorDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reactorBindingServiceClient) RedriveReactorDeliveries(ctx context.Context, in *RedriveReactorDeliveriesRequest, opts ...grpc.CallOption) (*RedriveReactorDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveReactorDeliveriesResponse)
+	err := c.cc.Invoke(ctx, ReactorBindingService_RedriveReactorDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReactorBindingServiceServer is the server API for ReactorBindingService service.
 // All implementations must embed UnimplementedReactorBindingServiceServer
 // for forward compatibility.
@@ -113,6 +145,16 @@ type ReactorBindingServiceServer interface {
 	ListReactorBindings(context.Context, *ListReactorBindingsRequest) (*ListReactorBindingsResponse, error)
 	// Deletes a binding. Deliveries recorded before the delete may still be made.
 	DeleteReactorBinding(context.Context, *DeleteReactorBindingRequest) (*DeleteReactorBindingResponse, error)
+	// Lists recorded deliveries (pending and given up), oldest first.
+	ListReactorDeliveries(context.Context, *ListReactorDeliveriesRequest) (*ListReactorDeliveriesResponse, error)
+	// Makes deliveries that gave up (attempts used up, or a terminal failure)
+	// deliverable again: their attempts restart from 0, their error is
+	// cleared and they are due at once. Each is then delivered once more with
+	// its original dedup_token. Records a ReactorDeliveryRedriven event on
+	// each watched resource that still exists, naming the caller. At most
+	// `limit` deliveries per call; next_page_token continues with the next
+	// ones.
+	RedriveReactorDeliveries(context.Context, *RedriveReactorDeliveriesRequest) (*RedriveReactorDeliveriesResponse, error)
 	mustEmbedUnimplementedReactorBindingServiceServer()
 }
 
@@ -134,6 +176,12 @@ func (UnimplementedReactorBindingServiceServer) ListReactorBindings(context.Cont
 }
 func (UnimplementedReactorBindingServiceServer) DeleteReactorBinding(context.Context, *DeleteReactorBindingRequest) (*DeleteReactorBindingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteReactorBinding not implemented")
+}
+func (UnimplementedReactorBindingServiceServer) ListReactorDeliveries(context.Context, *ListReactorDeliveriesRequest) (*ListReactorDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReactorDeliveries not implemented")
+}
+func (UnimplementedReactorBindingServiceServer) RedriveReactorDeliveries(context.Context, *RedriveReactorDeliveriesRequest) (*RedriveReactorDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedriveReactorDeliveries not implemented")
 }
 func (UnimplementedReactorBindingServiceServer) mustEmbedUnimplementedReactorBindingServiceServer() {}
 func (UnimplementedReactorBindingServiceServer) testEmbeddedByValue()                               {}
@@ -228,6 +276,42 @@ func _ReactorBindingService_DeleteReactorBinding_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReactorBindingService_ListReactorDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReactorDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReactorBindingServiceServer).ListReactorDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReactorBindingService_ListReactorDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReactorBindingServiceServer).ListReactorDeliveries(ctx, req.(*ListReactorDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReactorBindingService_RedriveReactorDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveReactorDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReactorBindingServiceServer).RedriveReactorDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReactorBindingService_RedriveReactorDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReactorBindingServiceServer).RedriveReactorDeliveries(ctx, req.(*RedriveReactorDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReactorBindingService_ServiceDesc is the grpc.ServiceDesc for ReactorBindingService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +334,14 @@ var ReactorBindingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteReactorBinding",
 			Handler:    _ReactorBindingService_DeleteReactorBinding_Handler,
+		},
+		{
+			MethodName: "ListReactorDeliveries",
+			Handler:    _ReactorBindingService_ListReactorDeliveries_Handler,
+		},
+		{
+			MethodName: "RedriveReactorDeliveries",
+			Handler:    _ReactorBindingService_RedriveReactorDeliveries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

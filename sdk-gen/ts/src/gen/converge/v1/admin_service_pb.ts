@@ -93,7 +93,10 @@ export type GetFleetSummaryResponse = Message<"converge.v1.GetFleetSummaryRespon
   oldest: OldestInPhase[];
 
   /**
-   * Task backlogs of kind versions that no connected worker serves.
+   * Task backlogs of kind versions that no connected worker serves,
+   * counted at call time (workers come and go without any resource write,
+   * so never from the snapshot); narrowed by `kind`, not by the label
+   * selector (tasks carry no labels).
    *
    * @generated from field: repeated converge.v1.UnservedTasks unserved = 4;
    */

@@ -4,16 +4,20 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { ReactorBinding } from "./reactor_binding_pb.js";
+import type { ReactorBinding, Transition } from "./reactor_binding_pb.js";
 import { file_converge_v1_reactor_binding } from "./reactor_binding_pb.js";
+import type { ResourceRef } from "./resource_pb.js";
+import { file_converge_v1_resource } from "./resource_pb.js";
 import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file converge/v1/reactor_binding_service.proto.
  */
 export const file_converge_v1_reactor_binding_service: GenFile = /*@__PURE__*/
-  fileDesc("Ciljb252ZXJnZS92MS9yZWFjdG9yX2JpbmRpbmdfc2VydmljZS5wcm90bxILY29udmVyZ2UudjEijwEKGkFwcGx5UmVhY3RvckJpbmRpbmdSZXF1ZXN0EjoKD3JlYWN0b3JfYmluZGluZxgBIAEoCzIbLmNvbnZlcmdlLnYxLlJlYWN0b3JCaW5kaW5nQgTiQQECEhsKDXZhbGlkYXRlX29ubHkYAiABKAhCBOJBAQESGAoKcmVxdWVzdF9pZBgDIAEoCUIE4kEBASJkChtBcHBseVJlYWN0b3JCaW5kaW5nUmVzcG9uc2USNAoPcmVhY3Rvcl9iaW5kaW5nGAEgASgLMhsuY29udmVyZ2UudjEuUmVhY3RvckJpbmRpbmcSDwoHY3JlYXRlZBgCIAEoCCIuChhHZXRSZWFjdG9yQmluZGluZ1JlcXVlc3QSEgoEbmFtZRgBIAEoCUIE4kEBAiJRChlHZXRSZWFjdG9yQmluZGluZ1Jlc3BvbnNlEjQKD3JlYWN0b3JfYmluZGluZxgBIAEoCzIbLmNvbnZlcmdlLnYxLlJlYWN0b3JCaW5kaW5nIqUBChpMaXN0UmVhY3RvckJpbmRpbmdzUmVxdWVzdBIdCgp3YXRjaF9raW5kGAEgASgJQgTiQQEBSACIAQESGgoHcmVhY3RvchgCIAEoCUIE4kEBAUgBiAEBEhcKCXBhZ2Vfc2l6ZRgDIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAQgASgJQgTiQQEBQg0KC193YXRjaF9raW5kQgoKCF9yZWFjdG9yIm0KG0xpc3RSZWFjdG9yQmluZGluZ3NSZXNwb25zZRI1ChByZWFjdG9yX2JpbmRpbmdzGAEgAygLMhsuY29udmVyZ2UudjEuUmVhY3RvckJpbmRpbmcSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIooBChtEZWxldGVSZWFjdG9yQmluZGluZ1JlcXVlc3QSEgoEbmFtZRgBIAEoCUIE4kEBAhIbCg1hbGxvd19taXNzaW5nGAIgASgIQgTiQQEBEhgKCnJlcXVlc3RfaWQYAyABKAlCBOJBAQESFwoEZXRhZxgEIAEoCUIE4kEBAUgAiAEBQgcKBV9ldGFnIh4KHERlbGV0ZVJlYWN0b3JCaW5kaW5nUmVzcG9uc2UyvAMKFVJlYWN0b3JCaW5kaW5nU2VydmljZRJoChNBcHBseVJlYWN0b3JCaW5kaW5nEicuY29udmVyZ2UudjEuQXBwbHlSZWFjdG9yQmluZGluZ1JlcXVlc3QaKC5jb252ZXJnZS52MS5BcHBseVJlYWN0b3JCaW5kaW5nUmVzcG9uc2USYgoRR2V0UmVhY3RvckJpbmRpbmcSJS5jb252ZXJnZS52MS5HZXRSZWFjdG9yQmluZGluZ1JlcXVlc3QaJi5jb252ZXJnZS52MS5HZXRSZWFjdG9yQmluZGluZ1Jlc3BvbnNlEmgKE0xpc3RSZWFjdG9yQmluZGluZ3MSJy5jb252ZXJnZS52MS5MaXN0UmVhY3RvckJpbmRpbmdzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkxpc3RSZWFjdG9yQmluZGluZ3NSZXNwb25zZRJrChREZWxldGVSZWFjdG9yQmluZGluZxIoLmNvbnZlcmdlLnYxLkRlbGV0ZVJlYWN0b3JCaW5kaW5nUmVxdWVzdBopLmNvbnZlcmdlLnYxLkRlbGV0ZVJlYWN0b3JCaW5kaW5nUmVzcG9uc2VCqgEKD2NvbS5jb252ZXJnZS52MUIaUmVhY3RvckJpbmRpbmdTZXJ2aWNlUHJvdG9QAVouY29udmVyZ2UuZGV2L3Nkay9nby9nZW4vY29udmVyZ2UvdjE7Y29udmVyZ2V2MaICA0NYWKoCC0NvbnZlcmdlLlYxygILQ29udmVyZ2VcVjHiAhdDb252ZXJnZVxWMVxHUEJNZXRhZGF0YeoCDENvbnZlcmdlOjpWMWIGcHJvdG8z", [file_converge_v1_reactor_binding, file_google_api_field_behavior]);
+  fileDesc("Ciljb252ZXJnZS92MS9yZWFjdG9yX2JpbmRpbmdfc2VydmljZS5wcm90bxILY29udmVyZ2UudjEijwEKGkFwcGx5UmVhY3RvckJpbmRpbmdSZXF1ZXN0EjoKD3JlYWN0b3JfYmluZGluZxgBIAEoCzIbLmNvbnZlcmdlLnYxLlJlYWN0b3JCaW5kaW5nQgTiQQECEhsKDXZhbGlkYXRlX29ubHkYAiABKAhCBOJBAQESGAoKcmVxdWVzdF9pZBgDIAEoCUIE4kEBASJkChtBcHBseVJlYWN0b3JCaW5kaW5nUmVzcG9uc2USNAoPcmVhY3Rvcl9iaW5kaW5nGAEgASgLMhsuY29udmVyZ2UudjEuUmVhY3RvckJpbmRpbmcSDwoHY3JlYXRlZBgCIAEoCCIuChhHZXRSZWFjdG9yQmluZGluZ1JlcXVlc3QSEgoEbmFtZRgBIAEoCUIE4kEBAiJRChlHZXRSZWFjdG9yQmluZGluZ1Jlc3BvbnNlEjQKD3JlYWN0b3JfYmluZGluZxgBIAEoCzIbLmNvbnZlcmdlLnYxLlJlYWN0b3JCaW5kaW5nIqUBChpMaXN0UmVhY3RvckJpbmRpbmdzUmVxdWVzdBIdCgp3YXRjaF9raW5kGAEgASgJQgTiQQEBSACIAQESGgoHcmVhY3RvchgCIAEoCUIE4kEBAUgBiAEBEhcKCXBhZ2Vfc2l6ZRgDIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAQgASgJQgTiQQEBQg0KC193YXRjaF9raW5kQgoKCF9yZWFjdG9yIm0KG0xpc3RSZWFjdG9yQmluZGluZ3NSZXNwb25zZRI1ChByZWFjdG9yX2JpbmRpbmdzGAEgAygLMhsuY29udmVyZ2UudjEuUmVhY3RvckJpbmRpbmcSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIooBChtEZWxldGVSZWFjdG9yQmluZGluZ1JlcXVlc3QSEgoEbmFtZRgBIAEoCUIE4kEBAhIbCg1hbGxvd19taXNzaW5nGAIgASgIQgTiQQEBEhgKCnJlcXVlc3RfaWQYAyABKAlCBOJBAQESFwoEZXRhZxgEIAEoCUIE4kEBAUgAiAEBQgcKBV9ldGFnIh4KHERlbGV0ZVJlYWN0b3JCaW5kaW5nUmVzcG9uc2UisAQKD1JlYWN0b3JEZWxpdmVyeRIQCgJpZBgBIAEoCUIE4kEBAxIVCgdiaW5kaW5nGAIgASgJQgTiQQEDEhUKB3JlYWN0b3IYAyABKAlCBOJBAQMSIgoPcmVhY3Rvcl92ZXJzaW9uGAQgASgFQgTiQQEDSACIAQESMQoKdHJhbnNpdGlvbhgFIAEoDjIXLmNvbnZlcmdlLnYxLlRyYW5zaXRpb25CBOJBAQMSMAoIcmVzb3VyY2UYBiABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBAxIaCgxyZXNvdXJjZV91aWQYByABKAlCBOJBAQMSGAoKZ2VuZXJhdGlvbhgIIAEoA0IE4kEBAxIZCgtkZWR1cF90b2tlbhgJIAEoCUIE4kEBAxIWCghhdHRlbXB0cxgKIAEoBUIE4kEBAxI1CgtjcmVhdGVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSOwoRbmV4dF9hdHRlbXB0X3RpbWUYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEjMKCWZhaWxfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSGAoKbGFzdF9lcnJvchgOIAEoCUIE4kEBAxIUCgZsZWFzZWQYDyABKAhCBOJBAQNCEgoQX3JlYWN0b3JfdmVyc2lvbiL6AQocTGlzdFJlYWN0b3JEZWxpdmVyaWVzUmVxdWVzdBIaCgdiaW5kaW5nGAEgASgJQgTiQQEBSACIAQESMAoIcmVzb3VyY2UYAiABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBARIfCgxyZXNvdXJjZV91aWQYAyABKAlCBOJBAQFIAYgBARIbCg1vbmx5X2dpdmVuX3VwGAQgASgIQgTiQQEBEhcKCXBhZ2Vfc2l6ZRgFIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAYgASgJQgTiQQEBQgoKCF9iaW5kaW5nQg8KDV9yZXNvdXJjZV91aWQicgodTGlzdFJlYWN0b3JEZWxpdmVyaWVzUmVzcG9uc2USOAoScmVhY3Rvcl9kZWxpdmVyaWVzGAEgAygLMhwuY29udmVyZ2UudjEuUmVhY3RvckRlbGl2ZXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJMChhEZWxpdmVyeVJlc291cmNlU2VsZWN0b3ISEgoEa2luZBgBIAEoCUIE4kEBAhIcCg5sYWJlbF9zZWxlY3RvchgCIAEoCUIE4kEBASKNAgofUmVkcml2ZVJlYWN0b3JEZWxpdmVyaWVzUmVxdWVzdBIVCgtkZWxpdmVyeV9pZBgBIAEoCUgAEhEKB2JpbmRpbmcYAiABKAlIABI6CglyZXNvdXJjZXMYAyABKAsyJS5jb252ZXJnZS52MS5EZWxpdmVyeVJlc291cmNlU2VsZWN0b3JIABIUCgZyZWFzb24YBCABKAlCBOJBAQISGwoNdmFsaWRhdGVfb25seRgFIAEoCEIE4kEBARIYCgpyZXF1ZXN0X2lkGAYgASgJQgTiQQEBEhMKBWxpbWl0GAcgASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YCCABKAlCBOJBAQFCCAoGdGFyZ2V0IncKIFJlZHJpdmVSZWFjdG9yRGVsaXZlcmllc1Jlc3BvbnNlEg0KBWNvdW50GAEgASgDEisKBWZpcnN0GAIgAygLMhwuY29udmVyZ2UudjEuUmVhY3RvckRlbGl2ZXJ5EhcKD25leHRfcGFnZV90b2tlbhgDIAEoCTKlBQoVUmVhY3RvckJpbmRpbmdTZXJ2aWNlEmgKE0FwcGx5UmVhY3RvckJpbmRpbmcSJy5jb252ZXJnZS52MS5BcHBseVJlYWN0b3JCaW5kaW5nUmVxdWVzdBooLmNvbnZlcmdlLnYxLkFwcGx5UmVhY3RvckJpbmRpbmdSZXNwb25zZRJiChFHZXRSZWFjdG9yQmluZGluZxIlLmNvbnZlcmdlLnYxLkdldFJlYWN0b3JCaW5kaW5nUmVxdWVzdBomLmNvbnZlcmdlLnYxLkdldFJlYWN0b3JCaW5kaW5nUmVzcG9uc2USaAoTTGlzdFJlYWN0b3JCaW5kaW5ncxInLmNvbnZlcmdlLnYxLkxpc3RSZWFjdG9yQmluZGluZ3NSZXF1ZXN0GiguY29udmVyZ2UudjEuTGlzdFJlYWN0b3JCaW5kaW5nc1Jlc3BvbnNlEmsKFERlbGV0ZVJlYWN0b3JCaW5kaW5nEiguY29udmVyZ2UudjEuRGVsZXRlUmVhY3RvckJpbmRpbmdSZXF1ZXN0GikuY29udmVyZ2UudjEuRGVsZXRlUmVhY3RvckJpbmRpbmdSZXNwb25zZRJuChVMaXN0UmVhY3RvckRlbGl2ZXJpZXMSKS5jb252ZXJnZS52MS5MaXN0UmVhY3RvckRlbGl2ZXJpZXNSZXF1ZXN0GiouY29udmVyZ2UudjEuTGlzdFJlYWN0b3JEZWxpdmVyaWVzUmVzcG9uc2USdwoYUmVkcml2ZVJlYWN0b3JEZWxpdmVyaWVzEiwuY29udmVyZ2UudjEuUmVkcml2ZVJlYWN0b3JEZWxpdmVyaWVzUmVxdWVzdBotLmNvbnZlcmdlLnYxLlJlZHJpdmVSZWFjdG9yRGVsaXZlcmllc1Jlc3BvbnNlQqoBCg9jb20uY29udmVyZ2UudjFCGlJlYWN0b3JCaW5kaW5nU2VydmljZVByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_reactor_binding, file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_timestamp]);
 
 /**
  * Request message for ReactorBindingService.ApplyReactorBinding.
@@ -254,6 +258,375 @@ export const DeleteReactorBindingResponseSchema: GenMessage<DeleteReactorBinding
   messageDesc(file_converge_v1_reactor_binding_service, 7);
 
 /**
+ * A delivery a binding recorded: one lifecycle transition of one resource
+ * to hand to the binding's reactor kind. It stays until the reactor
+ * succeeds; one that gave up stays (with fail_time set) until the retention
+ * sweep, or until it is redriven.
+ *
+ * @generated from message converge.v1.ReactorDelivery
+ */
+export type ReactorDelivery = Message<"converge.v1.ReactorDelivery"> & {
+  /**
+   * Output only. The delivery's id (a UUID).
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Output only. Name of the binding that recorded it.
+   *
+   * @generated from field: string binding = 2;
+   */
+  binding: string;
+
+  /**
+   * Output only. The reactor kind it runs.
+   *
+   * @generated from field: string reactor = 3;
+   */
+  reactor: string;
+
+  /**
+   * Output only. The reactor version it names (unset: the highest applied,
+   * non-retired one when delivered).
+   *
+   * @generated from field: optional int32 reactor_version = 4;
+   */
+  reactorVersion?: number | undefined;
+
+  /**
+   * Output only. The transition it reports.
+   *
+   * @generated from field: converge.v1.Transition transition = 5;
+   */
+  transition: Transition;
+
+  /**
+   * Output only. The watched resource, as it was at the transition (it may
+   * have been deleted since).
+   *
+   * @generated from field: converge.v1.ResourceRef resource = 6;
+   */
+  resource?: ResourceRef | undefined;
+
+  /**
+   * Output only. The watched resource's uid.
+   *
+   * @generated from field: string resource_uid = 7;
+   */
+  resourceUid: string;
+
+  /**
+   * Output only. The generation the transition happened at.
+   *
+   * @generated from field: int64 generation = 8;
+   */
+  generation: bigint;
+
+  /**
+   * Output only. The token the reactor sees on every attempt.
+   *
+   * @generated from field: string dedup_token = 9;
+   */
+  dedupToken: string;
+
+  /**
+   * Output only. Attempts made since it was recorded or last redriven.
+   *
+   * @generated from field: int32 attempts = 10;
+   */
+  attempts: number;
+
+  /**
+   * Output only. When the transition recorded it.
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 11;
+   */
+  createTime?: Timestamp | undefined;
+
+  /**
+   * Output only. Not attempted before this time (retry backoff).
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_time = 12;
+   */
+  nextAttemptTime?: Timestamp | undefined;
+
+  /**
+   * Output only. When it gave up; unset while it is still being delivered.
+   *
+   * @generated from field: google.protobuf.Timestamp fail_time = 13;
+   */
+  failTime?: Timestamp | undefined;
+
+  /**
+   * Output only. The last failure (empty when none).
+   *
+   * @generated from field: string last_error = 14;
+   */
+  lastError: string;
+
+  /**
+   * Output only. True while a worker holds it.
+   *
+   * @generated from field: bool leased = 15;
+   */
+  leased: boolean;
+};
+
+/**
+ * Describes the message converge.v1.ReactorDelivery.
+ * Use `create(ReactorDeliverySchema)` to create a new message.
+ */
+export const ReactorDeliverySchema: GenMessage<ReactorDelivery> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 8);
+
+/**
+ * Request message for ReactorBindingService.ListReactorDeliveries. Filters
+ * combine with AND.
+ *
+ * @generated from message converge.v1.ListReactorDeliveriesRequest
+ */
+export type ListReactorDeliveriesRequest = Message<"converge.v1.ListReactorDeliveriesRequest"> & {
+  /**
+   * Optional. Only deliveries recorded by this binding.
+   *
+   * @generated from field: optional string binding = 1;
+   */
+  binding?: string | undefined;
+
+  /**
+   * Optional. Only deliveries of this watched resource (kind and name of a
+   * resource that exists; a missing one matches nothing).
+   *
+   * @generated from field: converge.v1.ResourceRef resource = 2;
+   */
+  resource?: ResourceRef | undefined;
+
+  /**
+   * Optional. Only deliveries of the watched resource with this uid (also
+   * finds those of deleted resources).
+   *
+   * @generated from field: optional string resource_uid = 3;
+   */
+  resourceUid?: string | undefined;
+
+  /**
+   * Optional. Only deliveries that gave up (fail_time set).
+   *
+   * @generated from field: bool only_given_up = 4;
+   */
+  onlyGivenUp: boolean;
+
+  /**
+   * Optional. Maximum number of deliveries to return: default 100, maximum
+   * 1000.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * Optional. next_page_token from a previous call with the same filters.
+   *
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message converge.v1.ListReactorDeliveriesRequest.
+ * Use `create(ListReactorDeliveriesRequestSchema)` to create a new message.
+ */
+export const ListReactorDeliveriesRequestSchema: GenMessage<ListReactorDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 9);
+
+/**
+ * Response message for ReactorBindingService.ListReactorDeliveries.
+ *
+ * @generated from message converge.v1.ListReactorDeliveriesResponse
+ */
+export type ListReactorDeliveriesResponse = Message<"converge.v1.ListReactorDeliveriesResponse"> & {
+  /**
+   * Matching deliveries, oldest first.
+   *
+   * @generated from field: repeated converge.v1.ReactorDelivery reactor_deliveries = 1;
+   */
+  reactorDeliveries: ReactorDelivery[];
+
+  /**
+   * Opaque cursor for the next page; empty when there are no more results.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message converge.v1.ListReactorDeliveriesResponse.
+ * Use `create(ListReactorDeliveriesResponseSchema)` to create a new message.
+ */
+export const ListReactorDeliveriesResponseSchema: GenMessage<ListReactorDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 10);
+
+/**
+ * Resources of one kind chosen by a label selector.
+ *
+ * @generated from message converge.v1.DeliveryResourceSelector
+ */
+export type DeliveryResourceSelector = Message<"converge.v1.DeliveryResourceSelector"> & {
+  /**
+   * Required. Kind of the watched resources.
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * Optional. Label selector over the resources' current labels, as in
+   * ListResourcesRequest.label_selector; empty selects every resource of
+   * the kind. Deliveries of deleted resources are redriven by id or by
+   * binding.
+   *
+   * @generated from field: string label_selector = 2;
+   */
+  labelSelector: string;
+};
+
+/**
+ * Describes the message converge.v1.DeliveryResourceSelector.
+ * Use `create(DeliveryResourceSelectorSchema)` to create a new message.
+ */
+export const DeliveryResourceSelectorSchema: GenMessage<DeliveryResourceSelector> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 11);
+
+/**
+ * Request message for ReactorBindingService.RedriveReactorDeliveries.
+ * Exactly one target is required.
+ *
+ * @generated from message converge.v1.RedriveReactorDeliveriesRequest
+ */
+export type RedriveReactorDeliveriesRequest = Message<"converge.v1.RedriveReactorDeliveriesRequest"> & {
+  /**
+   * The deliveries to redrive.
+   *
+   * @generated from oneof converge.v1.RedriveReactorDeliveriesRequest.target
+   */
+  target: {
+    /**
+     * One delivery by id. A delivery that has not given up is refused with
+     * FAILED_PRECONDITION (DELIVERY_NOT_GIVEN_UP); a missing one with
+     * NOT_FOUND (REACTOR_DELIVERY_NOT_FOUND).
+     *
+     * @generated from field: string delivery_id = 1;
+     */
+    value: string;
+    case: "deliveryId";
+  } | {
+    /**
+     * Every given-up delivery of this binding (the binding may have been
+     * deleted since; no match redrives nothing).
+     *
+     * @generated from field: string binding = 2;
+     */
+    value: string;
+    case: "binding";
+  } | {
+    /**
+     * Every given-up delivery of the watched resources this selects.
+     *
+     * @generated from field: converge.v1.DeliveryResourceSelector resources = 3;
+     */
+    value: DeliveryResourceSelector;
+    case: "resources";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Required. Why: recorded on each event and in the audit log (at most
+   * 1024 bytes).
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * Optional. When true, answers what would be redriven without changing
+   * anything.
+   *
+   * @generated from field: bool validate_only = 5;
+   */
+  validateOnly: boolean;
+
+  /**
+   * Optional. Idempotency key (at most 128 bytes; a UUID is recommended).
+   *
+   * @generated from field: string request_id = 6;
+   */
+  requestId: string;
+
+  /**
+   * Optional. At most this many deliveries per call, oldest first: default
+   * and maximum 1000.
+   *
+   * @generated from field: int32 limit = 7;
+   */
+  limit: number;
+
+  /**
+   * Optional. next_page_token from a previous call with the same target:
+   * continues after the deliveries that call covered.
+   *
+   * @generated from field: string page_token = 8;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message converge.v1.RedriveReactorDeliveriesRequest.
+ * Use `create(RedriveReactorDeliveriesRequestSchema)` to create a new message.
+ */
+export const RedriveReactorDeliveriesRequestSchema: GenMessage<RedriveReactorDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 12);
+
+/**
+ * Response message for ReactorBindingService.RedriveReactorDeliveries.
+ *
+ * @generated from message converge.v1.RedriveReactorDeliveriesResponse
+ */
+export type RedriveReactorDeliveriesResponse = Message<"converge.v1.RedriveReactorDeliveriesResponse"> & {
+  /**
+   * How many deliveries this call redrove (or would redrive, with
+   * validate_only).
+   *
+   * @generated from field: int64 count = 1;
+   */
+  count: bigint;
+
+  /**
+   * The first of them (at most 20), oldest first, as they were before the
+   * redrive.
+   *
+   * @generated from field: repeated converge.v1.ReactorDelivery first = 2;
+   */
+  first: ReactorDelivery[];
+
+  /**
+   * Non-empty when more given-up deliveries match than this call's limit:
+   * pass it as page_token (with a new request_id) to redrive the next ones.
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message converge.v1.RedriveReactorDeliveriesResponse.
+ * Use `create(RedriveReactorDeliveriesResponseSchema)` to create a new message.
+ */
+export const RedriveReactorDeliveriesResponseSchema: GenMessage<RedriveReactorDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_reactor_binding_service, 13);
+
+/**
  * Manages reactor bindings, the only place where reactor kinds are wired to
  * the lifecycle transitions of other kinds. Bindings are read fresh when
  * deliveries are recorded, so edits apply to the next transition. Errors,
@@ -303,6 +676,32 @@ export const ReactorBindingService: GenService<{
     methodKind: "unary";
     input: typeof DeleteReactorBindingRequestSchema;
     output: typeof DeleteReactorBindingResponseSchema;
+  },
+  /**
+   * Lists recorded deliveries (pending and given up), oldest first.
+   *
+   * @generated from rpc converge.v1.ReactorBindingService.ListReactorDeliveries
+   */
+  listReactorDeliveries: {
+    methodKind: "unary";
+    input: typeof ListReactorDeliveriesRequestSchema;
+    output: typeof ListReactorDeliveriesResponseSchema;
+  },
+  /**
+   * Makes deliveries that gave up (attempts used up, or a terminal failure)
+   * deliverable again: their attempts restart from 0, their error is
+   * cleared and they are due at once. Each is then delivered once more with
+   * its original dedup_token. Records a ReactorDeliveryRedriven event on
+   * each watched resource that still exists, naming the caller. At most
+   * `limit` deliveries per call; next_page_token continues with the next
+   * ones.
+   *
+   * @generated from rpc converge.v1.ReactorBindingService.RedriveReactorDeliveries
+   */
+  redriveReactorDeliveries: {
+    methodKind: "unary";
+    input: typeof RedriveReactorDeliveriesRequestSchema;
+    output: typeof RedriveReactorDeliveriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_converge_v1_reactor_binding_service, 0);

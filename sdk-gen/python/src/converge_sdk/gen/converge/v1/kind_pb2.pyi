@@ -67,20 +67,22 @@ class Reaction(_message.Message):
     def __init__(self, name: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., emits: _Optional[_Iterable[_Union[Emit, str]]] = ..., verb: _Optional[str] = ..., finalizer: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class KindPolicy(_message.Message):
-    __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts")
+    __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "unserved_condition_after_secs")
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     TASK_DEADLINE_SECS_FIELD_NUMBER: _ClassVar[int]
     RESYNC_INTERVAL_SECS_FIELD_NUMBER: _ClassVar[int]
     RESYNC_RECOMPOSES_FIELD_NUMBER: _ClassVar[int]
     ORPHAN_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
     MAX_TRANSIENT_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    UNSERVED_CONDITION_AFTER_SECS_FIELD_NUMBER: _ClassVar[int]
     max_inflight: int
     task_deadline_secs: int
     resync_interval_secs: int
     resync_recomposes: bool
     orphan_grace_secs: int
     max_transient_attempts: int
-    def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ...) -> None: ...
+    unserved_condition_after_secs: int
+    def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ...) -> None: ...
 
 class KindManifest(_message.Message):
     __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time")
@@ -111,7 +113,7 @@ class KindManifest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class KindConfig(_message.Message):
-    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit")
+    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit", "unserved_condition_after_secs")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +126,7 @@ class KindConfig(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
     REVISION_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UNSERVED_CONDITION_AFTER_SECS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     max_inflight: int
@@ -136,4 +139,5 @@ class KindConfig(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     etag: str
     revision_limit: int
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., revision_limit: _Optional[int] = ...) -> None: ...
+    unserved_condition_after_secs: int
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., revision_limit: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ...) -> None: ...

@@ -23,10 +23,12 @@ _sym_db = _symbol_database.Default()
 
 
 from converge_sdk.gen.converge.v1 import reactor_binding_pb2 as converge_dot_v1_dot_reactor__binding__pb2
+from converge_sdk.gen.converge.v1 import resource_pb2 as converge_dot_v1_dot_resource__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/reactor_binding_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb8\x01\n\x1a\x41pplyReactorBindingRequest\x12J\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingB\x04\xe2\x41\x01\x02R\x0ereactorBinding\x12)\n\rvalidate_only\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"}\n\x1b\x41pplyReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"4\n\x18GetReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\"a\n\x19GetReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xce\x01\n\x1aListReactorBindingsRequest\x12(\n\nwatch_kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\twatchKind\x88\x01\x01\x12#\n\x07reactor\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x01R\x07reactor\x88\x01\x01\x12!\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\r\n\x0b_watch_kindB\n\n\x08_reactor\"\x8d\x01\n\x1bListReactorBindingsResponse\x12\x46\n\x10reactor_bindings\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0freactorBindings\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n\x1b\x44\x65leteReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12)\n\rallow_missing\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0c\x61llowMissing\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12\x1d\n\x04\x65tag\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteReactorBindingResponse2\xbc\x03\n\x15ReactorBindingService\x12h\n\x13\x41pplyReactorBinding\x12\'.converge.v1.ApplyReactorBindingRequest\x1a(.converge.v1.ApplyReactorBindingResponse\x12\x62\n\x11GetReactorBinding\x12%.converge.v1.GetReactorBindingRequest\x1a&.converge.v1.GetReactorBindingResponse\x12h\n\x13ListReactorBindings\x12\'.converge.v1.ListReactorBindingsRequest\x1a(.converge.v1.ListReactorBindingsResponse\x12k\n\x14\x44\x65leteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aReactorBindingServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)converge/v1/reactor_binding_service.proto\x12\x0b\x63onverge.v1\x1a!converge/v1/reactor_binding.proto\x1a\x1a\x63onverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x01\n\x1a\x41pplyReactorBindingRequest\x12J\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingB\x04\xe2\x41\x01\x02R\x0ereactorBinding\x12)\n\rvalidate_only\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\"}\n\x1b\x41pplyReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\"4\n\x18GetReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\"a\n\x19GetReactorBindingResponse\x12\x44\n\x0freactor_binding\x18\x01 \x01(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0ereactorBinding\"\xce\x01\n\x1aListReactorBindingsRequest\x12(\n\nwatch_kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\twatchKind\x88\x01\x01\x12#\n\x07reactor\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x01R\x07reactor\x88\x01\x01\x12!\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\r\n\x0b_watch_kindB\n\n\x08_reactor\"\x8d\x01\n\x1bListReactorBindingsResponse\x12\x46\n\x10reactor_bindings\x18\x01 \x03(\x0b\x32\x1b.converge.v1.ReactorBindingR\x0freactorBindings\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaf\x01\n\x1b\x44\x65leteReactorBindingRequest\x12\x18\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04name\x12)\n\rallow_missing\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0c\x61llowMissing\x12#\n\nrequest_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12\x1d\n\x04\x65tag\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x04\x65tag\x88\x01\x01\x42\x07\n\x05_etag\"\x1e\n\x1c\x44\x65leteReactorBindingResponse\"\xd5\x05\n\x0fReactorDelivery\x12\x14\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03R\x02id\x12\x1e\n\x07\x62inding\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03R\x07\x62inding\x12\x1e\n\x07reactor\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03R\x07reactor\x12\x32\n\x0freactor_version\x18\x04 \x01(\x05\x42\x04\xe2\x41\x01\x03H\x00R\x0ereactorVersion\x88\x01\x01\x12=\n\ntransition\x18\x05 \x01(\x0e\x32\x17.converge.v1.TransitionB\x04\xe2\x41\x01\x03R\ntransition\x12:\n\x08resource\x18\x06 \x01(\x0b\x32\x18.converge.v1.ResourceRefB\x04\xe2\x41\x01\x03R\x08resource\x12\'\n\x0cresource_uid\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03R\x0bresourceUid\x12$\n\ngeneration\x18\x08 \x01(\x03\x42\x04\xe2\x41\x01\x03R\ngeneration\x12%\n\x0b\x64\x65\x64up_token\x18\t \x01(\tB\x04\xe2\x41\x01\x03R\ndedupToken\x12 \n\x08\x61ttempts\x18\n \x01(\x05\x42\x04\xe2\x41\x01\x03R\x08\x61ttempts\x12\x41\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\ncreateTime\x12L\n\x11next_attempt_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\x0fnextAttemptTime\x12=\n\tfail_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03R\x08\x66\x61ilTime\x12#\n\nlast_error\x18\x0e \x01(\tB\x04\xe2\x41\x01\x03R\tlastError\x12\x1c\n\x06leased\x18\x0f \x01(\x08\x42\x04\xe2\x41\x01\x03R\x06leasedB\x12\n\x10_reactor_version\"\xbc\x02\n\x1cListReactorDeliveriesRequest\x12#\n\x07\x62inding\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01H\x00R\x07\x62inding\x88\x01\x01\x12:\n\x08resource\x18\x02 \x01(\x0b\x32\x18.converge.v1.ResourceRefB\x04\xe2\x41\x01\x01R\x08resource\x12,\n\x0cresource_uid\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x01R\x0bresourceUid\x88\x01\x01\x12(\n\ronly_given_up\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0bonlyGivenUp\x12!\n\tpage_size\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x08pageSize\x12#\n\npage_token\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\n\n\x08_bindingB\x0f\n\r_resource_uid\"\x94\x01\n\x1dListReactorDeliveriesResponse\x12K\n\x12reactor_deliveries\x18\x01 \x03(\x0b\x32\x1c.converge.v1.ReactorDeliveryR\x11reactorDeliveries\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"a\n\x18\x44\x65liveryResourceSelector\x12\x18\n\x04kind\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02R\x04kind\x12+\n\x0elabel_selector\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01R\rlabelSelector\"\xe0\x02\n\x1fRedriveReactorDeliveriesRequest\x12!\n\x0b\x64\x65livery_id\x18\x01 \x01(\tH\x00R\ndeliveryId\x12\x1a\n\x07\x62inding\x18\x02 \x01(\tH\x00R\x07\x62inding\x12\x45\n\tresources\x18\x03 \x01(\x0b\x32%.converge.v1.DeliveryResourceSelectorH\x00R\tresources\x12\x1c\n\x06reason\x18\x04 \x01(\tB\x04\xe2\x41\x01\x02R\x06reason\x12)\n\rvalidate_only\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01R\x0cvalidateOnly\x12#\n\nrequest_id\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01R\trequestId\x12\x1a\n\x05limit\x18\x07 \x01(\x05\x42\x04\xe2\x41\x01\x01R\x05limit\x12#\n\npage_token\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01R\tpageTokenB\x08\n\x06target\"\x94\x01\n RedriveReactorDeliveriesResponse\x12\x14\n\x05\x63ount\x18\x01 \x01(\x03R\x05\x63ount\x12\x32\n\x05\x66irst\x18\x02 \x03(\x0b\x32\x1c.converge.v1.ReactorDeliveryR\x05\x66irst\x12&\n\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken2\xa5\x05\n\x15ReactorBindingService\x12h\n\x13\x41pplyReactorBinding\x12\'.converge.v1.ApplyReactorBindingRequest\x1a(.converge.v1.ApplyReactorBindingResponse\x12\x62\n\x11GetReactorBinding\x12%.converge.v1.GetReactorBindingRequest\x1a&.converge.v1.GetReactorBindingResponse\x12h\n\x13ListReactorBindings\x12\'.converge.v1.ListReactorBindingsRequest\x1a(.converge.v1.ListReactorBindingsResponse\x12k\n\x14\x44\x65leteReactorBinding\x12(.converge.v1.DeleteReactorBindingRequest\x1a).converge.v1.DeleteReactorBindingResponse\x12n\n\x15ListReactorDeliveries\x12).converge.v1.ListReactorDeliveriesRequest\x1a*.converge.v1.ListReactorDeliveriesResponse\x12w\n\x18RedriveReactorDeliveries\x12,.converge.v1.RedriveReactorDeliveriesRequest\x1a-.converge.v1.RedriveReactorDeliveriesResponseB\xaa\x01\n\x0f\x63om.converge.v1B\x1aReactorBindingServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03\x43XX\xaa\x02\x0b\x43onverge.V1\xca\x02\x0b\x43onverge\\V1\xe2\x02\x17\x43onverge\\V1\\GPBMetadata\xea\x02\x0c\x43onverge::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,22 +60,90 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
   _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['etag']._loaded_options = None
   _globals['_DELETEREACTORBINDINGREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
-  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_start=127
-  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_end=311
-  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_start=313
-  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_end=438
-  _globals['_GETREACTORBINDINGREQUEST']._serialized_start=440
-  _globals['_GETREACTORBINDINGREQUEST']._serialized_end=492
-  _globals['_GETREACTORBINDINGRESPONSE']._serialized_start=494
-  _globals['_GETREACTORBINDINGRESPONSE']._serialized_end=591
-  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_start=594
-  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_end=800
-  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_start=803
-  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_end=944
-  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_start=947
-  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_end=1122
-  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_start=1124
-  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_end=1154
-  _globals['_REACTORBINDINGSERVICE']._serialized_start=1157
-  _globals['_REACTORBINDINGSERVICE']._serialized_end=1601
+  _globals['_REACTORDELIVERY'].fields_by_name['id']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['id']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['binding']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['binding']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['reactor']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['reactor']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['reactor_version']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['reactor_version']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['transition']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['transition']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['resource']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['resource']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['resource_uid']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['resource_uid']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['generation']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['generation']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['dedup_token']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['dedup_token']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['attempts']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['attempts']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['create_time']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['next_attempt_time']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['next_attempt_time']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['fail_time']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['fail_time']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['last_error']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['last_error']._serialized_options = b'\342A\001\003'
+  _globals['_REACTORDELIVERY'].fields_by_name['leased']._loaded_options = None
+  _globals['_REACTORDELIVERY'].fields_by_name['leased']._serialized_options = b'\342A\001\003'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['binding']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['binding']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['resource']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['resource']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['resource_uid']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['resource_uid']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['only_given_up']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['only_given_up']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTREACTORDELIVERIESREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_DELIVERYRESOURCESELECTOR'].fields_by_name['kind']._loaded_options = None
+  _globals['_DELIVERYRESOURCESELECTOR'].fields_by_name['kind']._serialized_options = b'\342A\001\002'
+  _globals['_DELIVERYRESOURCESELECTOR'].fields_by_name['label_selector']._loaded_options = None
+  _globals['_DELIVERYRESOURCESELECTOR'].fields_by_name['label_selector']._serialized_options = b'\342A\001\001'
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['reason']._loaded_options = None
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['reason']._serialized_options = b'\342A\001\002'
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['validate_only']._loaded_options = None
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['validate_only']._serialized_options = b'\342A\001\001'
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['request_id']._serialized_options = b'\342A\001\001'
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['limit']._serialized_options = b'\342A\001\001'
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_start=188
+  _globals['_APPLYREACTORBINDINGREQUEST']._serialized_end=372
+  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_start=374
+  _globals['_APPLYREACTORBINDINGRESPONSE']._serialized_end=499
+  _globals['_GETREACTORBINDINGREQUEST']._serialized_start=501
+  _globals['_GETREACTORBINDINGREQUEST']._serialized_end=553
+  _globals['_GETREACTORBINDINGRESPONSE']._serialized_start=555
+  _globals['_GETREACTORBINDINGRESPONSE']._serialized_end=652
+  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_start=655
+  _globals['_LISTREACTORBINDINGSREQUEST']._serialized_end=861
+  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_start=864
+  _globals['_LISTREACTORBINDINGSRESPONSE']._serialized_end=1005
+  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_start=1008
+  _globals['_DELETEREACTORBINDINGREQUEST']._serialized_end=1183
+  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_start=1185
+  _globals['_DELETEREACTORBINDINGRESPONSE']._serialized_end=1215
+  _globals['_REACTORDELIVERY']._serialized_start=1218
+  _globals['_REACTORDELIVERY']._serialized_end=1943
+  _globals['_LISTREACTORDELIVERIESREQUEST']._serialized_start=1946
+  _globals['_LISTREACTORDELIVERIESREQUEST']._serialized_end=2262
+  _globals['_LISTREACTORDELIVERIESRESPONSE']._serialized_start=2265
+  _globals['_LISTREACTORDELIVERIESRESPONSE']._serialized_end=2413
+  _globals['_DELIVERYRESOURCESELECTOR']._serialized_start=2415
+  _globals['_DELIVERYRESOURCESELECTOR']._serialized_end=2512
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST']._serialized_start=2515
+  _globals['_REDRIVEREACTORDELIVERIESREQUEST']._serialized_end=2867
+  _globals['_REDRIVEREACTORDELIVERIESRESPONSE']._serialized_start=2870
+  _globals['_REDRIVEREACTORDELIVERIESRESPONSE']._serialized_end=3018
+  _globals['_REACTORBINDINGSERVICE']._serialized_start=3021
+  _globals['_REACTORBINDINGSERVICE']._serialized_end=3698
 # @@protoc_insertion_point(module_scope)

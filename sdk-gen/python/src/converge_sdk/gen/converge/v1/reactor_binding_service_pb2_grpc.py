@@ -59,6 +59,16 @@ class ReactorBindingServiceStub:
                 request_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingRequest.SerializeToString,
                 response_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingResponse.FromString,
                 _registered_method=True)
+        self.ListReactorDeliveries = channel.unary_unary(
+                '/converge.v1.ReactorBindingService/ListReactorDeliveries',
+                request_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesResponse.FromString,
+                _registered_method=True)
+        self.RedriveReactorDeliveries = channel.unary_unary(
+                '/converge.v1.ReactorBindingService/RedriveReactorDeliveries',
+                request_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesResponse.FromString,
+                _registered_method=True)
 
 
 class ReactorBindingServiceServicer:
@@ -98,6 +108,26 @@ class ReactorBindingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListReactorDeliveries(self, request, context):
+        """Lists recorded deliveries (pending and given up), oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedriveReactorDeliveries(self, request, context):
+        """Makes deliveries that gave up (attempts used up, or a terminal failure)
+        deliverable again: their attempts restart from 0, their error is
+        cleared and they are due at once. Each is then delivered once more with
+        its original dedup_token. Records a ReactorDeliveryRedriven event on
+        each watched resource that still exists, naming the caller. At most
+        `limit` deliveries per call; next_page_token continues with the next
+        ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReactorBindingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -120,6 +150,16 @@ def add_ReactorBindingServiceServicer_to_server(servicer, server):
                     servicer.DeleteReactorBinding,
                     request_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingRequest.FromString,
                     response_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingResponse.SerializeToString,
+            ),
+            'ListReactorDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReactorDeliveries,
+                    request_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesResponse.SerializeToString,
+            ),
+            'RedriveReactorDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedriveReactorDeliveries,
+                    request_deserializer=converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -235,6 +275,60 @@ class ReactorBindingService:
             '/converge.v1.ReactorBindingService/DeleteReactorBinding',
             converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingRequest.SerializeToString,
             converge_dot_v1_dot_reactor__binding__service__pb2.DeleteReactorBindingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReactorDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ReactorBindingService/ListReactorDeliveries',
+            converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesRequest.SerializeToString,
+            converge_dot_v1_dot_reactor__binding__service__pb2.ListReactorDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedriveReactorDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ReactorBindingService/RedriveReactorDeliveries',
+            converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesRequest.SerializeToString,
+            converge_dot_v1_dot_reactor__binding__service__pb2.RedriveReactorDeliveriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
