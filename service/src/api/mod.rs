@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod authorize;
 pub mod availability;
 pub mod cluster;
 pub mod gate;

@@ -33,6 +33,10 @@ pub const MAX_RULES: usize = 64;
 /// Most entries in one list of a rule or a binding (verbs, kinds, subjects).
 pub const MAX_ENTRIES: usize = 64;
 
+/// The kind of a [`ResourceAction`] about every kind at once (a fleet
+/// summary of all kinds): only a grant on `*` covers it.
+pub const EVERY_KIND: &str = "*";
+
 /// A verb on resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Verb {
@@ -203,6 +207,8 @@ impl Kinds {
     fn covers(&self, kind: &str, version: Option<i32>) -> bool {
         match self {
             Kinds::All => true,
+            // A call about every kind needs a grant on every kind.
+            Kinds::Some(_) if kind == EVERY_KIND => false,
             Kinds::Some(kinds) => match (kinds.get(kind), version) {
                 (None, _) => false,
                 (Some(None), _) => true,
@@ -720,6 +726,8 @@ bindings:
         assert!(policy.scope(PAYMENTS, action(Verb::Get, "database", Some(1))).is_none());
         assert!(policy.scope(PAYMENTS, action(Verb::Get, "database", None)).is_none());
         assert!(policy.scope(PAYMENTS, action(Verb::Delete, "vpc", None)).is_none());
+        assert!(policy.scope(PAYMENTS, action(Verb::List, EVERY_KIND, None)).is_none());
+        assert_eq!(policy.scope(AUDITOR, action(Verb::List, EVERY_KIND, None)), Scope::All);
         assert!(policy.scope(PAYMENTS, action(Verb::ForceFinalize, "app", None)).is_none());
         assert!(!policy.allows_object(PAYMENTS, Object::Kinds, Access::Read));
     }
