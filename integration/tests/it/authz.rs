@@ -144,7 +144,9 @@ fn not_authorized<T: std::fmt::Debug>(result: Result<T, tonic::Status>, permissi
     };
     expect_error(result, Code::PermissionDenied, "NOT_AUTHORIZED");
     let details = tonic_types::StatusExt::get_error_details(&status);
-    let info = details.error_info().expect("error info");
+    let Some(info) = details.error_info() else {
+        panic!("no ErrorInfo in {status:?}");
+    };
     assert_eq!(info.metadata.get("permission").map(String::as_str), Some(permission));
     assert_eq!(info.metadata.get("target").map(String::as_str), Some(target));
 }
