@@ -116,6 +116,12 @@ struct Args {
     /// the workers), so the figure includes TLS on every connection.
     #[arg(long, conflicts_with = "target")]
     tls: bool,
+    /// Run the server with an authorization policy of this many bindings
+    /// (0 = no policy): N-1 label-scoped bindings of other identities, then
+    /// the one that grants this tool and its workers everything, so every
+    /// decision walks them all.
+    #[arg(long, default_value_t = 0, conflicts_with = "target")]
+    authz_bindings: usize,
     /// Flat mode: the first N resources reference one provider config
     /// override; after the run it is edited once and the time until all N
     /// have reconciled again is reported (`config_push`). 0 = no configs.
@@ -215,6 +221,9 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let pki = args.tls.then(LoadPki::new).transpose()?;
+    let policy = (args.authz_bindings > 0)
+        .then(|| load_policy(args.authz_bindings))
+        .transpose()?;
     // The server: given, or one process of ours.
     let address = match &args.target {
         Some(target) => target.clone(),
@@ -226,6 +235,11 @@ async fn main() -> anyhow::Result<()> {
                     .env("TLS_CERT_FILE", pki.path("server.crt"))
                     .env("TLS_KEY_FILE", pki.path("server.key"))
                     .env("TLS_CLIENT_CA_FILE", pki.path("ca.pem"));
+            }
+            if let Some(policy) = &policy {
+                command
+                    .env("AUTHZ_POLICY_FILE", policy.path())
+                    .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
             }
             let child = command
                 .arg("serve")
@@ -532,6 +546,7 @@ async fn main() -> anyhow::Result<()> {
         "summary": summary,
         "worker_command": args.worker_command,
         "tls": args.tls,
+        "authz_bindings": args.authz_bindings,
         "connect_ms_p50": connect_ms,
         "worker_cpu_secs": worker_usage.cpu_secs,
         "worker_rss_peak_mb": worker_usage.rss_peak_mb,
@@ -582,6 +597,29 @@ fn free_addr() -> anyhow::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
+/// The identity of this tool and its workers: their client certificate's
+/// with `--tls`, the plaintext identity without.
+const LOAD_IDENTITY: &str = "spiffe://converge.load/worker";
+
+/// A policy file of `bindings` bindings, the last granting [`LOAD_IDENTITY`]
+/// everything (see `--authz-bindings`).
+fn load_policy(bindings: usize) -> anyhow::Result<tempfile::NamedTempFile> {
+    use std::fmt::Write as _;
+    let mut text = String::from(
+        "roles:\n  - name: all\n    rules:\n      - {verbs: [\"*\"], kinds: [\"*\"]}\n      - {verbs: [\"*\"], objects: [\"*\"]}\n  - name: team\n    rules:\n      - {verbs: [read, write], kinds: [noop]}\nbindings:\n",
+    );
+    for i in 1..bindings {
+        writeln!(
+            text,
+            "  - {{role: team, subjects: [\"spiffe://converge.load/team-{i}/*\"], selector: \"team=t{i}\"}}"
+        )?;
+    }
+    writeln!(text, "  - {{role: all, subjects: [\"{LOAD_IDENTITY}\"]}}")?;
+    let mut file = tempfile::Builder::new().prefix("converge-load-policy-").suffix(".yaml").tempfile()?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    Ok(file)
+}
+
 /// Certificates for a `--tls` run, in a scratch directory.
 struct LoadPki {
     dir: tempfile::TempDir,
@@ -593,7 +631,7 @@ impl LoadPki {
         let ca = converge_integration::pki::TestCa::new("converge-load CA")?;
         std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
         ca.server()?.write(dir.path(), "server")?;
-        ca.client(Some("spiffe://converge.load/worker"))?
+        ca.client(Some(LOAD_IDENTITY))?
             .write(dir.path(), "client")?;
         Ok(Self { dir })
     }
