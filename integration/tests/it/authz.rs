@@ -160,7 +160,7 @@ fn write_policy(path: &Path, text: &str) -> anyhow::Result<()> {
 async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() -> anyhow::Result<()> {
     let pki = Pki::new()?;
     let policy_file = pki.path("policy.yaml");
-    write_policy(&policy_file, &policy("app@1", "team=payments"))?;
+    write_policy(&policy_file, &policy("app@1, other@1", "team=payments"))?;
     let mut tls = pki.server_args(true);
     tls.tls_reload_interval_secs = 1;
     let file = policy_file.clone();
@@ -267,6 +267,22 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     })
     .await?;
 
+    // A second stream of A serves both kinds.
+    let mut both = subscribe_to("app");
+    if let Some(Up::Subscribe(subscribe)) = &mut both.payload {
+        subscribe.kinds.push(converge_proto::worker_v1::KindVersion {
+            kind: "other".into(),
+            kind_version: 1,
+        });
+    }
+    let (up_both, rx_both) = tokio::sync::mpsc::channel(16);
+    up_both.send(both).await?;
+    let mut down_both = worker_a
+        .workers()
+        .work_stream(tokio_stream::wrappers::ReceiverStream::new(rx_both))
+        .await?
+        .into_inner();
+
     // A file that does not check changes nothing.
     write_policy(&policy_file, "roles: [{name: broken")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -285,13 +301,26 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     })
     .await?;
     not_authorized(ended.map(|_| ()), "serve", "app@1");
+    // The stream serving both kinds stays, and only other's tasks reach it.
+    admin.resources().apply_resource(apply("app", "after-revoke", json!({}))).await?;
+    admin.resources().apply_resource(apply("other", "o-1", json!({}))).await?;
+    let task = loop {
+        let message = tokio::time::timeout(Duration::from_secs(30), down_both.message())
+            .await??
+            .ok_or_else(|| anyhow::anyhow!("the two-kind stream ended"))?;
+        if let Some(Down::Task(task)) = message.payload {
+            break task;
+        }
+    };
+    assert_eq!(task.kind, "other", "{task:?}");
+    up_both.send(complete(&task, "a")).await?;
     eventually(Duration::from_secs(30), || async {
         Ok((names(&payments, Some("app")).await? == ["search-1"]).then_some(()))
     })
     .await?;
     expect_error(get(&payments, "pay-1").await, Code::NotFound, "RESOURCE_NOT_FOUND");
     // The admin's connection and the auditor's were never dropped.
-    assert_eq!(names(&auditor, Some("app")).await?.len(), 3);
+    assert_eq!(names(&auditor, Some("app")).await?.len(), 4);
     let (_up_a2, _down_a2) = stream(&worker_a, "other").await?;
     server.shutdown().await
 }
