@@ -615,7 +615,10 @@ fn load_policy(bindings: usize) -> anyhow::Result<tempfile::NamedTempFile> {
         )?;
     }
     writeln!(text, "  - {{role: all, subjects: [\"{LOAD_IDENTITY}\"]}}")?;
-    let mut file = tempfile::Builder::new().prefix("converge-load-policy-").suffix(".yaml").tempfile()?;
+    let mut file = tempfile::Builder::new()
+        .prefix("converge-load-policy-")
+        .suffix(".yaml")
+        .tempfile()?;
     std::io::Write::write_all(&mut file, text.as_bytes())?;
     Ok(file)
 }
@@ -631,8 +634,7 @@ impl LoadPki {
         let ca = converge_integration::pki::TestCa::new("converge-load CA")?;
         std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
         ca.server()?.write(dir.path(), "server")?;
-        ca.client(Some(LOAD_IDENTITY))?
-            .write(dir.path(), "client")?;
+        ca.client(Some(LOAD_IDENTITY))?.write(dir.path(), "client")?;
         Ok(Self { dir })
     }
 

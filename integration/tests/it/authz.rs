@@ -183,7 +183,10 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     admin.resources().apply_resource(labelled("search-1", "search")).await?;
 
     // The team writer: its own labels only, and no objects.
-    payments.resources().apply_resource(labelled("pay-2", "payments")).await?;
+    payments
+        .resources()
+        .apply_resource(labelled("pay-2", "payments"))
+        .await?;
     not_authorized(
         payments.resources().apply_resource(labelled("x-1", "search")).await,
         "apply",
@@ -195,7 +198,10 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
         "apply",
         "app/pay-2",
     );
-    assert_eq!(get(&admin, "pay-2").await?.labels.get("team").map(String::as_str), Some("payments"));
+    assert_eq!(
+        get(&admin, "pay-2").await?.labels.get("team").map(String::as_str),
+        Some("payments")
+    );
     // Another team's resource does not exist for it.
     expect_error(get(&payments, "search-1").await, Code::NotFound, "RESOURCE_NOT_FOUND");
     expect_error(
@@ -215,7 +221,10 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     not_authorized(names(&payments, None).await, "list", "*");
     not_authorized(names(&payments, Some("other")).await, "list", "other");
     not_authorized(
-        payments.kinds().list_kind_manifests(ListKindManifestsRequest::default()).await,
+        payments
+            .kinds()
+            .list_kind_manifests(ListKindManifestsRequest::default())
+            .await,
         "read",
         "kinds",
     );
@@ -228,9 +237,15 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     // The auditor reads everything and changes nothing.
     assert_eq!(names(&auditor, None).await?, ["pay-1", "pay-2", "search-1"]);
     assert_eq!(get(&auditor, "search-1").await?.name, "search-1");
-    auditor.kinds().list_kind_manifests(ListKindManifestsRequest::default()).await?;
+    auditor
+        .kinds()
+        .list_kind_manifests(ListKindManifestsRequest::default())
+        .await?;
     not_authorized(
-        auditor.resources().apply_resource(labelled("audit-1", "payments")).await,
+        auditor
+            .resources()
+            .apply_resource(labelled("audit-1", "payments"))
+            .await,
         "apply",
         "app/audit-1",
     );
@@ -302,8 +317,14 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     .await?;
     not_authorized(ended.map(|_| ()), "serve", "app@1");
     // The stream serving both kinds stays, and only other's tasks reach it.
-    admin.resources().apply_resource(apply("app", "after-revoke", json!({}))).await?;
-    admin.resources().apply_resource(apply("other", "o-1", json!({}))).await?;
+    admin
+        .resources()
+        .apply_resource(apply("app", "after-revoke", json!({})))
+        .await?;
+    admin
+        .resources()
+        .apply_resource(apply("other", "o-1", json!({})))
+        .await?;
     let task = loop {
         let message = tokio::time::timeout(Duration::from_secs(30), down_both.message())
             .await??
@@ -323,4 +344,48 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     assert_eq!(names(&auditor, Some("app")).await?.len(), 4);
     let (_up_a2, _down_a2) = stream(&worker_a, "other").await?;
     server.shutdown().await
+}
+
+#[tokio::test]
+async fn check_policy_checks_a_file_offline_and_answers_may_i() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let good = dir.path().join("good.yaml");
+    write_policy(&good, &policy("app@1", "team=payments"))?;
+    let bad = dir.path().join("bad.yaml");
+    write_policy(&bad, "roles: [{name: r, rules: [{verbs: [gett], kinds: [app]}]}]")?;
+    let run = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(converge_integration::processes::binary("converge")?)
+            .args(&args)
+            .output()
+            .await?;
+        anyhow::Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let ask = |verb: &str, kind: &str, labels: &str| {
+        vec![
+            "check-policy".to_owned(),
+            path(&good),
+            "--as".into(),
+            PAYMENTS.into(),
+            "--verb".into(),
+            verb.into(),
+            "--kind".into(),
+            kind.into(),
+            "-l".into(),
+            labels.into(),
+        ]
+    };
+    let (code, out, _) = run(vec!["check-policy".into(), path(&good)]).await?;
+    assert_eq!((code, out.contains("valid, 5 bindings")), (0, true), "{out}");
+    let (code, _, err) = run(vec!["check-policy".into(), path(&bad)]).await?;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/roles/0/rules/0/verbs/0"), "{err}");
+    assert_eq!(run(ask("apply", "app", "team=payments")).await?.0, 0);
+    assert_eq!(run(ask("apply", "app", "team=search")).await?.0, 1);
+    assert_eq!(run(ask("delete", "other", "team=payments")).await?.0, 1);
+    Ok(())
 }

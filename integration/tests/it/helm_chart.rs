@@ -355,9 +355,14 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
     let policy = str_of(&maps[0]["data"]["policy.yaml"]);
     converge_service::domain::authz::Policy::parse(policy)
         .map_err(|e| anyhow::anyhow!("ha-tls: the chart's policy does not check: {e:?}"))?;
-    let volumes = control["spec"]["template"]["spec"]["volumes"].as_array().cloned().unwrap_or_default();
+    let volumes = control["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(
-        volumes.iter().any(|v| v["configMap"]["name"] == maps[0]["metadata"]["name"]),
+        volumes
+            .iter()
+            .any(|v| v["configMap"]["name"] == maps[0]["metadata"]["name"]),
         "ha-tls: the policy ConfigMap is not mounted"
     );
     let read_url = env_of(container).iter().any(|(n, _)| n == "DATABASE_READ_URL");

@@ -258,7 +258,12 @@ impl AdminService for AdminApi {
         let permission = on_kind(Verb::List, req.kind.as_deref().unwrap_or(EVERY_KIND));
         let filter = SummaryFilter {
             kind: req.kind.clone(),
-            selector: scoped_selector(&self.state, &principal, permission, parse_selector(&req.label_selector)?)?,
+            selector: scoped_selector(
+                &self.state,
+                &principal,
+                permission,
+                parse_selector(&req.label_selector)?,
+            )?,
         };
         let pool = &self.state.pool;
         if !req.fresh && filter.is_everything() && top <= DEFAULT_TOP_FAILURES {

@@ -260,12 +260,18 @@ impl OperationService for OperationApi {
             .ok_or_else(|| not_found(&req.uid))?;
         // Seen by those who may see its resource; to others it does not exist.
         if self.state.authz.is_on() {
-            require_resource(&self.state, &principal, on_kind(Verb::Get, &operation.kind), &operation.name, None)
-                .await
-                .map_err(|e| match e {
-                    ApiError::Refused { .. } | ApiError::NotAuthorized { .. } => not_found(&req.uid),
-                    other => other,
-                })?;
+            require_resource(
+                &self.state,
+                &principal,
+                on_kind(Verb::Get, &operation.kind),
+                &operation.name,
+                None,
+            )
+            .await
+            .map_err(|e| match e {
+                ApiError::Refused { .. } | ApiError::NotAuthorized { .. } => not_found(&req.uid),
+                other => other,
+            })?;
         }
         Ok(Response::new(GetOperationResponse {
             operation: Some(operation_to_proto(operation)),

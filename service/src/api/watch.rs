@@ -16,8 +16,8 @@ use tonic::Status;
 use uuid::Uuid;
 
 use super::ApiState;
-use crate::contract::authz::Principal;
 use crate::contract::ResponseStream;
+use crate::contract::authz::Principal;
 use crate::contract::convert::{event_to_proto, resource_to_proto};
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::labels::LabelSelector;

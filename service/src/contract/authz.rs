@@ -185,7 +185,9 @@ impl Authorizer {
 
     /// Failed reloads so far.
     pub fn reload_failures(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |i| i.reload_failures.load(Ordering::Relaxed))
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.reload_failures.load(Ordering::Relaxed))
     }
 
     /// Who the caller of `request` is for the policy.
@@ -217,12 +219,7 @@ impl Authorizer {
 
     /// Whether `principal` may do `action` to every resource of the kind
     /// (a refusal otherwise).
-    pub fn require_all(
-        &self,
-        principal: &Principal,
-        action: ResourceAction<'_>,
-        target: &str,
-    ) -> Result<(), ApiError> {
+    pub fn require_all(&self, principal: &Principal, action: ResourceAction<'_>, target: &str) -> Result<(), ApiError> {
         match self.scope(principal, action) {
             OwnedScope::All => Ok(()),
             _ => Err(self.refuse(principal, action.verb.as_str(), target)),

@@ -438,7 +438,10 @@ impl Document {
                 continue;
             }
             if role.rules.len() > MAX_RULES {
-                violations.push(Violation::new(format!("{at}/rules"), format!("at most {MAX_RULES} rules")));
+                violations.push(Violation::new(
+                    format!("{at}/rules"),
+                    format!("at most {MAX_RULES} rules"),
+                ));
                 continue;
             }
             let rules = role
@@ -507,7 +510,10 @@ impl RuleDocument {
             ("operations", self.operations.len()),
         ] {
             if len > MAX_ENTRIES {
-                violations.push(Violation::new(format!("{at}/{field}"), format!("at most {MAX_ENTRIES} entries")));
+                violations.push(Violation::new(
+                    format!("{at}/{field}"),
+                    format!("at most {MAX_ENTRIES} entries"),
+                ));
             }
         }
         if self.verbs.is_empty() {
@@ -579,11 +585,17 @@ impl RuleDocument {
             }
         }
         if kinds.is_empty() {
-            violations.push(Violation::new(format!("{at}/kinds"), "a rule names at least one kind, or *"));
+            violations.push(Violation::new(
+                format!("{at}/kinds"),
+                "a rule names at least one kind, or *",
+            ));
         }
         for (i, op) in self.operations.iter().enumerate() {
             if op.is_empty() || op.len() > 63 {
-                violations.push(Violation::new(format!("{at}/operations/{i}"), "an operation verb is 1 to 63 bytes"));
+                violations.push(Violation::new(
+                    format!("{at}/operations/{i}"),
+                    "an operation verb is 1 to 63 bytes",
+                ));
             }
         }
         if !self.operations.is_empty() && verbs & Verb::Invoke.bit() == 0 {
@@ -619,7 +631,10 @@ impl RuleDocument {
             }
         }
         if objects.is_empty() {
-            violations.push(Violation::new(format!("{at}/objects"), "a rule names at least one object, or *"));
+            violations.push(Violation::new(
+                format!("{at}/objects"),
+                "a rule names at least one object, or *",
+            ));
         }
         let (mut read, mut write) = (0, 0);
         for (i, verb) in self.verbs.iter().enumerate() {
@@ -634,7 +649,10 @@ impl RuleDocument {
             }
         }
         if !self.operations.is_empty() {
-            violations.push(Violation::new(format!("{at}/operations"), "operations apply to kinds only"));
+            violations.push(Violation::new(
+                format!("{at}/operations"),
+                "operations apply to kinds only",
+            ));
         }
         (violations.len() == before).then_some(Rule::Objects { read, write })
     }
@@ -706,7 +724,11 @@ bindings:
     fn an_admin_may_do_everything() {
         let policy = Policy::parse(POLICY).unwrap();
         for verb in Verb::ALL {
-            assert_eq!(policy.scope(ADMIN, action(verb, "anything", None)), Scope::All, "{verb}");
+            assert_eq!(
+                policy.scope(ADMIN, action(verb, "anything", None)),
+                Scope::All,
+                "{verb}"
+            );
         }
         for object in Object::ALL {
             assert!(policy.allows_object(ADMIN, object, Access::Write));
@@ -728,7 +750,11 @@ bindings:
         assert!(policy.scope(PAYMENTS, action(Verb::Delete, "vpc", None)).is_none());
         assert!(policy.scope(PAYMENTS, action(Verb::List, EVERY_KIND, None)).is_none());
         assert_eq!(policy.scope(AUDITOR, action(Verb::List, EVERY_KIND, None)), Scope::All);
-        assert!(policy.scope(PAYMENTS, action(Verb::ForceFinalize, "app", None)).is_none());
+        assert!(
+            policy
+                .scope(PAYMENTS, action(Verb::ForceFinalize, "app", None))
+                .is_none()
+        );
         assert!(!policy.allows_object(PAYMENTS, Object::Kinds, Access::Read));
     }
 
@@ -767,7 +793,11 @@ bindings:
         assert!(policy.scope(AWS, action(Verb::Serve, "app", Some(1))).is_none());
         assert!(policy.scope(AWS, action(Verb::Get, "account", Some(1))).is_none());
         // Nobody else is bound: an unknown identity gets nothing.
-        assert!(policy.scope("spiffe://corp/x", action(Verb::Get, "app", None)).is_none());
+        assert!(
+            policy
+                .scope("spiffe://corp/x", action(Verb::Get, "app", None))
+                .is_none()
+        );
     }
 
     #[test]
@@ -777,7 +807,11 @@ bindings:
              bindings: [{role: w, subjects: ['spiffe://t/w'], selector: 'team=a'}]",
         )
         .unwrap();
-        assert!(policy.scope("spiffe://t/w", action(Verb::Serve, "app", Some(1))).is_none());
+        assert!(
+            policy
+                .scope("spiffe://t/w", action(Verb::Serve, "app", Some(1)))
+                .is_none()
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
 use crate::cluster::{self, Membership, MembershipTiming};
 use crate::config::{CommonArgs, RetentionArgs, ServeArgs, default_data_dir};
+use crate::contract::authz::Authorizer;
 use crate::db::notify::Notifications;
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
 use crate::domain::shard::SHARD_COUNT;
@@ -31,7 +32,6 @@ use crate::store::cluster::{self as cluster_store, MemberRegistration};
 use crate::version;
 use crate::watch::{HubConfig, WatchHub};
 use in_process::{InProcessConnector, InProcessIncoming};
-use crate::contract::authz::Authorizer;
 
 /// Everything `start` needs.
 #[derive(Debug, Clone)]

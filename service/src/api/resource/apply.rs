@@ -60,11 +60,8 @@ impl ResourceWrite {
         state: &ApiState,
         principal: &crate::contract::authz::Principal,
     ) -> Result<(), ApiError> {
-        let action = crate::contract::authz::on_version(
-            crate::domain::authz::Verb::Apply,
-            &self.kind,
-            self.kind_version,
-        );
+        let action =
+            crate::contract::authz::on_version(crate::domain::authz::Verb::Apply, &self.kind, self.kind_version);
         crate::api::authorize::require_resource(state, principal, action, &self.name, Some(&self.labels)).await
     }
 

@@ -20,17 +20,17 @@ use uuid::Uuid;
 
 use super::ApiState;
 use super::authorize::{require_resource, scoped_selector};
-use crate::contract::authz::on_kind;
-use crate::domain::authz::{EVERY_KIND, Verb};
 use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
+use crate::contract::authz::on_kind;
 use crate::contract::caller;
 use crate::contract::convert::{
     edge_to_proto, event_to_proto, explanation_to_proto, from_timestamp, graph_node_to_proto, json_to_struct,
     phases_from_proto, resource_to_proto, timestamp,
 };
 use crate::contract::status::{ApiError, Reason};
+use crate::domain::authz::{EVERY_KIND, Verb};
 use crate::domain::event::EventType;
 use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_resource_name};
@@ -515,7 +515,14 @@ impl ResourceService for ResourceApi {
         let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
-        require_resource(&self.state, &principal, on_kind(Verb::Delete, &req.kind), &req.name, None).await?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Delete, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("DeleteResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -546,7 +553,14 @@ impl ResourceService for ResourceApi {
         let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
-        require_resource(&self.state, &principal, on_kind(Verb::Reconcile, &req.kind), &req.name, None).await?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Reconcile, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("ReconcileResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -579,7 +593,14 @@ impl ResourceService for ResourceApi {
         let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
-        require_resource(&self.state, &principal, on_kind(Verb::Quarantine, &req.kind), &req.name, None).await?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Quarantine, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("QuarantineResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -605,7 +626,14 @@ impl ResourceService for ResourceApi {
         let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
-        require_resource(&self.state, &principal, on_kind(Verb::Quarantine, &req.kind), &req.name, None).await?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Quarantine, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("UnquarantineResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -781,7 +809,14 @@ impl ResourceService for ResourceApi {
         let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
-        require_resource(&self.state, &principal, on_kind(Verb::Apply, &req.kind), &req.name, None).await?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Apply, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         if req.target_generation < 1 {
             return Err(ApiError::from(Violation::new("/target_generation", "must be >= 1")).into());
         }
