@@ -1185,9 +1185,11 @@ fn request(mode: Mode, i: usize, teams: usize, config_users: usize, labels: usiz
             kind_version: 1,
             name: format!("load-{i}"),
             provider_config: (i < config_users).then(|| OVERRIDE.to_owned()),
-            labels: (labels > 0)
-                .then(|| BTreeMap::from([("team".to_owned(), format!("t{}", i % labels))]))
-                .unwrap_or_default(),
+            labels: if labels > 0 {
+                BTreeMap::from([("team".to_owned(), format!("t{}", i % labels))])
+            } else {
+                BTreeMap::new()
+            },
             ..Default::default()
         },
         Mode::Bom => {
