@@ -30,6 +30,7 @@
 //! is not reported). `--json FILE` writes the results for comparison across
 //! commits.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -116,6 +117,21 @@ struct Args {
     /// the workers), so the figure includes TLS on every connection.
     #[arg(long, conflicts_with = "target")]
     tls: bool,
+    /// Run the server with an authorization policy of this many bindings
+    /// (0 = no policy): N-1 label-scoped bindings of other identities, then
+    /// the one that grants this tool and its workers everything, so every
+    /// decision walks them all.
+    #[arg(long, default_value_t = 0, conflicts_with = "target")]
+    authz_bindings: usize,
+    /// Flat mode: label resource i `team=t{i % N}` (0 = no labels).
+    #[arg(long, default_value_t = 0)]
+    labels: usize,
+    /// Flat mode, with --tls, --authz-bindings >= 2 and --labels >= 2: after
+    /// the run, time this many first pages of ListResources as the reader
+    /// of team 1 (a grant scoped to `team=t1`), against the same page asked
+    /// with `-l team=t1` by an unscoped identity (`scoped_list`).
+    #[arg(long, default_value_t = 0)]
+    scoped_list: usize,
     /// Flat mode: the first N resources reference one provider config
     /// override; after the run it is edited once and the time until all N
     /// have reconciled again is reported (`config_push`). 0 = no configs.
@@ -215,6 +231,9 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let pki = args.tls.then(LoadPki::new).transpose()?;
+    let policy = (args.authz_bindings > 0)
+        .then(|| load_policy(args.authz_bindings))
+        .transpose()?;
     // The server: given, or one process of ours.
     let address = match &args.target {
         Some(target) => target.clone(),
@@ -226,6 +245,11 @@ async fn main() -> anyhow::Result<()> {
                     .env("TLS_CERT_FILE", pki.path("server.crt"))
                     .env("TLS_KEY_FILE", pki.path("server.key"))
                     .env("TLS_CLIENT_CA_FILE", pki.path("ca.pem"));
+            }
+            if let Some(policy) = &policy {
+                command
+                    .env("AUTHZ_POLICY_FILE", policy.path())
+                    .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
             }
             let child = command
                 .arg("serve")
@@ -397,6 +421,7 @@ async fn main() -> anyhow::Result<()> {
         let client = client.clone();
         let applied = applied.clone();
         let (mode, teams, step, users) = (args.mode, args.teams, args.writers.max(1), args.config_users);
+        let labels = args.labels;
         writers.push(tokio::spawn(async move {
             for chunk in (w..chunks).step_by(step) {
                 let items = chunk * batch..((chunk + 1) * batch).min(total);
@@ -404,10 +429,10 @@ async fn main() -> anyhow::Result<()> {
                 if batch == 1 {
                     client
                         .resources()
-                        .apply_resource(request(mode, items.start, teams, users))
+                        .apply_resource(request(mode, items.start, teams, users, labels))
                         .await?;
                 } else {
-                    let requests = items.map(|i| request(mode, i, teams, users)).collect();
+                    let requests = items.map(|i| request(mode, i, teams, users, labels)).collect();
                     client
                         .resources()
                         .batch_apply_resources(BatchApplyResourcesRequest {
@@ -488,6 +513,13 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let scoped_list = match (&pki, args.scoped_list) {
+        (Some(pki), n) if n > 0 && args.mode == Mode::Flat && args.authz_bindings >= 2 && args.labels >= 2 => {
+            Some(measure_scoped_list(&client, &address, pki, n).await?)
+        }
+        (_, 0) => None,
+        _ => anyhow::bail!("--scoped-list needs --tls, --authz-bindings >= 2 and --labels >= 2 in flat mode"),
+    };
     let summary = if args.mode == Mode::Flat && args.summary > 0 {
         Some(measure_summary(&client, total, args.summary).await?)
     } else {
@@ -530,8 +562,11 @@ async fn main() -> anyhow::Result<()> {
         "resync": resync,
         "explain": explain,
         "summary": summary,
+        "scoped_list": scoped_list,
+        "labels": args.labels,
         "worker_command": args.worker_command,
         "tls": args.tls,
+        "authz_bindings": args.authz_bindings,
         "connect_ms_p50": connect_ms,
         "worker_cpu_secs": worker_usage.cpu_secs,
         "worker_rss_peak_mb": worker_usage.rss_peak_mb,
@@ -582,6 +617,32 @@ fn free_addr() -> anyhow::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
+/// The identity of this tool and its workers: their client certificate's
+/// with `--tls`, the plaintext identity without.
+const LOAD_IDENTITY: &str = "spiffe://converge.load/worker";
+
+/// A policy file of `bindings` bindings, the last granting [`LOAD_IDENTITY`]
+/// everything (see `--authz-bindings`).
+fn load_policy(bindings: usize) -> anyhow::Result<tempfile::NamedTempFile> {
+    use std::fmt::Write as _;
+    let mut text = String::from(
+        "roles:\n  - name: all\n    rules:\n      - {verbs: [\"*\"], kinds: [\"*\"]}\n      - {verbs: [\"*\"], objects: [\"*\"]}\n  - name: team\n    rules:\n      - {verbs: [read, write], kinds: [noop]}\nbindings:\n",
+    );
+    for i in 1..bindings {
+        writeln!(
+            text,
+            "  - {{role: team, subjects: [\"spiffe://converge.load/team-{i}/*\"], selector: \"team=t{i}\"}}"
+        )?;
+    }
+    writeln!(text, "  - {{role: all, subjects: [\"{LOAD_IDENTITY}\"]}}")?;
+    let mut file = tempfile::Builder::new()
+        .prefix("converge-load-policy-")
+        .suffix(".yaml")
+        .tempfile()?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    Ok(file)
+}
+
 /// Certificates for a `--tls` run, in a scratch directory.
 struct LoadPki {
     dir: tempfile::TempDir,
@@ -593,8 +654,8 @@ impl LoadPki {
         let ca = converge_integration::pki::TestCa::new("converge-load CA")?;
         std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
         ca.server()?.write(dir.path(), "server")?;
-        ca.client(Some("spiffe://converge.load/worker"))?
-            .write(dir.path(), "client")?;
+        ca.client(Some(LOAD_IDENTITY))?.write(dir.path(), "client")?;
+        ca.client(Some(TEAM_READER))?.write(dir.path(), "team")?;
         Ok(Self { dir })
     }
 
@@ -892,6 +953,69 @@ async fn measure_config_push(
     }))
 }
 
+/// The identity `--scoped-list` reads as: bound to team 1 of the policy
+/// `--authz-bindings` writes (scope `team=t1`).
+const TEAM_READER: &str = "spiffe://converge.load/team-1/reader";
+
+/// Times first pages of ListResources under a label-scoped grant (see
+/// `--scoped-list`); every scoped answer must be a full page of team 1.
+async fn measure_scoped_list(
+    client: &Client,
+    address: &str,
+    pki: &LoadPki,
+    samples: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let tls = converge_sdk::tls::ClientTls::load(
+        &converge_sdk::tls::ClientTlsFiles {
+            ca: pki.path("ca.pem"),
+            identity: Some((pki.path("team.crt"), pki.path("team.key"))),
+        },
+        converge_sdk::tls::DEFAULT_RELOAD_INTERVAL,
+    )?;
+    let reader = Client::connect_tls(address.to_owned(), tls).await?;
+    let mut shapes = serde_json::Map::new();
+    for (shape, caller, selector) in [
+        ("scoped", &reader, ""),
+        ("selected", client, "team=t1"),
+        ("unfiltered", client, ""),
+    ] {
+        let mut millis = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let started = Instant::now();
+            let page = caller
+                .resources()
+                .list_resources(converge_proto::v1::ListResourcesRequest {
+                    kind: Some("noop".into()),
+                    label_selector: selector.into(),
+                    page_size: 100,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            millis.push(started.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(
+                page.resources.len() == 100,
+                "{shape}: a page of {}",
+                page.resources.len()
+            );
+            if shape != "unfiltered" {
+                anyhow::ensure!(
+                    page.resources
+                        .iter()
+                        .all(|r| r.labels.get("team").map(String::as_str) == Some("t1")),
+                    "{shape}: a resource outside team 1"
+                );
+            }
+        }
+        millis.sort_by(f64::total_cmp);
+        let at = |q: f64| millis[((millis.len() - 1) as f64 * q).round() as usize];
+        let (p50, p99) = (at(0.5), at(0.99));
+        println!("ListResources first page of 100, {shape}: {samples} calls, p50 {p50:.2} ms, p99 {p99:.2} ms");
+        shapes.insert(shape.into(), json!({"calls": samples, "p50_ms": p50, "p99_ms": p99}));
+    }
+    Ok(serde_json::Value::Object(shapes))
+}
+
 /// Times GetFleetSummary (see `--summary`); every answer must count every
 /// loaded resource.
 async fn measure_summary(client: &Client, total: usize, samples: usize) -> anyhow::Result<serde_json::Value> {
@@ -1054,13 +1178,18 @@ async fn measure_explain(
     Ok(serde_json::Value::Object(shapes))
 }
 
-fn request(mode: Mode, i: usize, teams: usize, config_users: usize) -> ApplyResourceRequest {
+fn request(mode: Mode, i: usize, teams: usize, config_users: usize, labels: usize) -> ApplyResourceRequest {
     match mode {
         Mode::Flat => ApplyResourceRequest {
             kind: "noop".into(),
             kind_version: 1,
             name: format!("load-{i}"),
             provider_config: (i < config_users).then(|| OVERRIDE.to_owned()),
+            labels: if labels > 0 {
+                BTreeMap::from([("team".to_owned(), format!("t{}", i % labels))])
+            } else {
+                BTreeMap::new()
+            },
             ..Default::default()
         },
         Mode::Bom => {

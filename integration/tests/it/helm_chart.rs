@@ -342,11 +342,29 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
     for var in [
         "TLS_CLIENT_CA_FILE",
         "ALLOWED_API_IDENTITIES",
+        "AUTHZ_POLICY_FILE",
         "METRICS_ADDR",
         "OTEL_EXPORTER_OTLP_ENDPOINT",
     ] {
         assert!(env_value(container, var).is_some(), "ha-tls: {var} unset");
     }
+    // The authorization policy: a ConfigMap the pods mount, and a policy
+    // converge itself accepts.
+    let maps = of_kind(&ha, "ConfigMap");
+    assert_eq!(maps.len(), 1, "ha-tls: one ConfigMap of the policy");
+    let policy = str_of(&maps[0]["data"]["policy.yaml"]);
+    converge_service::domain::authz::Policy::parse(policy)
+        .map_err(|e| anyhow::anyhow!("ha-tls: the chart's policy does not check: {e:?}"))?;
+    let volumes = control["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["configMap"]["name"] == maps[0]["metadata"]["name"]),
+        "ha-tls: the policy ConfigMap is not mounted"
+    );
     let read_url = env_of(container).iter().any(|(n, _)| n == "DATABASE_READ_URL");
     assert!(read_url, "ha-tls: DATABASE_READ_URL unset");
     let monitors = of_kind(&ha, "ServiceMonitor");
@@ -434,6 +452,10 @@ fn the_chart_lints_and_renders_what_converge_reads() -> anyhow::Result<()> {
         ),
         (&["shutdown.terminationGracePeriodSeconds=12"][..], "must be at least"),
         (&["database.iamAuth=true"][..], "needs database.awsRegion"),
+        (
+            &["authz.policy=roles: []", "authz.existingConfigMap=mine"][..],
+            "exclude each other",
+        ),
     ] {
         let err = render("minimal.yaml", sets)
             .err()

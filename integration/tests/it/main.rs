@@ -6,6 +6,7 @@
 //! still gets its own database); each module is one area of behaviour.
 
 mod admin;
+mod authz;
 mod bad_input;
 mod cli;
 mod cluster_members;

@@ -29,13 +29,13 @@ const WORKER: &str = "spiffe://converge.test/workers/noop";
 const WORKER_NEXT: &str = "spiffe://converge.test/workers/noop-rotated";
 
 /// A directory of PEM files and the CA that signed them.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
     ca: TestCa,
 }
 
 impl Pki {
-    fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         let pki = Self {
             dir: tempfile::tempdir()?,
             ca: TestCa::new("converge test CA")?,
@@ -45,18 +45,18 @@ impl Pki {
         Ok(pki)
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Writes a client certificate for `id` as `name.crt`/`name.key`.
-    fn client(&self, name: &str, id: Option<&str>) -> anyhow::Result<Leaf> {
+    pub(crate) fn client(&self, name: &str, id: Option<&str>) -> anyhow::Result<Leaf> {
         let leaf = self.ca.client(id)?;
         leaf.write(self.dir.path(), name)?;
         Ok(leaf)
     }
 
-    fn server_args(&self, mutual: bool) -> TlsArgs {
+    pub(crate) fn server_args(&self, mutual: bool) -> TlsArgs {
         TlsArgs {
             tls_cert_file: Some(self.path("server.crt")),
             tls_key_file: Some(self.path("server.key")),
@@ -68,7 +68,7 @@ impl Pki {
 
     /// The client configuration of `name`'s files (no client certificate
     /// when None), trusting `ca`.
-    fn client_tls(&self, ca: &Path, name: Option<&str>) -> anyhow::Result<ClientTls> {
+    pub(crate) fn client_tls(&self, ca: &Path, name: Option<&str>) -> anyhow::Result<ClientTls> {
         Ok(ClientTls::load(
             &ClientTlsFiles {
                 ca: ca.to_path_buf(),
@@ -88,7 +88,7 @@ async fn tls_server(pki: &Pki, mutual: bool, adjust: impl FnOnce(&mut TlsArgs)) 
     .await
 }
 
-fn https(server: &TestServer) -> String {
+pub(crate) fn https(server: &TestServer) -> String {
     server.address().replacen("http://", "https://", 1)
 }
 
@@ -390,7 +390,7 @@ async fn actors(client: &Client, kind: &str, name: &str) -> anyhow::Result<Vec<S
         .collect())
 }
 
-fn subscribe_to(kind: &str) -> WorkStreamRequest {
+pub(crate) fn subscribe_to(kind: &str) -> WorkStreamRequest {
     WorkStreamRequest {
         payload: Some(Up::Subscribe(Subscribe {
             kinds: vec![KindVersion {

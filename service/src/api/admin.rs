@@ -1,6 +1,9 @@
 //! The `converge.v1.AdminService` API: the fleet summary and operator
 //! actions on one resource or many.
 
+use super::authorize::{require_resource, scoped_selector};
+use crate::contract::authz::on_kind;
+use crate::domain::authz::{EVERY_KIND, Verb};
 use std::time::Duration;
 
 use converge_proto::v1 as pb;
@@ -60,6 +63,18 @@ impl AdminApi {
             pairs.retain(|p| p.kind == kind);
         }
         Ok(pairs)
+    }
+}
+
+/// The permission an admin action needs.
+fn verb_of(action: AdminAction) -> Verb {
+    match action {
+        AdminAction::Reconcile => Verb::Reconcile,
+        AdminAction::Quarantine | AdminAction::Unquarantine => Verb::Quarantine,
+        AdminAction::ClearFailure => Verb::ClearFailure,
+        AdminAction::ResetBackoff => Verb::ResetBackoff,
+        AdminAction::ReleaseLease => Verb::ReleaseLease,
+        AdminAction::ForceFinalize => Verb::ForceFinalize,
     }
 }
 
@@ -228,6 +243,7 @@ impl AdminService for AdminApi {
         &self,
         request: Request<GetFleetSummaryRequest>,
     ) -> Result<Response<GetFleetSummaryResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         if let Some(kind) = &req.kind {
             validate_kind_name("/kind", kind).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
@@ -237,9 +253,17 @@ impl AdminService for AdminApi {
             n if n < 0 => return Err(ApiError::from(Violation::new("/top_failures", "must not be negative")).into()),
             n => usize::try_from(n).unwrap_or(MAX_TOP_FAILURES).min(MAX_TOP_FAILURES),
         };
+        // A summary counts resources: the list verb, on the kind asked for
+        // or on every kind, within the caller's label scope.
+        let permission = on_kind(Verb::List, req.kind.as_deref().unwrap_or(EVERY_KIND));
         let filter = SummaryFilter {
             kind: req.kind.clone(),
-            selector: parse_selector(&req.label_selector)?,
+            selector: scoped_selector(
+                &self.state,
+                &principal,
+                permission,
+                parse_selector(&req.label_selector)?,
+            )?,
         };
         let pool = &self.state.pool;
         if !req.fresh && filter.is_everything() && top <= DEFAULT_TOP_FAILURES {
@@ -272,8 +296,17 @@ impl AdminService for AdminApi {
         request: Request<ActOnResourcesRequest>,
     ) -> Result<Response<ActOnResourcesResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
-        let checked = check_act_request(&req)?;
+        let mut checked = check_act_request(&req)?;
+        let permission = on_kind(verb_of(checked.action), &req.kind);
+        match &checked.name {
+            Some(name) => require_resource(&self.state, &principal, permission, name, None).await?,
+            None => {
+                let requested = std::mem::take(&mut checked.target.selector);
+                checked.target.selector = scoped_selector(&self.state, &principal, permission, requested)?;
+            }
+        }
         let call = WriteCall::new("ActOnResources", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;

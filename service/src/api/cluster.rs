@@ -1,5 +1,6 @@
 //! The `converge.v1.ClusterService` API: fleet membership and build identity.
 
+use crate::domain::authz::{Access, Object};
 use converge_proto::v1::cluster_service_server::ClusterService;
 use converge_proto::v1::{
     BrokerCounters, ClusterMember, ConnectedWorker, GetVersionRequest, GetVersionResponse, ListClusterMembersRequest,
@@ -33,6 +34,10 @@ impl ClusterService for ClusterApi {
         &self,
         request: Request<ListClusterMembersRequest>,
     ) -> Result<Response<ListClusterMembersResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
+        self.state
+            .authz
+            .require_object(&principal, Object::Cluster, Access::Read)?;
         let ready_only = request.into_inner().ready_only;
         let rows = store::list(&self.state.pool, self.state.liveness_secs())
             .await

@@ -1,5 +1,6 @@
 //! The `converge.v1.KindService` API: kind manifests and live kind configuration.
 
+use crate::domain::authz::{Access, Object};
 use std::sync::Arc;
 
 use converge_proto::v1 as pb;
@@ -573,7 +574,11 @@ impl KindService for KindApi {
         &self,
         request: Request<ApplyKindManifestRequest>,
     ) -> Result<Response<ApplyKindManifestResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Write)?;
         let call = WriteCall::new("ApplyKindManifest", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -598,7 +603,11 @@ impl KindService for KindApi {
         &self,
         request: Request<GetKindManifestRequest>,
     ) -> Result<Response<GetKindManifestResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Read)?;
         check_kind_key("", &req.kind, req.kind_version)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let stored = kinds::get_manifest(&mut conn, &req.kind, req.kind_version)
@@ -614,7 +623,11 @@ impl KindService for KindApi {
         &self,
         request: Request<ListKindManifestsRequest>,
     ) -> Result<Response<ListKindManifestsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Read)?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let filters = filter_hash(&[req.kind.as_deref().unwrap_or("")]);
         let after = match decode_token(&req.page_token, filters)? {
@@ -650,7 +663,11 @@ impl KindService for KindApi {
         &self,
         request: Request<DeleteKindManifestRequest>,
     ) -> Result<Response<DeleteKindManifestResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Write)?;
         check_kind_key("", &req.kind, req.kind_version)?;
         let call = WriteCall::new("DeleteKindManifest", &req.request_id, false, &req, |r| {
             r.request_id.clear()
@@ -669,7 +686,11 @@ impl KindService for KindApi {
         &self,
         request: Request<GetKindConfigRequest>,
     ) -> Result<Response<GetKindConfigResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Read)?;
         check_kind_key("", &req.kind, req.kind_version)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let config = kinds::get_config(&mut conn, &req.kind, req.kind_version, false)
@@ -685,7 +706,11 @@ impl KindService for KindApi {
         &self,
         request: Request<UpdateKindConfigRequest>,
     ) -> Result<Response<UpdateKindConfigResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::Kinds, Access::Write)?;
         let call = WriteCall::new("UpdateKindConfig", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod authorize;
 pub mod availability;
 pub mod cluster;
 pub mod gate;
@@ -66,6 +67,8 @@ pub struct ApiState {
     /// Whether the health probe counts the database as reachable; while it
     /// does not, calls are refused at once ([`availability`]).
     pub database: DatabaseStatus,
+    /// The authorization policy in force (off unless configured).
+    pub authz: crate::contract::authz::Authorizer,
 }
 
 impl ApiState {
@@ -91,7 +94,14 @@ impl ApiState {
             watch,
             broker,
             database: DatabaseStatus::reachable(),
+            authz: crate::contract::authz::Authorizer::off(),
         }
+    }
+
+    /// The same state deciding calls by `authz`.
+    pub fn with_authz(mut self, authz: crate::contract::authz::Authorizer) -> Self {
+        self.authz = authz;
+        self
     }
 
     pub(crate) fn liveness_secs(&self) -> i32 {

@@ -1,5 +1,8 @@
 //! The `converge.v1.OperationService` API: verbs invoked on resources.
 
+use super::authorize::require_resource;
+use crate::contract::authz::on_kind;
+use crate::domain::authz::Verb;
 use converge_proto::google::rpc;
 use converge_proto::v1 as pb;
 use converge_proto::v1::operation_service_server::OperationService;
@@ -222,7 +225,14 @@ impl OperationService for OperationApi {
         request: Request<InvokeOperationRequest>,
     ) -> Result<Response<InvokeOperationResponse>, Status> {
         let requested_by = caller::identity(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        let action = crate::domain::authz::ResourceAction {
+            operation: Some(&req.verb),
+            ..on_kind(Verb::Invoke, &req.kind)
+        };
+        require_resource(&self.state, &principal, action, &req.name, None).await?;
         let call = WriteCall::new("InvokeOperation", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -241,12 +251,28 @@ impl OperationService for OperationApi {
         &self,
         request: Request<GetOperationRequest>,
     ) -> Result<Response<GetOperationResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let id = parse_uid(&req.uid)?;
         let operation = operations::get(&self.state.pool, id)
             .await
             .map_err(ApiError::from)?
             .ok_or_else(|| not_found(&req.uid))?;
+        // Seen by those who may see its resource; to others it does not exist.
+        if self.state.authz.is_on() {
+            require_resource(
+                &self.state,
+                &principal,
+                on_kind(Verb::Get, &operation.kind),
+                &operation.name,
+                None,
+            )
+            .await
+            .map_err(|e| match e {
+                ApiError::Refused { .. } | ApiError::NotAuthorized { .. } => not_found(&req.uid),
+                other => other,
+            })?;
+        }
         Ok(Response::new(GetOperationResponse {
             operation: Some(operation_to_proto(operation)),
         }))
@@ -256,8 +282,10 @@ impl OperationService for OperationApi {
         &self,
         request: Request<ListOperationsRequest>,
     ) -> Result<Response<ListOperationsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, &req.kind), &req.name, None).await?;
         if let Some(verb) = &req.verb {
             validate_verb("/verb", verb).map_err(|v| ApiError::violations(Reason::InvalidField, vec![v]))?;
         }

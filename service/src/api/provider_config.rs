@@ -2,6 +2,7 @@
 //! configs, the default of a (kind, kind_version) and overrides attached to
 //! resources.
 
+use crate::domain::authz::{Access, Object};
 use converge_proto::v1 as pb;
 use converge_proto::v1::provider_config_service_server::ProviderConfigService;
 use converge_proto::v1::{
@@ -286,7 +287,11 @@ impl ProviderConfigService for ProviderConfigApi {
         request: Request<ApplyProviderConfigRequest>,
     ) -> Result<Response<ApplyProviderConfigResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ProviderConfigs, Access::Write)?;
         let call = WriteCall::new("ApplyProviderConfig", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -304,7 +309,11 @@ impl ProviderConfigService for ProviderConfigApi {
         &self,
         request: Request<GetProviderConfigRequest>,
     ) -> Result<Response<GetProviderConfigResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ProviderConfigs, Access::Read)?;
         check_name("/name", &req.name)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let config = provider_configs::get(&mut conn, &req.name)
@@ -320,7 +329,11 @@ impl ProviderConfigService for ProviderConfigApi {
         &self,
         request: Request<ListProviderConfigsRequest>,
     ) -> Result<Response<ListProviderConfigsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ProviderConfigs, Access::Read)?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let filter = filter_of(&req)?;
         let owner_key = filter
@@ -376,7 +389,11 @@ impl ProviderConfigService for ProviderConfigApi {
         &self,
         request: Request<DeleteProviderConfigRequest>,
     ) -> Result<Response<DeleteProviderConfigResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ProviderConfigs, Access::Write)?;
         check_name("/name", &req.name)?;
         let call = WriteCall::new("DeleteProviderConfig", &req.request_id, false, &req, |r| {
             r.request_id.clear()

@@ -1,6 +1,7 @@
 //! The `converge.v1.ReactorBindingService` API: which lifecycle transitions
 //! of which kind run which reactor kind.
 
+use crate::domain::authz::{Access, Object};
 use converge_proto::v1 as pb;
 use converge_proto::v1::reactor_binding_service_server::ReactorBindingService;
 use converge_proto::v1::{
@@ -438,7 +439,11 @@ impl ReactorBindingService for ReactorBindingApi {
         &self,
         request: Request<ApplyReactorBindingRequest>,
     ) -> Result<Response<ApplyReactorBindingResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ReactorBindings, Access::Write)?;
         let call = WriteCall::new("ApplyReactorBinding", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -456,7 +461,11 @@ impl ReactorBindingService for ReactorBindingApi {
         &self,
         request: Request<GetReactorBindingRequest>,
     ) -> Result<Response<GetReactorBindingResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ReactorBindings, Access::Read)?;
         check_name(&req.name)?;
         let mut conn = self.state.pool.acquire().await.map_err(ApiError::from)?;
         let binding = reactors::get(&mut conn, &req.name)
@@ -473,7 +482,11 @@ impl ReactorBindingService for ReactorBindingApi {
         &self,
         request: Request<ListReactorBindingsRequest>,
     ) -> Result<Response<ListReactorBindingsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ReactorBindings, Access::Read)?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         for (field, kind) in [("/watch_kind", &req.watch_kind), ("/reactor", &req.reactor)] {
             if let Some(kind) = kind
@@ -527,7 +540,11 @@ impl ReactorBindingService for ReactorBindingApi {
         &self,
         request: Request<DeleteReactorBindingRequest>,
     ) -> Result<Response<DeleteReactorBindingResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ReactorBindings, Access::Write)?;
         check_name(&req.name)?;
         let call = WriteCall::new("DeleteReactorBinding", &req.request_id, false, &req, |r| {
             r.request_id.clear()
@@ -545,7 +562,11 @@ impl ReactorBindingService for ReactorBindingApi {
         &self,
         request: Request<ListReactorDeliveriesRequest>,
     ) -> Result<Response<ListReactorDeliveriesResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        self.state
+            .authz
+            .require_object(&principal, Object::ReactorBindings, Access::Read)?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         if let Some(binding) = &req.binding {
             validate_resource_name("/binding", binding)
@@ -608,8 +629,24 @@ impl ReactorBindingService for ReactorBindingApi {
         request: Request<RedriveReactorDeliveriesRequest>,
     ) -> Result<Response<RedriveReactorDeliveriesResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let (target, reason, limit) = redrive_input(&req)?;
+        // By resources: the redrive verb on their kind, within the caller's
+        // label scope. By id or binding: a change to reactor bindings.
+        let target = match target {
+            RedriveTarget::Resources { kind, selector } => {
+                let action = crate::contract::authz::on_kind(crate::domain::authz::Verb::Redrive, &kind);
+                let selector = super::authorize::scoped_selector(&self.state, &principal, action, selector)?;
+                RedriveTarget::Resources { kind, selector }
+            }
+            other => {
+                self.state
+                    .authz
+                    .require_object(&principal, Object::ReactorBindings, Access::Write)?;
+                other
+            }
+        };
         let filters = redrive_filters(&target);
         let after = delivery_position(decode_token(&req.page_token, filters)?)?;
         let call = WriteCall::new(

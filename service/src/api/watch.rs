@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::ApiState;
 use crate::contract::ResponseStream;
+use crate::contract::authz::Principal;
 use crate::contract::convert::{event_to_proto, resource_to_proto};
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::labels::LabelSelector;
@@ -100,6 +101,7 @@ fn hub(state: &ApiState) -> Result<Arc<WatchHub>, ApiError> {
 /// Opens a resource watch.
 pub async fn watch_resources(
     state: &ApiState,
+    principal: &Principal,
     req: WatchResourcesRequest,
 ) -> Result<ResponseStream<WatchResourcesResponse>, ApiError> {
     let hub = hub(state)?;
@@ -110,6 +112,17 @@ pub async fn watch_resources(
             vec![Violation::new("/label_selector", e.to_string())],
         )
     })?;
+    let selector = super::authorize::scoped_selector(
+        state,
+        principal,
+        crate::domain::authz::ResourceAction {
+            verb: crate::domain::authz::Verb::Watch,
+            kind: req.kind.as_deref().unwrap_or(crate::domain::authz::EVERY_KIND),
+            kind_version: req.kind_version,
+            operation: None,
+        },
+        selector,
+    )?;
     let from = parse_position("/resource_version", &req.resource_version)?;
     let snapshot = req.send_initial_events.unwrap_or(from.is_none());
     if snapshot && from.is_some() {
@@ -289,9 +302,19 @@ async fn send_snapshot(
 /// Opens an event watch on one resource.
 pub async fn watch_resource_events(
     state: &ApiState,
+    principal: &Principal,
     req: WatchResourceEventsRequest,
 ) -> Result<ResponseStream<WatchResourceEventsResponse>, ApiError> {
     let hub = hub(state)?;
+    super::resource::check_key(&req.kind, &req.name)?;
+    super::authorize::require_resource(
+        state,
+        principal,
+        crate::contract::authz::on_kind(crate::domain::authz::Verb::Watch, &req.kind),
+        &req.name,
+        None,
+    )
+    .await?;
     let id = resources::id_of(&state.pool, &req.kind, &req.name)
         .await?
         .ok_or_else(|| {

@@ -35,11 +35,13 @@ use uuid::Uuid;
 use crate::catalog::KindCatalog;
 use crate::cluster::LoadSource;
 use crate::contract::ResponseStream;
+use crate::contract::authz::{Authorizer, on_version};
 use crate::contract::caller;
 use crate::contract::status::ApiError;
 use crate::db::notify::{Channel, Notifications, Subscription};
+use crate::domain::authz::Verb;
 use crate::domain::shard::{MemberLoad, ShardRange};
-use crate::domain::violation::Violation;
+use crate::domain::violation::{Violation, clip};
 use registry::{BrokerLoad, SessionInfo, SessionRegistry};
 use session::Session;
 
@@ -89,6 +91,8 @@ impl LoadSource for BrokerStats {
 /// The broker of this process.
 #[derive(Debug)]
 pub struct Broker {
+    /// Which kinds each worker identity may serve.
+    authz: Authorizer,
     pool: PgPool,
     /// This process's notification feed, for local wake-ups.
     notifications: Notifications,
@@ -168,9 +172,11 @@ impl Broker {
         member_id: String,
         catalog: Arc<KindCatalog>,
         shards: watch::Receiver<Option<ShardRange>>,
+        authz: Authorizer,
         closing: watch::Receiver<bool>,
     ) -> Arc<Self> {
         let broker = Arc::new(Self {
+            authz,
             pool,
             notifications: notifications.clone(),
             member_id,
@@ -279,6 +285,7 @@ impl WorkerService for WorkerApi {
         // Without a SPIFFE ID the peer address still tells workers apart
         // (and is what `ListClusterMembers` lists); "anonymous" would not.
         let identity = caller::transport_identity(&request);
+        let principal = self.broker.authz.principal(&request);
         let actor = format!("worker:{identity}");
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
@@ -290,6 +297,14 @@ impl WorkerService for WorkerApi {
         };
         if subscribe.kinds.is_empty() {
             return Err(ApiError::from(Violation::new("/subscribe/kinds", "must name at least one kind")).into());
+        }
+        for pair in &subscribe.kinds {
+            let version = pair.kind_version.max(1);
+            self.broker.authz.require_all(
+                &principal,
+                on_version(Verb::Serve, &pair.kind, version),
+                &format!("{}@{version}", clip(pair.kind.clone(), 63)),
+            )?;
         }
         let max = usize::try_from(subscribe.max_inflight.max(1))
             .unwrap_or(1)
@@ -306,7 +321,7 @@ impl WorkerService for WorkerApi {
             kinds: kinds.iter().cloned().collect(),
             max_inflight: max,
         });
-        let session = Session::new(self.broker.clone(), kinds, max, actor, out, listed);
+        let session = Session::new(self.broker.clone(), kinds, max, actor, out, listed, principal);
         let resumed: Vec<(Uuid, i64)> = subscribe
             .resumed
             .iter()

@@ -22,6 +22,7 @@ mod error;
 mod get;
 mod graph;
 mod output;
+mod policy;
 pub(crate) mod tree;
 mod verbs;
 mod watch;
@@ -137,6 +138,10 @@ pub enum ClientCommand {
     /// Print a resource's composition tree, as `converge dev` does.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
+    /// Check an authorization policy file offline; with --as, say whether
+    /// an identity may do something.
+    #[command(name = "check-policy", after_help = format!("{}\n\n{EXIT_CODES}", policy::EXAMPLES))]
+    CheckPolicy(policy::CheckPolicyArgs),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  source <(converge completion bash)\n  converge completion fish > ~/.config/fish/completions/converge.fish"
@@ -193,6 +198,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         clap_complete::generate(args.shell, &mut full_command(), "converge", &mut script);
         return finish(output::print_bytes(&script));
     }
+    if let ClientCommand::CheckPolicy(args) = &cli.command {
+        return finish(policy::run(args));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -225,7 +233,7 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
     }
     let client = cli.connection.connect().await?;
     match cli.command {
-        ClientCommand::Apply(_) | ClientCommand::Completion(_) => Ok(()),
+        ClientCommand::Apply(_) | ClientCommand::Completion(_) | ClientCommand::CheckPolicy(_) => Ok(()),
         ClientCommand::Get(args) => get::run(&client, &args).await,
         ClientCommand::Describe(args) => describe::run(&client, &args).await,
         ClientCommand::Watch(args) => watch::run(&client, &args).await,

@@ -179,6 +179,51 @@ pub struct ServeArgs {
     /// Traces and metrics.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+
+    /// Authorization policy.
+    #[command(flatten)]
+    pub authz: AuthzArgs,
+}
+
+/// Authorization options (ADR 47). Without a policy file every admitted
+/// caller may do everything, as before.
+#[derive(Debug, Clone, Args)]
+pub struct AuthzArgs {
+    /// Authorization policy (YAML or JSON: roles and bindings; see
+    /// docs/security.md). Set, every API call and worker subscription is
+    /// decided by it; re-read every `--authz-reload-interval-secs`. A file
+    /// that does not check stops the server at start, and is ignored
+    /// (logged, counted) on a reload.
+    #[arg(long, env = "AUTHZ_POLICY_FILE", global = true)]
+    pub authz_policy_file: Option<PathBuf>,
+
+    /// The identity the policy gives callers without a verified client
+    /// certificate (plaintext behind a mesh that terminates mTLS), a SPIFFE
+    /// ID. Unset, such callers are anonymous and no binding names them.
+    #[arg(long, env = "AUTHZ_PLAINTEXT_IDENTITY", global = true, value_parser = parse_spiffe_id)]
+    pub authz_plaintext_identity: Option<String>,
+
+    /// How often, in seconds, the policy file is re-read.
+    #[arg(long, env = "AUTHZ_RELOAD_INTERVAL_SECS", default_value_t = 10, global = true,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub authz_reload_interval_secs: u64,
+}
+
+impl Default for AuthzArgs {
+    fn default() -> Self {
+        Self {
+            authz_policy_file: None,
+            authz_plaintext_identity: None,
+            authz_reload_interval_secs: 10,
+        }
+    }
+}
+
+fn parse_spiffe_id(value: &str) -> Result<String, String> {
+    match value.parse::<IdentityPattern>()? {
+        IdentityPattern::Exact(id) => Ok(id),
+        IdentityPattern::Below(_) => Err("a SPIFFE ID, not a pattern".into()),
+    }
 }
 
 /// The probe listener's default address (`HEALTH_ADDR`): loopback, like the
@@ -464,6 +509,7 @@ impl Default for ServeArgs {
             member_identity: None,
             tls: TlsArgs::default(),
             telemetry: TelemetryArgs::default(),
+            authz: AuthzArgs::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! services, the broker's worker endpoint and the watch hub all depend on
 //! this module, and it depends on none of them.
 
+pub mod authz;
 pub mod caller;
 pub mod convert;
 pub mod status;

@@ -144,6 +144,9 @@ reasons! {
     /// The caller's workload identity is not on the allowlist of the
     /// service it called.
     IdentityNotAllowed => "IDENTITY_NOT_ALLOWED",
+    /// The authorization policy grants the caller no permission for the
+    /// call (ErrorInfo metadata: `permission`, `target`).
+    NotAuthorized => "NOT_AUTHORIZED",
     /// The server is draining.
     ShuttingDown => "SHUTTING_DOWN",
     /// A fault no caller can cause.
@@ -195,7 +198,7 @@ impl Reason {
             }
             Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
             Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,
-            Reason::IdentityNotAllowed => Code::PermissionDenied,
+            Reason::IdentityNotAllowed | Reason::NotAuthorized => Code::PermissionDenied,
             Reason::Internal => Code::Internal,
         }
     }
@@ -224,6 +227,14 @@ pub enum ApiError {
     /// The server is shutting down; the caller should retry on another pod.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The authorization policy does not grant `permission` on `target`.
+    #[error("not authorized: {permission} on {target}")]
+    NotAuthorized {
+        /// The verb (`apply`, `serve`, `read`, …).
+        permission: String,
+        /// What it was asked on: `kind/name`, a kind, or an object.
+        target: String,
+    },
     /// A fault no caller can cause (a bug or a broken invariant).
     #[error("internal error")]
     Internal(String),
@@ -283,6 +294,7 @@ impl ApiError {
             ApiError::Refused { reason, .. } => *reason,
             ApiError::DatabaseUnavailable(_) | ApiError::DatabaseDown => Reason::DatabaseUnavailable,
             ApiError::ShuttingDown => Reason::ShuttingDown,
+            ApiError::NotAuthorized { .. } => Reason::NotAuthorized,
             ApiError::Internal(_) => Reason::Internal,
         }
     }
@@ -431,7 +443,14 @@ impl From<ApiError> for Status {
             tracing::error!(detail, "internal error answered to a caller");
         }
         let reason = error.reason();
-        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, HashMap::new());
+        let metadata = match &error {
+            ApiError::NotAuthorized { permission, target } => HashMap::from([
+                ("permission".to_owned(), permission.clone()),
+                ("target".to_owned(), target.clone()),
+            ]),
+            _ => HashMap::new(),
+        };
+        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
         if let Some(delay) = error.retry_after() {
             details.set_retry_info(Some(delay));
         }

@@ -1,6 +1,7 @@
 //! Domain types and rules, independent of the wire format and the database.
 
 pub mod admin;
+pub mod authz;
 pub mod compiled;
 pub mod composition;
 pub mod event;

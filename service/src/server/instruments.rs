@@ -203,3 +203,19 @@ pub fn queue(meter: &Meter, sample: SharedSample) {
         .with_callback(move |observer| observer.observe(queue_sampler::latest(&sample).drain_lag_secs, &[]))
         .build();
 }
+
+/// Registers the authorization counters: refusals, and policy reloads that
+/// failed (the previous policy stayed in force).
+pub fn authz(meter: &Meter, authz: crate::contract::authz::Authorizer) {
+    let reloads = authz.clone();
+    meter
+        .u64_observable_counter("converge.authz.refusals")
+        .with_description("Calls and worker subscriptions the authorization policy refused.")
+        .with_callback(move |observer| observer.observe(authz.refusals(), &[]))
+        .build();
+    meter
+        .u64_observable_counter("converge.authz.reload_failures")
+        .with_description("Re-reads of the authorization policy file that did not check; the previous policy stayed.")
+        .with_callback(move |observer| observer.observe(reloads.reload_failures(), &[]))
+        .build();
+}

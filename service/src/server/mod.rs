@@ -22,6 +22,7 @@ use crate::api::{self, ApiState};
 use crate::catalog::KindCatalog;
 use crate::cluster::{self, Membership, MembershipTiming};
 use crate::config::{CommonArgs, RetentionArgs, ServeArgs, default_data_dir};
+use crate::contract::authz::Authorizer;
 use crate::db::notify::Notifications;
 use crate::db::{Database, DatabaseError, DatabaseTarget, migrate};
 use crate::domain::shard::SHARD_COUNT;
@@ -138,6 +139,9 @@ pub enum ServeError {
     /// The TLS files could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] converge_tls::TlsError),
+    /// The authorization policy could not be loaded.
+    #[error(transparent)]
+    Authz(#[from] crate::contract::authz::PolicyFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -255,6 +259,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     let tls = tls
         .map(|settings| converge_tls::ServerTls::load(&settings.files, settings.reload_interval))
         .transpose()?;
+    let authz = match &config.serve.authz.authz_policy_file {
+        Some(file) => Authorizer::load(file, config.serve.authz.authz_plaintext_identity.clone())?,
+        None => Authorizer::off(),
+    };
     // The probes next, before the database: liveness answers while the
     // database is opened and migrated (readiness says 503 until serving),
     // and a taken port fails the boot at once.
@@ -269,7 +277,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         &config.database_auth,
     )
     .await?;
-    match prepare_and_spawn(&db, &config, tls, access, ready).await {
+    match prepare_and_spawn(&db, &config, tls, access, authz, ready).await {
         Ok((local_addr, membership, mut serve)) => {
             let member_id = membership.member_id().to_owned();
             let (stop, stop_rx) = oneshot::channel();
@@ -365,6 +373,7 @@ async fn prepare_and_spawn(
     config: &ServerConfig,
     tls: Option<converge_tls::ServerTls>,
     access: crate::config::AccessSettings,
+    authz: Authorizer,
     ready: tokio::sync::watch::Sender<bool>,
 ) -> Result<(Option<SocketAddr>, Membership, Serving), ServeError> {
     let pool = db.pool().clone();
@@ -475,6 +484,7 @@ async fn prepare_and_spawn(
             membership.member_id().to_owned(),
             catalog.clone(),
             membership.shards(),
+            authz.clone(),
             stop.subscribe(),
         );
         membership.report_load(broker.load_source());
@@ -510,6 +520,15 @@ async fn prepare_and_spawn(
             ));
         }
     }
+    if authz.is_on() {
+        tasks.push(authz.spawn_reloader(
+            Duration::from_secs(config.serve.authz.authz_reload_interval_secs),
+            stop.subscribe(),
+        ));
+        if let Some(meter) = crate::telemetry::metrics::meter() {
+            instruments::authz(meter, authz.clone());
+        }
+    }
     let mut background = Background { stop, tasks };
     let state = ApiState::new(
         pool.clone(),
@@ -520,7 +539,8 @@ async fn prepare_and_spawn(
         config.retention,
         watch,
         broker,
-    );
+    )
+    .with_authz(authz.clone());
     let database = state.database.clone();
     if let Some(meter) = crate::telemetry::metrics::meter() {
         instruments::database(meter, database.clone(), db.embedded().is_some());

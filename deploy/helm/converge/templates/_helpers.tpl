@@ -79,6 +79,9 @@ DATABASE_READ_URL
 {{- if and .Values.database.iamAuth (not .Values.database.awsRegion) -}}
 {{- fail "database.iamAuth needs database.awsRegion (the region of the database)" -}}
 {{- end -}}
+{{- if and .Values.authz.policy .Values.authz.existingConfigMap -}}
+{{- fail "authz.policy and authz.existingConfigMap exclude each other" -}}
+{{- end -}}
 {{- if and .Values.telemetry.serviceMonitor.enabled (not .Values.telemetry.metrics.enabled) -}}
 {{- fail "telemetry.serviceMonitor.enabled needs telemetry.metrics.enabled" -}}
 {{- end -}}

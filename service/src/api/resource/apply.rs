@@ -54,6 +54,17 @@ pub(super) struct ResourceWrite {
 }
 
 impl ResourceWrite {
+    /// Whether `principal` may make this write (ADR 47).
+    pub(super) async fn authorize(
+        &self,
+        state: &ApiState,
+        principal: &crate::contract::authz::Principal,
+    ) -> Result<(), ApiError> {
+        let action =
+            crate::contract::authz::on_version(crate::domain::authz::Verb::Apply, &self.kind, self.kind_version);
+        crate::api::authorize::require_resource(state, principal, action, &self.name, Some(&self.labels)).await
+    }
+
     /// Validates everything that needs no database: names, labels, spec size.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(

@@ -19,15 +19,18 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
+use super::authorize::{require_resource, scoped_selector};
 use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
+use crate::contract::authz::on_kind;
 use crate::contract::caller;
 use crate::contract::convert::{
     edge_to_proto, event_to_proto, explanation_to_proto, from_timestamp, graph_node_to_proto, json_to_struct,
     phases_from_proto, resource_to_proto, timestamp,
 };
 use crate::contract::status::{ApiError, Reason};
+use crate::domain::authz::{EVERY_KIND, Verb};
 use crate::domain::event::EventType;
 use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_resource_name};
@@ -275,11 +278,13 @@ impl ResourceService for ResourceApi {
         request: Request<ApplyResourceRequest>,
     ) -> Result<Response<ApplyResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let call = WriteCall::new("ApplyResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
         let input = ResourceWrite::apply(&req)?;
+        input.authorize(&self.state, &principal).await?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input, actor) = (state.clone(), input.clone(), actor.clone());
@@ -301,11 +306,15 @@ impl ResourceService for ResourceApi {
         request: Request<BatchApplyResourcesRequest>,
     ) -> Result<Response<BatchApplyResourcesResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let call = WriteCall::new("BatchApplyResources", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
         let inputs = batch_inputs(&req)?;
+        for input in &inputs {
+            input.authorize(&self.state, &principal).await?;
+        }
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, inputs, actor) = (state.clone(), inputs.clone(), actor.clone());
@@ -331,11 +340,13 @@ impl ResourceService for ResourceApi {
         request: Request<CreateResourceRequest>,
     ) -> Result<Response<CreateResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let call = WriteCall::new("CreateResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
         let input = ResourceWrite::create(&req)?;
+        input.authorize(&self.state, &principal).await?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let (state, input, actor) = (state.clone(), input.clone(), actor.clone());
@@ -355,8 +366,11 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<GetResourceRequest>,
     ) -> Result<Response<GetResourceResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let (kind, name) = (&req.kind, &req.name);
+        check_key(kind, name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, kind), name, None).await?;
         let resource = self
             .state
             .read_pool
@@ -376,8 +390,10 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ExplainResourceRequest>,
     ) -> Result<Response<ExplainResourceResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, &req.kind), &req.name, None).await?;
         // On the primary, not the replica: the answer is judged against the
         // clock (retry times, heartbeats), which replication lag would skew.
         let (resource, facts) =
@@ -397,6 +413,7 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         super::watch::check_kind_filter(req.kind.as_deref(), req.kind_version)?;
@@ -411,6 +428,17 @@ impl ResourceService for ResourceApi {
                 vec![Violation::new("/label_selector", e.to_string())],
             )
         })?;
+        let selector = scoped_selector(
+            &self.state,
+            &principal,
+            crate::domain::authz::ResourceAction {
+                verb: Verb::List,
+                kind: req.kind.as_deref().unwrap_or(EVERY_KIND),
+                kind_version: req.kind_version,
+                operation: None,
+            },
+            selector,
+        )?;
         let phases = phases_from_proto("/phases", &req.phases)?;
         let mut phase_names: Vec<&str> = phases.iter().map(|p| p.as_db()).collect();
         phase_names.sort_unstable();
@@ -484,7 +512,17 @@ impl ResourceService for ResourceApi {
         request: Request<DeleteResourceRequest>,
     ) -> Result<Response<DeleteResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Delete, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("DeleteResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
@@ -503,7 +541,8 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<WatchResourcesRequest>,
     ) -> Result<Response<Self::WatchResourcesStream>, Status> {
-        let stream = super::watch::watch_resources(&self.state, request.into_inner()).await?;
+        let principal = self.state.authz.principal(&request);
+        let stream = super::watch::watch_resources(&self.state, &principal, request.into_inner()).await?;
         Ok(Response::new(stream))
     }
 
@@ -511,7 +550,17 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ReconcileResourceRequest>,
     ) -> Result<Response<ReconcileResourceResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Reconcile, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("ReconcileResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -541,8 +590,17 @@ impl ResourceService for ResourceApi {
         request: Request<QuarantineResourceRequest>,
     ) -> Result<Response<QuarantineResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Quarantine, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("QuarantineResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -565,8 +623,17 @@ impl ResourceService for ResourceApi {
         request: Request<UnquarantineResourceRequest>,
     ) -> Result<Response<UnquarantineResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_quarantine_request(&req.kind, &req.name, &req.message)?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Quarantine, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         let call = WriteCall::new("UnquarantineResource", &req.request_id, false, &req, |r| {
             r.request_id.clear()
         })?;
@@ -589,7 +656,10 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ListResourceEventsRequest>,
     ) -> Result<Response<ListResourceEventsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
+        check_key(&req.kind, &req.name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, &req.kind), &req.name, None).await?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let type_ = match converge_proto::v1::EventType::try_from(req.r#type) {
             Ok(converge_proto::v1::EventType::Unspecified) => None,
@@ -647,7 +717,8 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<WatchResourceEventsRequest>,
     ) -> Result<Response<Self::WatchResourceEventsStream>, Status> {
-        let stream = super::watch::watch_resource_events(&self.state, request.into_inner()).await?;
+        let principal = self.state.authz.principal(&request);
+        let stream = super::watch::watch_resource_events(&self.state, &principal, request.into_inner()).await?;
         Ok(Response::new(stream))
     }
 
@@ -655,8 +726,10 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<GetResourceGraphRequest>,
     ) -> Result<Response<GetResourceGraphResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, &req.kind), &req.name, None).await?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let filters = filter_hash(&[&req.kind, &req.name]);
         let after = decode_token(&req.page_token, filters)?
@@ -694,8 +767,10 @@ impl ResourceService for ResourceApi {
         &self,
         request: Request<ListSpecRevisionsRequest>,
     ) -> Result<Response<ListSpecRevisionsResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
+        require_resource(&self.state, &principal, on_kind(Verb::Get, &req.kind), &req.name, None).await?;
         let limit = page_size(req.page_size).map_err(ApiError::from)?;
         let filters = filter_hash(&[&req.kind, &req.name]);
         let before = match decode_token(&req.page_token, filters)? {
@@ -731,8 +806,17 @@ impl ResourceService for ResourceApi {
         request: Request<RollbackResourceRequest>,
     ) -> Result<Response<RollbackResourceResponse>, Status> {
         let actor = caller::api_actor(&request);
+        let principal = self.state.authz.principal(&request);
         let req = request.into_inner();
         check_key(&req.kind, &req.name)?;
+        require_resource(
+            &self.state,
+            &principal,
+            on_kind(Verb::Apply, &req.kind),
+            &req.name,
+            None,
+        )
+        .await?;
         if req.target_generation < 1 {
             return Err(ApiError::from(Violation::new("/target_generation", "must be >= 1")).into());
         }

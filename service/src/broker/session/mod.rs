@@ -16,16 +16,18 @@ use std::time::Duration;
 use converge_proto::worker_v1 as wpb;
 use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use futures::FutureExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 use uuid::Uuid;
 
 use super::Broker;
 use super::registry::Listed;
+use crate::contract::authz::{OwnedScope, Principal, on_version};
 use crate::contract::status::{ApiError, Reason, is_undecodable, undecodable};
 use crate::db::notify::Channel;
+use crate::domain::authz::Verb;
 use crate::domain::composition::StagePlan;
-use crate::domain::violation::Violation;
+use crate::domain::violation::{Violation, clip};
 use crate::store::leases::{self, Leased};
 use crate::store::operations as operation_store;
 use crate::store::provider_configs;
@@ -59,6 +61,14 @@ const MAX_BATCH: usize = 512;
 const MAX_ROLLUP_DESCENDANTS: i64 = 10_000;
 /// Most children handed to a composer as observed.
 const MAX_OBSERVED_CHILDREN: i64 = 10_000;
+
+/// Resolves when the policy changes; never without a policy.
+async fn policy_changed(policy: &mut Option<watch::Receiver<u64>>) -> Option<()> {
+    match policy {
+        Some(rx) => rx.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
 
 /// Why handling a worker message failed.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +127,9 @@ pub(super) struct Session {
     /// This stream's entry in the broker's listing of connected workers
     /// (unlisted when the session ends).
     listed: Listed,
+    /// Who the worker is for the authorization policy: a policy change
+    /// takes away the kinds it no longer grants.
+    principal: Principal,
 }
 
 impl Session {
@@ -127,6 +140,7 @@ impl Session {
         actor: String,
         out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
         listed: Listed,
+        principal: Principal,
     ) -> Self {
         Self {
             broker,
@@ -141,7 +155,43 @@ impl Session {
             actor,
             out,
             listed,
+            principal,
         }
+    }
+
+    /// Drops the kinds the policy no longer lets this worker serve (what it
+    /// holds of them finishes: those were given under the grant). False
+    /// when nothing is left, after telling the worker why.
+    async fn apply_policy(&mut self) -> bool {
+        let authz = &self.broker.authz;
+        let principal = &self.principal;
+        let revoked: Vec<(String, i32)> = self
+            .kinds
+            .iter()
+            .filter(|(kind, version)| {
+                authz.scope(principal, on_version(Verb::Serve, kind, *version)) != OwnedScope::All
+            })
+            .cloned()
+            .collect();
+        if revoked.is_empty() {
+            return true;
+        }
+        for pair in &revoked {
+            self.kinds.remove(pair);
+            self.ready.remove(pair);
+        }
+        let described = revoked
+            .iter()
+            .map(|(kind, version)| format!("{kind}@{version}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::warn!(target: "converge::audit", actor = %self.actor, kinds = %described, "serve grant revoked; the stream no longer receives these kinds");
+        if self.kinds.is_empty() {
+            let refusal = authz.refuse(principal, Verb::Serve.as_str(), &clip(described, 320));
+            let _ = self.out.send(Err(refusal.into())).await;
+            return false;
+        }
+        true
     }
 
     pub(super) async fn run(mut self, mut inbound: Streaming<wpb::WorkStreamRequest>, resumed: Vec<(Uuid, i64)>) {
@@ -153,6 +203,7 @@ impl Session {
         let mut wake = self.broker.wake.subscribe();
         let mut config_updates = self.broker.configs.subscribe();
         let mut closing = self.broker.closing.clone();
+        let mut policy = self.broker.authz.changes();
         let mut busy_until = tokio::time::Instant::now() + LINGER;
         'session: loop {
             if *closing.borrow_and_update() {
@@ -221,6 +272,9 @@ impl Session {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 },
                 _ = tokio::time::sleep(pause) => {}
+                Some(()) = policy_changed(&mut policy) => if !self.apply_policy().await {
+                    break;
+                },
                 // The sender goes only with the process's background tasks.
                 changed = closing.changed() => if changed.is_err() {
                     break;
