@@ -14,8 +14,8 @@ use converge_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use super::ApiState;
+use super::keys::{check_key, resource_not_found};
 use super::pages::{decode_token, invalid_token};
-use super::resource::{check_key, resource_not_found};
 use super::write::{self, WriteCall};
 use crate::contract::caller;
 use crate::contract::convert::{phase_to_proto, phases_from_proto, timestamp};

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::ApiState;
-use super::resource::resource_not_found;
+use super::keys::resource_not_found;
 use crate::contract::authz::{OwnedScope, Principal, on_kind};
 use crate::contract::status::ApiError;
 use crate::domain::authz::{ResourceAction, Verb};

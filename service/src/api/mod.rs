@@ -7,6 +7,7 @@ pub mod authorize;
 pub mod availability;
 pub mod cluster;
 pub mod gate;
+pub mod keys;
 pub mod kind;
 pub mod limits;
 pub mod operation;

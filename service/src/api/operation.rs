@@ -17,8 +17,8 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
+use super::keys::{check_key, resource_not_found};
 use super::pages::{decode_token, finish_page, invalid_token};
-use super::resource::{check_key, resource_not_found};
 use super::write::{self, WriteCall};
 use crate::contract::caller;
 use crate::contract::convert::{json_to_struct, optional_struct_to_json, timestamp};

@@ -306,7 +306,7 @@ pub async fn watch_resource_events(
     req: WatchResourceEventsRequest,
 ) -> Result<ResponseStream<WatchResourceEventsResponse>, ApiError> {
     let hub = hub(state)?;
-    super::resource::check_key(&req.kind, &req.name)?;
+    super::keys::check_key(&req.kind, &req.name)?;
     super::authorize::require_resource(
         state,
         principal,

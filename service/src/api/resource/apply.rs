@@ -11,8 +11,9 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{check_etag, resource_not_found};
+use super::check_etag;
 use crate::api::ApiState;
+use crate::api::keys::resource_not_found;
 use crate::contract::convert::struct_to_json;
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::compiled::Refusal;

@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::ApiState;
 use super::authorize::{require_resource, scoped_selector};
+use super::keys::{check_key, resource_not_found};
 use super::pages::{decode_token, finish_page, invalid_token, time_and_id, time_and_id_position};
 use super::write::{self, WriteCall};
 use crate::contract::ResponseStream;
@@ -132,10 +133,6 @@ fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-pub(crate) fn resource_not_found(kind: &str, name: &str) -> ApiError {
-    ApiError::refused(Reason::ResourceNotFound, format!("{kind}/{name} does not exist"))
-}
-
 /// The manifest version of a resource's kind version, read in the write's transaction.
 async fn manifest_version_in(conn: &mut PgConnection, resource: &Resource) -> Result<i64, ApiError> {
     Ok(kinds::kind_state(conn, &resource.kind, resource.kind_version)
@@ -222,18 +219,6 @@ async fn quarantine_in(
         .ok_or_else(|| resource_not_found(kind, name))?;
     let version = manifest_version_in(conn, &resource).await?;
     Ok(resource_to_proto(resource, version))
-}
-
-/// Checks the kind and name a call addresses a resource by.
-pub(crate) fn check_key(kind: &str, name: &str) -> Result<(), ApiError> {
-    let mut violations = Vec::new();
-    violations.extend(validate_kind_name("/kind", kind).err());
-    violations.extend(validate_resource_name("/name", name).err());
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::violations(Reason::InvalidName, violations))
-    }
 }
 
 /// Checks the names and the note of a quarantine call.
