@@ -210,6 +210,15 @@ impl Session {
                 break;
             }
             self.count_in_flight();
+            // A policy change published before this claim applies to it.
+            if let Some(changes) = &mut policy
+                && changes.has_changed().unwrap_or(false)
+            {
+                changes.borrow_and_update();
+                if !self.apply_policy().await {
+                    break;
+                }
+            }
             match self.dispatch().await {
                 Ok(0) => {}
                 Ok(_) => busy_until = tokio::time::Instant::now() + LINGER,
