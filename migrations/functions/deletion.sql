@@ -383,7 +383,7 @@ BEGIN
     SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
         outcome_pending = false, claim_epoch = claim_epoch + 1,
         not_before = CASE WHEN p_terminal THEN 'infinity'::timestamptz
-                          ELSE now() + retry_delay(greatest(w.attempts, 1)) END
+                          ELSE now() + kind_retry_delay(w.kind, w.kind_version, greatest(w.attempts, 1)) END
     WHERE id = p_work_id AND shard_id = p_shard;
     PERFORM record_resource_event(
         w.resource_id, 'deletion', 'Warning', v_reason,

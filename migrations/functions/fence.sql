@@ -133,6 +133,9 @@ DECLARE
     cap integer;
     terminal boolean;
     v_parked boolean;
+    v_base_ms integer;
+    v_cap_ms integer;
+    v_jitter text;
 BEGIN
     SELECT * INTO w FROM work_queue WHERE id = p_work_id AND shard_id = p_shard;
     IF NOT FOUND OR w.generation <> p_generation THEN
@@ -141,7 +144,9 @@ BEGIN
     IF w.task_type = 'delete' THEN
         RETURN record_delete_failure(p_work_id, p_shard, p_message, p_reason, p_terminal);
     END IF;
-    SELECT max_transient_attempts INTO cap FROM kind_config WHERE kind = w.kind AND kind_version = w.kind_version;
+    SELECT c.max_transient_attempts, c.retry_base_ms, c.retry_cap_ms, c.retry_jitter
+    INTO cap, v_base_ms, v_cap_ms, v_jitter
+    FROM kind_config c WHERE c.kind = w.kind AND c.kind_version = w.kind_version;
     UPDATE resources r
     SET failure_attempts = r.failure_attempts + 1
     WHERE r.id = w.resource_id AND r.generation = w.generation
@@ -157,7 +162,7 @@ BEGIN
         UPDATE work_queue
         SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
             outcome_pending = false, claim_epoch = claim_epoch + 1,
-            not_before = now() + retry_delay(COALESCE(failures, 1))
+            not_before = now() + retry_delay_for(COALESCE(failures, 1), v_base_ms, v_cap_ms, v_jitter)
         WHERE id = p_work_id AND shard_id = p_shard;
     END IF;
     PERFORM record_resource_event(

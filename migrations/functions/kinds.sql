@@ -52,11 +52,12 @@ DECLARE
 BEGIN
     INSERT INTO kind_config AS c (kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs,
                                   resync_recomposes, orphan_grace_secs, max_transient_attempts,
-                                  unserved_condition_after_secs, finalizer_name, manifest_version, composes,
-                                  rolls_up)
+                                  unserved_condition_after_secs, retry_base_ms, retry_cap_ms, retry_jitter,
+                                  finalizer_name, manifest_version, composes, rolls_up)
     VALUES (NEW.kind, NEW.kind_version, NEW.max_inflight, NEW.task_deadline_secs, NEW.resync_interval_secs,
             NEW.resync_recomposes, NEW.orphan_grace_secs, NEW.max_transient_attempts,
-            NEW.unserved_condition_after_secs, NEW.finalizer_name, NEW.manifest_version, v_composes, v_rolls_up)
+            NEW.unserved_condition_after_secs, NEW.retry_base_ms, NEW.retry_cap_ms, NEW.retry_jitter,
+            NEW.finalizer_name, NEW.manifest_version, v_composes, v_rolls_up)
     ON CONFLICT (kind, kind_version) DO UPDATE
         SET finalizer_name = EXCLUDED.finalizer_name,
             manifest_version = EXCLUDED.manifest_version,

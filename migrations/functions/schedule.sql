@@ -7,6 +7,36 @@ CREATE OR REPLACE FUNCTION retry_delay(p_attempts integer)
  IMMUTABLE
 AS $function$ SELECT make_interval(secs => least(60, power(2, greatest(p_attempts - 1, 0)))::double precision) $function$;
 
+-- The same under a kind's retry policy (kind_config): the base (ms; 0 =
+-- 1000) doubling per failure up to the cap (ms; 0 = 60000), then the
+-- jitter: 'none' the delay d itself, 'full' uniform in [0, d], 'equal'
+-- d/2 plus uniform in [0, d/2]. With the defaults it is retry_delay.
+CREATE OR REPLACE FUNCTION retry_delay_for(p_attempts integer, p_base_ms integer, p_cap_ms integer, p_jitter text)
+ RETURNS interval
+ LANGUAGE sql
+ VOLATILE
+AS $function$
+    SELECT make_interval(secs => CASE p_jitter
+                                     WHEN 'full' THEN d * random()
+                                     WHEN 'equal' THEN d / 2 + d / 2 * random()
+                                     ELSE d END / 1000.0)
+    FROM (SELECT least(COALESCE(NULLIF(p_cap_ms, 0), 60000)::double precision,
+                       COALESCE(NULLIF(p_base_ms, 0), 1000)::double precision
+                       * power(2, least(greatest(p_attempts - 1, 0), 40))) AS d) AS delay
+$function$;
+
+-- The retry delay of a kind version's task after its n-th failure.
+CREATE OR REPLACE FUNCTION kind_retry_delay(p_kind text, p_kind_version integer, p_attempts integer)
+ RETURNS interval
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT COALESCE(
+        (SELECT retry_delay_for(p_attempts, c.retry_base_ms, c.retry_cap_ms, c.retry_jitter)
+         FROM kind_config c WHERE c.kind = p_kind AND c.kind_version = p_kind_version),
+        retry_delay(p_attempts))
+$function$;
+
 -- The one writer of new work_queue rows. p_tasks are the resources to queue,
 -- with the columns the caller read when it chose them; p_task_type is
 -- 'reconcile' or 'delete'; p_cause the task's cause (NULL for the stage's own

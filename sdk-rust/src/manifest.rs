@@ -112,6 +112,12 @@ struct PolicyJson {
     max_transient_attempts: i32,
     #[serde(default, alias = "unserved_condition_after_secs")]
     unserved_condition_after_secs: i32,
+    #[serde(default, alias = "retry_base_ms")]
+    retry_base_ms: i32,
+    #[serde(default, alias = "retry_cap_ms")]
+    retry_cap_ms: i32,
+    #[serde(default, alias = "retry_jitter")]
+    retry_jitter: Option<String>,
 }
 
 /// Parses the manifest file `file` (its name, for messages) with content
@@ -173,6 +179,17 @@ fn manifest(file: &str, m: ManifestJson) -> Result<pb::KindManifest, ManifestErr
             orphan_grace_secs: policy.orphan_grace_secs,
             max_transient_attempts: policy.max_transient_attempts,
             unserved_condition_after_secs: policy.unserved_condition_after_secs,
+            retry_base_ms: policy.retry_base_ms,
+            retry_cap_ms: policy.retry_cap_ms,
+            retry_jitter: match policy.retry_jitter.as_deref() {
+                None => pb::RetryJitter::Unspecified as i32,
+                Some(name) => pb::RetryJitter::from_str_name(name).ok_or_else(|| ManifestError::UnknownEnum {
+                    file: file.to_owned(),
+                    what: "retry jitter",
+                    value: name.chars().take(64).collect(),
+                    example: "RETRY_JITTER_FULL",
+                })? as i32,
+            },
         }),
         ..Default::default()
     })

@@ -35,6 +35,7 @@ mod quarantine;
 mod reactors;
 mod resources;
 mod resync;
+mod retry_policy;
 mod revisions;
 mod telemetry;
 mod tls;

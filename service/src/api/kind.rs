@@ -21,7 +21,9 @@ use super::write::{self, WriteCall};
 use crate::contract::convert::{json_to_struct, optional_struct_to_json, timestamp};
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::compiled::{CompiledKind, compile_manifest};
-use crate::domain::manifest::{Emit, KindManifest, KindPolicy, Reaction, Trigger, validate_policy};
+use crate::domain::manifest::{
+    Emit, KindManifest, KindPolicy, Reaction, RetryJitter, RetryPolicy, Trigger, validate_policy,
+};
 use crate::domain::names::{validate_kind_name, validate_kind_version};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::violation::Violation;
@@ -170,8 +172,35 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
             orphan_grace_secs: policy.orphan_grace_secs,
             max_transient_attempts: policy.max_transient_attempts,
             unserved_condition_after_secs: policy.unserved_condition_after_secs,
+            retry: RetryPolicy {
+                base_ms: policy.retry_base_ms,
+                cap_ms: policy.retry_cap_ms,
+                jitter: jitter_from_proto("/manifest/policy/retry_jitter", policy.retry_jitter)?,
+            },
         },
     })
+}
+
+/// The domain jitter of a proto value; an unknown number is refused.
+fn jitter_from_proto(field: &str, raw: i32) -> Result<RetryJitter, ApiError> {
+    match pb::RetryJitter::try_from(raw) {
+        Ok(pb::RetryJitter::Unspecified | pb::RetryJitter::None) => Ok(RetryJitter::None),
+        Ok(pb::RetryJitter::Full) => Ok(RetryJitter::Full),
+        Ok(pb::RetryJitter::Equal) => Ok(RetryJitter::Equal),
+        Err(_) => Err(ApiError::violations(
+            Reason::InvalidField,
+            vec![Violation::new(field, "must be one of the RetryJitter values")],
+        )),
+    }
+}
+
+/// The proto value of a jitter; none is reported as unset (the default).
+fn jitter_to_proto(jitter: RetryJitter) -> i32 {
+    match jitter {
+        RetryJitter::None => pb::RetryJitter::Unspecified as i32,
+        RetryJitter::Full => pb::RetryJitter::Full as i32,
+        RetryJitter::Equal => pb::RetryJitter::Equal as i32,
+    }
 }
 
 fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
@@ -204,6 +233,9 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
             orphan_grace_secs: m.policy.orphan_grace_secs,
             max_transient_attempts: m.policy.max_transient_attempts,
             unserved_condition_after_secs: m.policy.unserved_condition_after_secs,
+            retry_base_ms: m.policy.retry.base_ms,
+            retry_cap_ms: m.policy.retry.cap_ms,
+            retry_jitter: jitter_to_proto(m.policy.retry.jitter),
         }),
         manifest_version: stored.manifest_version,
         create_time: Some(timestamp(stored.created_at)),
@@ -230,6 +262,11 @@ fn config_etag(config: &KindConfigRow) -> String {
         0 => text,
         secs => format!("{text}:{secs}"),
     };
+    // Likewise the retry policy, only when it differs from the default.
+    let text = match (config.retry_base_ms, config.retry_cap_ms, config.retry_jitter.as_str()) {
+        (0, 0, "none") => text,
+        (base, cap, jitter) => format!("{text}:retry:{base}:{cap}:{jitter}"),
+    };
     Sha256::digest(text.as_bytes())[..12]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -251,6 +288,9 @@ fn config_to_proto(config: KindConfigRow) -> pb::KindConfig {
         retired: config.retired,
         revision_limit: config.revision_limit,
         unserved_condition_after_secs: config.unserved_condition_after_secs,
+        retry_base_ms: config.retry_base_ms,
+        retry_cap_ms: config.retry_cap_ms,
+        retry_jitter: jitter_to_proto(RetryJitter::from_db(&config.retry_jitter)),
         update_time: Some(timestamp(config.updated_at)),
     }
 }
@@ -381,7 +421,7 @@ async fn check_existing_configs(conn: &mut PgConnection, compiled: &CompiledKind
 }
 
 /// The fields `UpdateKindConfig` may change, by update-mask path.
-const CONFIG_PATHS: [&str; 9] = [
+const CONFIG_PATHS: [&str; 12] = [
     "max_inflight",
     "task_deadline_secs",
     "resync_interval_secs",
@@ -391,6 +431,9 @@ const CONFIG_PATHS: [&str; 9] = [
     "retired",
     "revision_limit",
     "unserved_condition_after_secs",
+    "retry_base_ms",
+    "retry_cap_ms",
+    "retry_jitter",
 ];
 
 fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]) -> Result<KindConfigRow, ApiError> {
@@ -410,6 +453,15 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
             "unserved_condition_after_secs" => {
                 next.unserved_condition_after_secs = update.unserved_condition_after_secs;
             }
+            "retry_base_ms" => next.retry_base_ms = update.retry_base_ms,
+            "retry_cap_ms" => next.retry_cap_ms = update.retry_cap_ms,
+            "retry_jitter" => match jitter_from_proto("/config/retry_jitter", update.retry_jitter) {
+                Ok(jitter) => next.retry_jitter = jitter.as_db().to_owned(),
+                Err(_) => violations.push(Violation::new(
+                    "/config/retry_jitter",
+                    "must be one of the RetryJitter values",
+                )),
+            },
             // 0 (unset) is the default, so an update that replaces every
             // field without naming this one keeps a valid value.
             "revision_limit" => {
@@ -436,6 +488,11 @@ fn apply_mask(current: &KindConfigRow, update: &pb::KindConfig, paths: &[String]
         orphan_grace_secs: next.orphan_grace_secs,
         max_transient_attempts: next.max_transient_attempts,
         unserved_condition_after_secs: next.unserved_condition_after_secs,
+        retry: RetryPolicy {
+            base_ms: next.retry_base_ms,
+            cap_ms: next.retry_cap_ms,
+            jitter: RetryJitter::from_db(&next.retry_jitter),
+        },
     };
     if let Err(policy_violations) = validate_policy(&policy, "/config") {
         violations.extend(policy_violations);

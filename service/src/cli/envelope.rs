@@ -488,6 +488,13 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
             "unservedConditionAfterSecs",
             json!(p.unserved_condition_after_secs),
         );
+        put(&mut pm, "retryBaseMs", json!(p.retry_base_ms));
+        put(&mut pm, "retryCapMs", json!(p.retry_cap_ms));
+        if let Ok(jitter) = pb::RetryJitter::try_from(p.retry_jitter)
+            && jitter != pb::RetryJitter::Unspecified
+        {
+            put(&mut pm, "retryJitter", json!(jitter.as_str_name()));
+        }
         put(&mut m, "policy", Value::Object(pm));
     }
     put(&mut m, "manifestVersion", json!(k.manifest_version.to_string()));

@@ -506,6 +506,15 @@ mod tests {
                     orphan_grace_secs: policy.orphan_grace_secs,
                     max_transient_attempts: policy.max_transient_attempts,
                     unserved_condition_after_secs: policy.unserved_condition_after_secs,
+                    retry: domain::RetryPolicy {
+                        base_ms: policy.retry_base_ms,
+                        cap_ms: policy.retry_cap_ms,
+                        jitter: match policy.retry_jitter {
+                            2 => domain::RetryJitter::Full,
+                            3 => domain::RetryJitter::Equal,
+                            _ => domain::RetryJitter::None,
+                        },
+                    },
                 },
             };
             let kind = converge_service::domain::compiled::compile_manifest(manifest)

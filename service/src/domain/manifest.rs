@@ -124,7 +124,63 @@ pub struct KindPolicy {
     /// Seconds a task may wait with no worker serving its pair before its
     /// resource is marked WorkerAvailable=False; 0 = off.
     pub unserved_condition_after_secs: i32,
+    /// How transient failures back off.
+    pub retry: RetryPolicy,
 }
+
+/// How a kind's transient failures back off: the delay doubles from the
+/// base per consecutive failure up to the cap, then the jitter spreads it.
+/// Zeros mean today's defaults (1 s, 60 s, no jitter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryPolicy {
+    /// First delay in milliseconds; 0 = [`DEFAULT_RETRY_BASE_MS`].
+    pub base_ms: i32,
+    /// Longest delay in milliseconds; 0 = [`DEFAULT_RETRY_CAP_MS`].
+    pub cap_ms: i32,
+    /// How the delay is randomised.
+    pub jitter: RetryJitter,
+}
+
+/// How a retry delay d is randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryJitter {
+    /// Exactly d.
+    #[default]
+    None,
+    /// Uniform in [0, d].
+    Full,
+    /// d/2 plus uniform in [0, d/2].
+    Equal,
+}
+
+impl RetryJitter {
+    /// The stored name.
+    pub fn as_db(self) -> &'static str {
+        match self {
+            RetryJitter::None => "none",
+            RetryJitter::Full => "full",
+            RetryJitter::Equal => "equal",
+        }
+    }
+
+    /// The jitter of a stored name (an unknown one is none).
+    pub fn from_db(name: &str) -> Self {
+        match name {
+            "full" => RetryJitter::Full,
+            "equal" => RetryJitter::Equal,
+            _ => RetryJitter::None,
+        }
+    }
+}
+
+/// The first retry delay when a kind sets none.
+pub const DEFAULT_RETRY_BASE_MS: i32 = 1_000;
+/// The longest retry delay when a kind sets none.
+pub const DEFAULT_RETRY_CAP_MS: i32 = 60_000;
+/// Upper bound of `retry_base_ms` (one hour).
+pub const MAX_RETRY_BASE_MS: i32 = 3_600_000;
+/// Upper bound of `retry_cap_ms` (one day).
+pub const MAX_RETRY_CAP_MS: i32 = 86_400_000;
 
 /// The definition of one version of a kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -439,6 +495,19 @@ pub fn validate_policy(policy: &KindPolicy, field_prefix: &str) -> Result<(), Ve
         policy.unserved_condition_after_secs,
         MAX_UNSERVED_CONDITION_AFTER_SECS,
     );
+    bounded("retry_base_ms", policy.retry.base_ms, MAX_RETRY_BASE_MS);
+    bounded("retry_cap_ms", policy.retry.cap_ms, MAX_RETRY_CAP_MS);
+    let effective = |value: i32, default: i32| if value == 0 { default } else { value };
+    let (base, cap) = (
+        effective(policy.retry.base_ms, DEFAULT_RETRY_BASE_MS),
+        effective(policy.retry.cap_ms, DEFAULT_RETRY_CAP_MS),
+    );
+    if policy.retry.base_ms >= 0 && policy.retry.cap_ms >= 0 && cap < base {
+        out.push(Violation::new(
+            format!("{field_prefix}/retry_cap_ms"),
+            format!("the retry cap ({cap} ms) must not be below the base ({base} ms); 0 means {DEFAULT_RETRY_CAP_MS}"),
+        ));
+    }
     let resync = policy.resync_interval_secs;
     if resync != 0 && !(MIN_RESYNC_INTERVAL_SECS..=MAX_RESYNC_INTERVAL_SECS).contains(&resync) {
         out.push(Violation::new(
@@ -906,6 +975,11 @@ mod tests {
             orphan_grace_secs: 2_592_000,
             max_transient_attempts: 10_000,
             unserved_condition_after_secs: 2_592_000,
+            retry: RetryPolicy {
+                base_ms: 3_600_000,
+                cap_ms: 86_400_000,
+                jitter: RetryJitter::Full,
+            },
         };
         assert_eq!(validate_policy(&max, "/config"), Ok(()));
         assert_eq!(
@@ -926,6 +1000,11 @@ mod tests {
             orphan_grace_secs: 2_592_001,
             max_transient_attempts: 10_001,
             unserved_condition_after_secs: 2_592_001,
+            retry: RetryPolicy {
+                base_ms: 3_600_001,
+                cap_ms: 86_400_001,
+                jitter: RetryJitter::Equal,
+            },
         };
         assert_eq!(
             fields(validate_policy(&over, "/config")),
@@ -934,6 +1013,8 @@ mod tests {
                 "/config/max_transient_attempts",
                 "/config/orphan_grace_secs",
                 "/config/resync_interval_secs",
+                "/config/retry_base_ms",
+                "/config/retry_cap_ms",
                 "/config/task_deadline_secs",
                 "/config/unserved_condition_after_secs",
             ]
@@ -946,8 +1027,30 @@ mod tests {
             orphan_grace_secs: -1,
             max_transient_attempts: i32::MIN,
             unserved_condition_after_secs: -1,
+            retry: RetryPolicy {
+                base_ms: -1,
+                cap_ms: -1,
+                jitter: RetryJitter::None,
+            },
         };
-        assert_eq!(fields(validate_policy(&negative, "/manifest/policy")).len(), 6);
+        assert_eq!(fields(validate_policy(&negative, "/manifest/policy")).len(), 8);
+        // The cap may not be below the base, counting 0 as the defaults.
+        for (base_ms, cap_ms, refused) in [(2_000, 1_000, true), (61_000, 0, true), (500, 0, false), (0, 999, true)] {
+            let policy = KindPolicy {
+                retry: RetryPolicy {
+                    base_ms,
+                    cap_ms,
+                    jitter: RetryJitter::None,
+                },
+                ..KindPolicy::default()
+            };
+            let outcome = fields(validate_policy(&policy, "/p"));
+            assert_eq!(
+                outcome == vec!["/p/retry_cap_ms"],
+                refused,
+                "{base_ms} {cap_ms}: {outcome:?}"
+            );
+        }
         let too_long_resync = KindPolicy {
             resync_interval_secs: 2_592_001,
             ..KindPolicy::default()

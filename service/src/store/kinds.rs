@@ -7,13 +7,13 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::StoreResult;
-use crate::domain::manifest::{KindManifest, KindPolicy, Reaction};
+use crate::domain::manifest::{KindManifest, KindPolicy, Reaction, RetryJitter, RetryPolicy};
 
 /// Columns of a manifest row.
 const MANIFEST_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, description, spec_schema, status_schema, \
      config_schema, reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, \
-     resync_recomposes, orphan_grace_secs, max_transient_attempts, unserved_condition_after_secs, manifest_version, \
-     created_at, updated_at";
+     resync_recomposes, orphan_grace_secs, max_transient_attempts, unserved_condition_after_secs, retry_base_ms, \
+     retry_cap_ms, retry_jitter, manifest_version, created_at, updated_at";
 
 /// A stored manifest with its bookkeeping.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +45,9 @@ struct ManifestRow {
     orphan_grace_secs: i32,
     max_transient_attempts: i32,
     unserved_condition_after_secs: i32,
+    retry_base_ms: i32,
+    retry_cap_ms: i32,
+    retry_jitter: String,
     manifest_version: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -70,6 +73,11 @@ impl ManifestRow {
                     orphan_grace_secs: self.orphan_grace_secs,
                     max_transient_attempts: self.max_transient_attempts,
                     unserved_condition_after_secs: self.unserved_condition_after_secs,
+                    retry: RetryPolicy {
+                        base_ms: self.retry_base_ms,
+                        cap_ms: self.retry_cap_ms,
+                        jitter: RetryJitter::from_db(&self.retry_jitter),
+                    },
                 },
             },
             manifest_version: self.manifest_version,
@@ -125,8 +133,9 @@ pub async fn upsert_manifest(
         let sql = format!(
             "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
                  reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
-                 orphan_grace_secs, max_transient_attempts, manifest_version, unserved_condition_after_secs)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                 orphan_grace_secs, max_transient_attempts, manifest_version, unserved_condition_after_secs,
+                 retry_base_ms, retry_cap_ms, retry_jitter)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
              ON CONFLICT (kind, kind_version) DO UPDATE SET
                  description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
                  status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
@@ -135,7 +144,9 @@ pub async fn upsert_manifest(
                  resync_interval_secs = EXCLUDED.resync_interval_secs, resync_recomposes = EXCLUDED.resync_recomposes,
                  orphan_grace_secs = EXCLUDED.orphan_grace_secs, max_transient_attempts = EXCLUDED.max_transient_attempts,
                  manifest_version = EXCLUDED.manifest_version,
-                 unserved_condition_after_secs = EXCLUDED.unserved_condition_after_secs, updated_at = now()
+                 unserved_condition_after_secs = EXCLUDED.unserved_condition_after_secs,
+                 retry_base_ms = EXCLUDED.retry_base_ms, retry_cap_ms = EXCLUDED.retry_cap_ms,
+                 retry_jitter = EXCLUDED.retry_jitter, updated_at = now()
              RETURNING {MANIFEST_COLUMNS}"
         );
         let policy = &manifest.policy;
@@ -156,6 +167,9 @@ pub async fn upsert_manifest(
             .bind(policy.max_transient_attempts)
             .bind(manifest_version)
             .bind(policy.unserved_condition_after_secs)
+            .bind(policy.retry.base_ms)
+            .bind(policy.retry.cap_ms)
+            .bind(policy.retry.jitter.as_db())
             .fetch_one(conn)
             .await?;
         Ok(row.into_stored())
@@ -283,13 +297,19 @@ pub struct KindConfigRow {
     pub revision_limit: i32,
     /// Wait before a task no worker serves marks its resource (0 = off).
     pub unserved_condition_after_secs: i32,
+    /// First retry delay in milliseconds (0 = the default).
+    pub retry_base_ms: i32,
+    /// Longest retry delay in milliseconds (0 = the default).
+    pub retry_cap_ms: i32,
+    /// Jitter of retry delays (`none`, `full`, `equal`).
+    pub retry_jitter: String,
     /// Last change.
     pub updated_at: DateTime<Utc>,
 }
 
 const CONFIG_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, max_inflight, task_deadline_secs, \
      resync_interval_secs, resync_recomposes, orphan_grace_secs, max_transient_attempts, retired, revision_limit, \
-     unserved_condition_after_secs, updated_at";
+     unserved_condition_after_secs, retry_base_ms, retry_cap_ms, retry_jitter, updated_at";
 
 /// Reads one kind config, optionally row-locked for an update.
 pub async fn get_config(
@@ -318,11 +338,13 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
             "WITH updated AS (
                  UPDATE kind_config SET max_inflight = $3, task_deadline_secs = $4, resync_interval_secs = $5,
                      resync_recomposes = $6, orphan_grace_secs = $7, max_transient_attempts = $8, retired = $9,
-                     revision_limit = $10, unserved_condition_after_secs = $11, updated_at = now()
+                     revision_limit = $10, unserved_condition_after_secs = $11, retry_base_ms = $12,
+                     retry_cap_ms = $13, retry_jitter = $14, updated_at = now()
                  WHERE kind = $1 AND kind_version = $2
                    AND (max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes, orphan_grace_secs,
-                        max_transient_attempts, retired, revision_limit, unserved_condition_after_secs)
-                       IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10, $11)
+                        max_transient_attempts, retired, revision_limit, unserved_condition_after_secs,
+                        retry_base_ms, retry_cap_ms, retry_jitter)
+                       IS DISTINCT FROM ($3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                  RETURNING {CONFIG_COLUMNS})
              SELECT * FROM updated
              UNION ALL
@@ -341,6 +363,9 @@ pub async fn update_config(conn: &mut PgConnection, config: &KindConfigRow) -> S
             .bind(config.retired)
             .bind(config.revision_limit)
             .bind(config.unserved_condition_after_secs)
+            .bind(config.retry_base_ms)
+            .bind(config.retry_cap_ms)
+            .bind(&config.retry_jitter)
             .fetch_one(conn)
             .await
             .map_err(Into::into)

@@ -842,3 +842,66 @@ async fn the_fleet_snapshot_is_taken_only_while_wanted_and_only_after_writes() -
     assert!(summary::refresh(pool, true, max_age, 10).await?);
     Ok(())
 }
+
+/// The retry delay of a kind's policy: the defaults reproduce the fixed
+/// schedule exactly (1 s doubling to 60 s); base and cap move it; full and
+/// equal jitter stay within their ranges and spread.
+#[tokio::test]
+async fn retry_delays_follow_the_policy_and_default_to_the_fixed_schedule() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    let secs = |sql: &'static str| async move { anyhow::Ok(sqlx::query_scalar::<_, f64>(sql).fetch_one(pool).await?) };
+    for attempts in 0..12 {
+        let (fixed, policy): (f64, f64) = sqlx::query_as(
+            "SELECT extract(epoch FROM retry_delay($1))::float8,
+                    extract(epoch FROM retry_delay_for($1, 0, 0, 'none'))::float8",
+        )
+        .bind(attempts)
+        .fetch_one(pool)
+        .await?;
+        assert_eq!(fixed, policy, "attempt {attempts}");
+    }
+    assert_eq!(
+        secs("SELECT extract(epoch FROM retry_delay_for(1, 250, 0, 'none'))::float8").await?,
+        0.25
+    );
+    assert_eq!(
+        secs("SELECT extract(epoch FROM retry_delay_for(5, 250, 0, 'none'))::float8").await?,
+        4.0
+    );
+    assert_eq!(
+        secs("SELECT extract(epoch FROM retry_delay_for(9, 250, 3000, 'none'))::float8").await?,
+        3.0
+    );
+    // Huge attempt counts stay finite at the cap.
+    assert_eq!(
+        secs("SELECT extract(epoch FROM retry_delay_for(100000, 0, 0, 'none'))::float8").await?,
+        60.0
+    );
+    let full: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM retry_delay_for(1, 10000, 0, 'full'))::float8 FROM generate_series(1, 500)",
+    )
+    .fetch_all(pool)
+    .await?;
+    assert!(full.iter().all(|d| (0.0..=10.0).contains(d)));
+    assert!(
+        full.iter().any(|d| *d < 2.5) && full.iter().any(|d| *d > 7.5),
+        "full jitter does not spread"
+    );
+    let equal: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM retry_delay_for(1, 10000, 0, 'equal'))::float8 FROM generate_series(1, 500)",
+    )
+    .fetch_all(pool)
+    .await?;
+    assert!(equal.iter().all(|d| (5.0..=10.0).contains(d)));
+    assert!(
+        equal.iter().any(|d| *d < 6.25) && equal.iter().any(|d| *d > 8.75),
+        "equal jitter does not spread"
+    );
+    // A kind without a config falls back to the fixed schedule.
+    assert_eq!(
+        secs("SELECT extract(epoch FROM kind_retry_delay('nokind', 1, 3))::float8").await?,
+        4.0
+    );
+    Ok(())
+}

@@ -177,6 +177,63 @@ func (Emit) EnumDescriptor() ([]byte, []int) {
 	return file_converge_v1_kind_proto_rawDescGZIP(), []int{1}
 }
 
+// How a retry delay d (the doubled base, capped) is randomised.
+type RetryJitter int32
+
+const (
+	// Not set: no jitter.
+	RetryJitter_RETRY_JITTER_UNSPECIFIED RetryJitter = 0
+	// Exactly d.
+	RetryJitter_RETRY_JITTER_NONE RetryJitter = 1
+	// Uniform between 0 and d.
+	RetryJitter_RETRY_JITTER_FULL RetryJitter = 2
+	// d/2 plus uniform between 0 and d/2.
+	RetryJitter_RETRY_JITTER_EQUAL RetryJitter = 3
+)
+
+// Enum value maps for RetryJitter.
+var (
+	RetryJitter_name = map[int32]string{
+		0: "RETRY_JITTER_UNSPECIFIED",
+		1: "RETRY_JITTER_NONE",
+		2: "RETRY_JITTER_FULL",
+		3: "RETRY_JITTER_EQUAL",
+	}
+	RetryJitter_value = map[string]int32{
+		"RETRY_JITTER_UNSPECIFIED": 0,
+		"RETRY_JITTER_NONE":        1,
+		"RETRY_JITTER_FULL":        2,
+		"RETRY_JITTER_EQUAL":       3,
+	}
+)
+
+func (x RetryJitter) Enum() *RetryJitter {
+	p := new(RetryJitter)
+	*p = x
+	return p
+}
+
+func (x RetryJitter) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryJitter) Descriptor() protoreflect.EnumDescriptor {
+	return file_converge_v1_kind_proto_enumTypes[2].Descriptor()
+}
+
+func (RetryJitter) Type() protoreflect.EnumType {
+	return &file_converge_v1_kind_proto_enumTypes[2]
+}
+
+func (x RetryJitter) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryJitter.Descriptor instead.
+func (RetryJitter) EnumDescriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{2}
+}
+
 // One (trigger, emits) pair of a kind: when trigger fires, the broker sends
 // the reaction's name to a worker, and applies only the emitted parts of the
 // outcome. Legality rules checked on apply: at most one SPEC_CHANGE reaction
@@ -320,8 +377,18 @@ type KindPolicy struct {
 	// worker serves the pair and takes the task. Nothing is ever deleted for
 	// it. 0 (default) = off; otherwise at most 2592000.
 	UnservedConditionAfterSecs int32 `protobuf:"varint,16,opt,name=unserved_condition_after_secs,json=unservedConditionAfterSecs,proto3" json:"unserved_condition_after_secs,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// Delay in milliseconds before the first retry of a transient failure;
+	// each further consecutive failure doubles it, up to retry_cap_ms. 0
+	// (default) = 1000; otherwise 1 to 3600000.
+	RetryBaseMs int32 `protobuf:"varint,17,opt,name=retry_base_ms,json=retryBaseMs,proto3" json:"retry_base_ms,omitempty"`
+	// Longest retry delay in milliseconds. 0 (default) = 60000; otherwise 1
+	// to 86400000, and not below the base.
+	RetryCapMs int32 `protobuf:"varint,18,opt,name=retry_cap_ms,json=retryCapMs,proto3" json:"retry_cap_ms,omitempty"`
+	// How retry delays are spread so that resources failing together do not
+	// retry together. UNSPECIFIED (default) = none.
+	RetryJitter   RetryJitter `protobuf:"varint,19,opt,name=retry_jitter,json=retryJitter,proto3,enum=converge.v1.RetryJitter" json:"retry_jitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KindPolicy) Reset() {
@@ -401,6 +468,27 @@ func (x *KindPolicy) GetUnservedConditionAfterSecs() int32 {
 		return x.UnservedConditionAfterSecs
 	}
 	return 0
+}
+
+func (x *KindPolicy) GetRetryBaseMs() int32 {
+	if x != nil {
+		return x.RetryBaseMs
+	}
+	return 0
+}
+
+func (x *KindPolicy) GetRetryCapMs() int32 {
+	if x != nil {
+		return x.RetryCapMs
+	}
+	return 0
+}
+
+func (x *KindPolicy) GetRetryJitter() RetryJitter {
+	if x != nil {
+		return x.RetryJitter
+	}
+	return RetryJitter_RETRY_JITTER_UNSPECIFIED
 }
 
 // The definition of one version of a kind (the analogue of a Kubernetes
@@ -601,8 +689,15 @@ type KindConfig struct {
 	// before its resource gets the condition WorkerAvailable=False (reason
 	// NoWorker); see KindPolicy.unserved_condition_after_secs. 0 = off.
 	UnservedConditionAfterSecs int32 `protobuf:"varint,16,opt,name=unserved_condition_after_secs,json=unservedConditionAfterSecs,proto3" json:"unserved_condition_after_secs,omitempty"`
-	unknownFields              protoimpl.UnknownFields
-	sizeCache                  protoimpl.SizeCache
+	// First retry delay in milliseconds (0 = 1000); see KindPolicy. An edit
+	// applies from the next failure; delays already armed stay.
+	RetryBaseMs int32 `protobuf:"varint,17,opt,name=retry_base_ms,json=retryBaseMs,proto3" json:"retry_base_ms,omitempty"`
+	// Longest retry delay in milliseconds (0 = 60000).
+	RetryCapMs int32 `protobuf:"varint,18,opt,name=retry_cap_ms,json=retryCapMs,proto3" json:"retry_cap_ms,omitempty"`
+	// Jitter of retry delays.
+	RetryJitter   RetryJitter `protobuf:"varint,19,opt,name=retry_jitter,json=retryJitter,proto3,enum=converge.v1.RetryJitter" json:"retry_jitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KindConfig) Reset() {
@@ -726,6 +821,27 @@ func (x *KindConfig) GetUnservedConditionAfterSecs() int32 {
 	return 0
 }
 
+func (x *KindConfig) GetRetryBaseMs() int32 {
+	if x != nil {
+		return x.RetryBaseMs
+	}
+	return 0
+}
+
+func (x *KindConfig) GetRetryCapMs() int32 {
+	if x != nil {
+		return x.RetryCapMs
+	}
+	return 0
+}
+
+func (x *KindConfig) GetRetryJitter() RetryJitter {
+	if x != nil {
+		return x.RetryJitter
+	}
+	return RetryJitter_RETRY_JITTER_UNSPECIFIED
+}
+
 var File_converge_v1_kind_proto protoreflect.FileDescriptor
 
 const file_converge_v1_kind_proto_rawDesc = "" +
@@ -737,7 +853,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x05emits\x18\x03 \x03(\x0e2\x11.converge.v1.EmitB\x04\xe2A\x01\x02R\x05emits\x12\x12\n" +
 	"\x04verb\x18\x04 \x01(\tR\x04verb\x12\x1c\n" +
 	"\tfinalizer\x18\x05 \x01(\tR\tfinalizer\x12@\n" +
-	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\vinputSchema\"\xe1\x02\n" +
+	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\vinputSchema\"\xe4\x03\n" +
 	"\n" +
 	"KindPolicy\x12!\n" +
 	"\fmax_inflight\x18\x01 \x01(\x05R\vmaxInflight\x12,\n" +
@@ -746,7 +862,11 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x11resync_recomposes\x18\x04 \x01(\bR\x10resyncRecomposes\x12*\n" +
 	"\x11orphan_grace_secs\x18\x05 \x01(\x05R\x0forphanGraceSecs\x124\n" +
 	"\x16max_transient_attempts\x18\x06 \x01(\x05R\x14maxTransientAttempts\x12A\n" +
-	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs\"\x97\x05\n" +
+	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs\x12\"\n" +
+	"\rretry_base_ms\x18\x11 \x01(\x05R\vretryBaseMs\x12 \n" +
+	"\fretry_cap_ms\x18\x12 \x01(\x05R\n" +
+	"retryCapMs\x12;\n" +
+	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter\"\x97\x05\n" +
 	"\fKindManifest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12&\n" +
@@ -763,7 +883,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"createTime\x12A\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
-	"updateTime\"\xb0\x04\n" +
+	"updateTime\"\xb3\x05\n" +
 	"\n" +
 	"KindConfig\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
@@ -780,7 +900,11 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\v \x01(\tR\x04etag\x12%\n" +
 	"\x0erevision_limit\x18\f \x01(\x05R\rrevisionLimit\x12A\n" +
-	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs*\xb7\x01\n" +
+	"\x1dunserved_condition_after_secs\x18\x10 \x01(\x05R\x1aunservedConditionAfterSecs\x12\"\n" +
+	"\rretry_base_ms\x18\x11 \x01(\x05R\vretryBaseMs\x12 \n" +
+	"\fretry_cap_ms\x18\x12 \x01(\x05R\n" +
+	"retryCapMs\x12;\n" +
+	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter*\xb7\x01\n" +
 	"\aTrigger\x12\x17\n" +
 	"\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TRIGGER_SPEC_CHANGE\x10\x01\x12\x1c\n" +
@@ -799,7 +923,12 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\x0fEMIT_CONDITIONS\x10\x05\x12\x12\n" +
 	"\x0eEMIT_FINALIZER\x10\x06\x12\x19\n" +
 	"\x15EMIT_OPERATION_OUTPUT\x10\a\x12\x14\n" +
-	"\x10EMIT_SIDE_EFFECT\x10\bB\x99\x01\n" +
+	"\x10EMIT_SIDE_EFFECT\x10\b*q\n" +
+	"\vRetryJitter\x12\x1c\n" +
+	"\x18RETRY_JITTER_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RETRY_JITTER_NONE\x10\x01\x12\x15\n" +
+	"\x11RETRY_JITTER_FULL\x10\x02\x12\x16\n" +
+	"\x12RETRY_JITTER_EQUAL\x10\x03B\x99\x01\n" +
 	"\x0fcom.converge.v1B\tKindProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (
@@ -814,35 +943,38 @@ func file_converge_v1_kind_proto_rawDescGZIP() []byte {
 	return file_converge_v1_kind_proto_rawDescData
 }
 
-var file_converge_v1_kind_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_converge_v1_kind_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_converge_v1_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_converge_v1_kind_proto_goTypes = []any{
 	(Trigger)(0),                  // 0: converge.v1.Trigger
 	(Emit)(0),                     // 1: converge.v1.Emit
-	(*Reaction)(nil),              // 2: converge.v1.Reaction
-	(*KindPolicy)(nil),            // 3: converge.v1.KindPolicy
-	(*KindManifest)(nil),          // 4: converge.v1.KindManifest
-	(*KindConfig)(nil),            // 5: converge.v1.KindConfig
-	(*structpb.Struct)(nil),       // 6: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(RetryJitter)(0),              // 2: converge.v1.RetryJitter
+	(*Reaction)(nil),              // 3: converge.v1.Reaction
+	(*KindPolicy)(nil),            // 4: converge.v1.KindPolicy
+	(*KindManifest)(nil),          // 5: converge.v1.KindManifest
+	(*KindConfig)(nil),            // 6: converge.v1.KindConfig
+	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_converge_v1_kind_proto_depIdxs = []int32{
 	0,  // 0: converge.v1.Reaction.trigger:type_name -> converge.v1.Trigger
 	1,  // 1: converge.v1.Reaction.emits:type_name -> converge.v1.Emit
-	6,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
-	6,  // 3: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
-	6,  // 4: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
-	6,  // 5: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
-	2,  // 6: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
-	3,  // 7: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
-	7,  // 8: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
-	7,  // 10: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
+	2,  // 3: converge.v1.KindPolicy.retry_jitter:type_name -> converge.v1.RetryJitter
+	7,  // 4: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
+	7,  // 5: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
+	7,  // 6: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
+	3,  // 7: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
+	4,  // 8: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
+	8,  // 9: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 10: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 12: converge.v1.KindConfig.retry_jitter:type_name -> converge.v1.RetryJitter
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_kind_proto_init() }
@@ -855,7 +987,7 @@ func file_converge_v1_kind_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_kind_proto_rawDesc), len(file_converge_v1_kind_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -597,7 +597,8 @@ type UpdateKindConfigRequest struct {
 	// Required. Fields of config to update, e.g. "max_inflight,retired".
 	// Allowed paths: max_inflight, task_deadline_secs, resync_interval_secs,
 	// resync_recomposes, orphan_grace_secs, max_transient_attempts, retired,
-	// revision_limit, unserved_condition_after_secs.
+	// revision_limit, unserved_condition_after_secs, retry_base_ms,
+	// retry_cap_ms, retry_jitter.
 	// "*" updates all of them. An empty mask or another path is
 	// INVALID_ARGUMENT.
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/kind.proto.
  */
 export const file_converge_v1_kind: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASLZAQoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUihAQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMi6wIKCktpbmRDb25maWcSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSFAoMbWF4X2luZmxpZ2h0GAMgASgFEhoKEnRhc2tfZGVhZGxpbmVfc2VjcxgEIAEoBRIcChRyZXN5bmNfaW50ZXJ2YWxfc2VjcxgFIAEoBRIZChFyZXN5bmNfcmVjb21wb3NlcxgGIAEoCBIZChFvcnBoYW5fZ3JhY2Vfc2VjcxgHIAEoBRIeChZtYXhfdHJhbnNpZW50X2F0dGVtcHRzGAggASgFEg8KB3JldGlyZWQYCSABKAgSNQoLdXBkYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEgwKBGV0YWcYCyABKAkSFgoOcmV2aXNpb25fbGltaXQYDCABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUqtwEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhcKE1RSSUdHRVJfU1BFQ19DSEFOR0UQARIcChhUUklHR0VSX0NISUxEUkVOX1NFVFRMRUQQAhIcChhUUklHR0VSX0RFTEVURV9SRVFVRVNURUQQAxIVChFUUklHR0VSX09QRVJBVElPThAEEhMKD1RSSUdHRVJfUkVBQ1RPUhAFEhIKDlRSSUdHRVJfUkVTWU5DEAYqvAEKBEVtaXQSFAoQRU1JVF9VTlNQRUNJRklFRBAAEhEKDUVNSVRfQ0hJTERSRU4QARIOCgpFTUlUX0VER0VTEAISEAoMRU1JVF9DT05GSUdTEAMSDwoLRU1JVF9TVEFUVVMQBBITCg9FTUlUX0NPTkRJVElPTlMQBRISCg5FTUlUX0ZJTkFMSVpFUhAGEhkKFUVNSVRfT1BFUkFUSU9OX09VVFBVVBAHEhQKEEVNSVRfU0lERV9FRkZFQ1QQCEKZAQoPY29tLmNvbnZlcmdlLnYxQglLaW5kUHJvdG9QAVouY29udmVyZ2UuZGV2L3Nkay9nby9nZW4vY29udmVyZ2UvdjE7Y29udmVyZ2V2MaICA0NYWKoCC0NvbnZlcmdlLlYxygILQ29udmVyZ2VcVjHiAhdDb252ZXJnZVxWMVxHUEJNZXRhZGF0YeoCDENvbnZlcmdlOjpWMWIGcHJvdG8z", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASK2AgoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIihAQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMiyAMKCktpbmRDb25maWcSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSFAoMbWF4X2luZmxpZ2h0GAMgASgFEhoKEnRhc2tfZGVhZGxpbmVfc2VjcxgEIAEoBRIcChRyZXN5bmNfaW50ZXJ2YWxfc2VjcxgFIAEoBRIZChFyZXN5bmNfcmVjb21wb3NlcxgGIAEoCBIZChFvcnBoYW5fZ3JhY2Vfc2VjcxgHIAEoBRIeChZtYXhfdHJhbnNpZW50X2F0dGVtcHRzGAggASgFEg8KB3JldGlyZWQYCSABKAgSNQoLdXBkYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEgwKBGV0YWcYCyABKAkSFgoOcmV2aXNpb25fbGltaXQYDCABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIqtwEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhcKE1RSSUdHRVJfU1BFQ19DSEFOR0UQARIcChhUUklHR0VSX0NISUxEUkVOX1NFVFRMRUQQAhIcChhUUklHR0VSX0RFTEVURV9SRVFVRVNURUQQAxIVChFUUklHR0VSX09QRVJBVElPThAEEhMKD1RSSUdHRVJfUkVBQ1RPUhAFEhIKDlRSSUdHRVJfUkVTWU5DEAYqvAEKBEVtaXQSFAoQRU1JVF9VTlNQRUNJRklFRBAAEhEKDUVNSVRfQ0hJTERSRU4QARIOCgpFTUlUX0VER0VTEAISEAoMRU1JVF9DT05GSUdTEAMSDwoLRU1JVF9TVEFUVVMQBBITCg9FTUlUX0NPTkRJVElPTlMQBRISCg5FTUlUX0ZJTkFMSVpFUhAGEhkKFUVNSVRfT1BFUkFUSU9OX09VVFBVVBAHEhQKEEVNSVRfU0lERV9FRkZFQ1QQCCpxCgtSZXRyeUppdHRlchIcChhSRVRSWV9KSVRURVJfVU5TUEVDSUZJRUQQABIVChFSRVRSWV9KSVRURVJfTk9ORRABEhUKEVJFVFJZX0pJVFRFUl9GVUxMEAISFgoSUkVUUllfSklUVEVSX0VRVUFMEANCmQEKD2NvbS5jb252ZXJnZS52MUIJS2luZFByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One (trigger, emits) pair of a kind: when trigger fires, the broker sends
@@ -160,6 +160,31 @@ export type KindPolicy = Message<"converge.v1.KindPolicy"> & {
    * @generated from field: int32 unserved_condition_after_secs = 16;
    */
   unservedConditionAfterSecs: number;
+
+  /**
+   * Delay in milliseconds before the first retry of a transient failure;
+   * each further consecutive failure doubles it, up to retry_cap_ms. 0
+   * (default) = 1000; otherwise 1 to 3600000.
+   *
+   * @generated from field: int32 retry_base_ms = 17;
+   */
+  retryBaseMs: number;
+
+  /**
+   * Longest retry delay in milliseconds. 0 (default) = 60000; otherwise 1
+   * to 86400000, and not below the base.
+   *
+   * @generated from field: int32 retry_cap_ms = 18;
+   */
+  retryCapMs: number;
+
+  /**
+   * How retry delays are spread so that resources failing together do not
+   * retry together. UNSPECIFIED (default) = none.
+   *
+   * @generated from field: converge.v1.RetryJitter retry_jitter = 19;
+   */
+  retryJitter: RetryJitter;
 };
 
 /**
@@ -387,6 +412,28 @@ export type KindConfig = Message<"converge.v1.KindConfig"> & {
    * @generated from field: int32 unserved_condition_after_secs = 16;
    */
   unservedConditionAfterSecs: number;
+
+  /**
+   * First retry delay in milliseconds (0 = 1000); see KindPolicy. An edit
+   * applies from the next failure; delays already armed stay.
+   *
+   * @generated from field: int32 retry_base_ms = 17;
+   */
+  retryBaseMs: number;
+
+  /**
+   * Longest retry delay in milliseconds (0 = 60000).
+   *
+   * @generated from field: int32 retry_cap_ms = 18;
+   */
+  retryCapMs: number;
+
+  /**
+   * Jitter of retry delays.
+   *
+   * @generated from field: converge.v1.RetryJitter retry_jitter = 19;
+   */
+  retryJitter: RetryJitter;
 };
 
 /**
@@ -540,4 +587,45 @@ export enum Emit {
  */
 export const EmitSchema: GenEnum<Emit> = /*@__PURE__*/
   enumDesc(file_converge_v1_kind, 1);
+
+/**
+ * How a retry delay d (the doubled base, capped) is randomised.
+ *
+ * @generated from enum converge.v1.RetryJitter
+ */
+export enum RetryJitter {
+  /**
+   * Not set: no jitter.
+   *
+   * @generated from enum value: RETRY_JITTER_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Exactly d.
+   *
+   * @generated from enum value: RETRY_JITTER_NONE = 1;
+   */
+  NONE = 1,
+
+  /**
+   * Uniform between 0 and d.
+   *
+   * @generated from enum value: RETRY_JITTER_FULL = 2;
+   */
+  FULL = 2,
+
+  /**
+   * d/2 plus uniform between 0 and d/2.
+   *
+   * @generated from enum value: RETRY_JITTER_EQUAL = 3;
+   */
+  EQUAL = 3,
+}
+
+/**
+ * Describes the enum converge.v1.RetryJitter.
+ */
+export const RetryJitterSchema: GenEnum<RetryJitter> = /*@__PURE__*/
+  enumDesc(file_converge_v1_kind, 2);
 

@@ -33,6 +33,13 @@ class Emit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EMIT_FINALIZER: _ClassVar[Emit]
     EMIT_OPERATION_OUTPUT: _ClassVar[Emit]
     EMIT_SIDE_EFFECT: _ClassVar[Emit]
+
+class RetryJitter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RETRY_JITTER_UNSPECIFIED: _ClassVar[RetryJitter]
+    RETRY_JITTER_NONE: _ClassVar[RetryJitter]
+    RETRY_JITTER_FULL: _ClassVar[RetryJitter]
+    RETRY_JITTER_EQUAL: _ClassVar[RetryJitter]
 TRIGGER_UNSPECIFIED: Trigger
 TRIGGER_SPEC_CHANGE: Trigger
 TRIGGER_CHILDREN_SETTLED: Trigger
@@ -49,6 +56,10 @@ EMIT_CONDITIONS: Emit
 EMIT_FINALIZER: Emit
 EMIT_OPERATION_OUTPUT: Emit
 EMIT_SIDE_EFFECT: Emit
+RETRY_JITTER_UNSPECIFIED: RetryJitter
+RETRY_JITTER_NONE: RetryJitter
+RETRY_JITTER_FULL: RetryJitter
+RETRY_JITTER_EQUAL: RetryJitter
 
 class Reaction(_message.Message):
     __slots__ = ("name", "trigger", "emits", "verb", "finalizer", "input_schema")
@@ -67,7 +78,7 @@ class Reaction(_message.Message):
     def __init__(self, name: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., emits: _Optional[_Iterable[_Union[Emit, str]]] = ..., verb: _Optional[str] = ..., finalizer: _Optional[str] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class KindPolicy(_message.Message):
-    __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "unserved_condition_after_secs")
+    __slots__ = ("max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "unserved_condition_after_secs", "retry_base_ms", "retry_cap_ms", "retry_jitter")
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     TASK_DEADLINE_SECS_FIELD_NUMBER: _ClassVar[int]
     RESYNC_INTERVAL_SECS_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +86,9 @@ class KindPolicy(_message.Message):
     ORPHAN_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
     MAX_TRANSIENT_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     UNSERVED_CONDITION_AFTER_SECS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BASE_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_CAP_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_JITTER_FIELD_NUMBER: _ClassVar[int]
     max_inflight: int
     task_deadline_secs: int
     resync_interval_secs: int
@@ -82,7 +96,10 @@ class KindPolicy(_message.Message):
     orphan_grace_secs: int
     max_transient_attempts: int
     unserved_condition_after_secs: int
-    def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ...) -> None: ...
+    retry_base_ms: int
+    retry_cap_ms: int
+    retry_jitter: RetryJitter
+    def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ..., retry_base_ms: _Optional[int] = ..., retry_cap_ms: _Optional[int] = ..., retry_jitter: _Optional[_Union[RetryJitter, str]] = ...) -> None: ...
 
 class KindManifest(_message.Message):
     __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time")
@@ -113,7 +130,7 @@ class KindManifest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class KindConfig(_message.Message):
-    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit", "unserved_condition_after_secs")
+    __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit", "unserved_condition_after_secs", "retry_base_ms", "retry_cap_ms", "retry_jitter")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +144,9 @@ class KindConfig(_message.Message):
     ETAG_FIELD_NUMBER: _ClassVar[int]
     REVISION_LIMIT_FIELD_NUMBER: _ClassVar[int]
     UNSERVED_CONDITION_AFTER_SECS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_BASE_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_CAP_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_JITTER_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     max_inflight: int
@@ -140,4 +160,7 @@ class KindConfig(_message.Message):
     etag: str
     revision_limit: int
     unserved_condition_after_secs: int
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., revision_limit: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ...) -> None: ...
+    retry_base_ms: int
+    retry_cap_ms: int
+    retry_jitter: RetryJitter
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., retired: _Optional[bool] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., revision_limit: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ..., retry_base_ms: _Optional[int] = ..., retry_cap_ms: _Optional[int] = ..., retry_jitter: _Optional[_Union[RetryJitter, str]] = ...) -> None: ...
