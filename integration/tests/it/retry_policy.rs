@@ -119,7 +119,10 @@ async fn retry_delays_follow_the_kinds_base_cap_and_jitter_and_edits_apply_to_th
     // Equal jitter: in [base/2, base].
     let halved = armed_delays(&server, "halved", 1, 200).await?;
     let (min, max) = bounds(&halved);
-    assert!((30.0..75.0).contains(&min) && max <= 100.0, "equal jitter: {min}..{max}");
+    assert!(
+        (30.0..75.0).contains(&min) && max <= 100.0,
+        "equal jitter: {min}..{max}"
+    );
 
     // ExplainResource says when the next attempt is, and which attempt.
     let explained = client

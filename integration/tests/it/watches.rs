@@ -548,3 +548,73 @@ async fn event_watches_stream_appended_and_extended_runs() -> anyhow::Result<()>
     expect_error(too_new, Code::OutOfRange, "RESOURCE_VERSION_TOO_NEW");
     server.shutdown().await
 }
+
+#[tokio::test]
+async fn a_watch_by_name_sees_that_resource_only_and_resumes() -> anyhow::Result<()> {
+    let (server, client) = server_with_kind().await?;
+    apply_ok(&client, apply("app", "one", json!({}))).await?;
+    apply_ok(&client, apply("app", "two", json!({}))).await?;
+    apply_ok(&client, apply("other", "one", json!({}))).await?;
+    let by_name = |name: &str, from: &str| WatchResourcesRequest {
+        kind: Some("app".into()),
+        name: Some(name.into()),
+        resource_version: from.into(),
+        ..Default::default()
+    };
+    let mut stream = watch(&client, by_name("one", "")).await?;
+    let first = next(&mut stream).await?;
+    assert_eq!((first.r#type(), name_of(&first)), (WatchEventType::Added, "one".into()));
+    assert!(next(&mut stream).await?.initial_events_end);
+    apply_ok(&client, apply("app", "two", json!({"v": 2}))).await?;
+    apply_ok(&client, apply("other", "one", json!({"v": 2}))).await?;
+    apply_ok(&client, apply("app", "one", json!({"v": 2}))).await?;
+    let change = next_change(&mut stream).await?;
+    assert_eq!(
+        (
+            change.r#type(),
+            name_of(&change),
+            change.resource.as_ref().map(|r| r.kind.clone())
+        ),
+        (WatchEventType::Modified, "one".into(), Some("app".into()))
+    );
+    let resume_from = change.resource_version.clone();
+    drop(stream);
+
+    // Resumed from that position: only later changes of that one resource.
+    apply_ok(&client, apply("app", "two", json!({"v": 3}))).await?;
+    apply_ok(&client, apply("app", "one", json!({"v": 3}))).await?;
+    let mut resumed = watch(&client, by_name("one", &resume_from)).await?;
+    let again = next_change(&mut resumed).await?;
+    assert_eq!(name_of(&again), "one");
+    assert_eq!(again.resource.as_ref().map(|r| r.generation), Some(3));
+
+    // A resource that does not exist yet: no snapshot, then its creation.
+    let mut later = watch(&client, by_name("later", "")).await?;
+    assert!(next(&mut later).await?.initial_events_end);
+    apply_ok(&client, apply("app", "two", json!({"v": 4}))).await?;
+    apply_ok(&client, apply("app", "later", json!({}))).await?;
+    let created = next_change(&mut later).await?;
+    assert_eq!(
+        (created.r#type(), name_of(&created)),
+        (WatchEventType::Added, "later".into())
+    );
+
+    // A name needs a kind, and must be a name.
+    expect_error(
+        client
+            .resources()
+            .watch_resources(WatchResourcesRequest {
+                name: Some("one".into()),
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    expect_error(
+        client.resources().watch_resources(by_name("Not A Name", "")).await,
+        Code::InvalidArgument,
+        "INVALID_NAME",
+    );
+    server.shutdown().await
+}

@@ -21,6 +21,7 @@ use crate::contract::authz::Principal;
 use crate::contract::convert::{event_to_proto, resource_to_proto};
 use crate::contract::status::{ApiError, Reason};
 use crate::domain::labels::LabelSelector;
+use crate::domain::names::validate_resource_name;
 use crate::domain::page_token::MAX_PAGE_SIZE;
 use crate::domain::position::Position;
 use crate::domain::resource::ResourceRef;
@@ -140,12 +141,19 @@ pub async fn watch_resources(
             return Err(too_new("resource_version"));
         }
     }
+    if let Some(name) = &req.name {
+        if req.kind.is_none() {
+            return Err(Violation::new("/kind", "is required with name").into());
+        }
+        validate_resource_name("/name", name).map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+    }
     let filter = WatchFilter {
         kind: req.kind.clone(),
         kind_version: req.kind_version,
         selector,
         owner: resource_ref(req.owner.as_ref()),
         root: resource_ref(req.root.as_ref()),
+        name: req.name.clone(),
     };
     let (out, rx) = mpsc::channel(OUTBOX);
     let state = state.clone();
@@ -266,7 +274,21 @@ async fn send_snapshot(
     let mut overlap = Overlap::new();
     let mut after: Option<ListCursor> = None;
     loop {
-        let page = resources::list_in(&mut tx, &list_filter, after, MAX_PAGE_SIZE).await?;
+        let page = match (&filter.name, &filter.kind) {
+            // One resource by its key: one indexed read, the other filters
+            // checked on it.
+            (Some(name), Some(kind)) => resources::get(&mut *tx, kind, name)
+                .await?
+                .filter(|r| {
+                    filter.kind_version.is_none_or(|v| v == r.kind_version)
+                        && filter.selector.matches(&r.labels)
+                        && filter.owner.as_ref().is_none_or(|o| r.owner.as_ref() == Some(o))
+                        && filter.root.as_ref().is_none_or(|o| r.root.as_ref() == Some(o))
+                })
+                .into_iter()
+                .collect(),
+            _ => resources::list_in(&mut tx, &list_filter, after, MAX_PAGE_SIZE).await?,
+        };
         let full = page.len() >= MAX_PAGE_SIZE;
         after = page.last().map(|r| ListCursor {
             created_at: r.created_at,

@@ -20,6 +20,7 @@ Examples:
   converge watch noop                    # a snapshot, then every change
   converge watch -l team=payments        # every kind
   converge watch noop --no-snapshot      # changes from now on
+  converge watch noop hello              # one resource (also before it exists)
   converge watch events bom demo         # a resource's event runs as they happen
 
 Each line: TYPE KIND/NAME PHASE observed/generation (events: TYPE REASON COUNT MESSAGE).
@@ -33,8 +34,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// Arguments of `converge watch`.
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// A kind (all kinds when omitted), or `events KIND NAME`.
-    #[arg(value_name = "KIND | events KIND NAME")]
+    /// A kind (all kinds when omitted), a kind and a name, or `events KIND NAME`.
+    #[arg(value_name = "KIND [NAME] | events KIND NAME")]
     pub target: Vec<String>,
 
     /// Label selector (resources only).
@@ -50,13 +51,17 @@ pub struct WatchArgs {
 pub async fn run(client: &Client, args: &WatchArgs) -> Result<(), CliError> {
     match args.target.as_slice() {
         [events, kind, name] if events == "events" => watch_events(client, args, kind, name).await,
-        [] => watch_resources(client, args, None).await,
+        [] => watch_resources(client, args, None, None).await,
         [kind] => {
             check_kind(client, kind).await?;
-            watch_resources(client, args, Some(kind)).await
+            watch_resources(client, args, Some(kind), None).await
+        }
+        [kind, name] => {
+            check_kind(client, kind).await?;
+            watch_resources(client, args, Some(kind), Some(name)).await
         }
         _ => Err(CliError::Invalid(
-            "expected `watch [KIND]` or `watch events KIND NAME`".to_owned(),
+            "expected `watch [KIND [NAME]]` or `watch events KIND NAME`".to_owned(),
         )),
     }
 }
@@ -109,7 +114,12 @@ fn change_type(t: i32) -> &'static str {
     }
 }
 
-async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) -> Result<(), CliError> {
+async fn watch_resources(
+    client: &Client,
+    args: &WatchArgs,
+    kind: Option<&str>,
+    name: Option<&str>,
+) -> Result<(), CliError> {
     let mut position = String::new();
     let mut snapshot = !args.no_snapshot;
     let mut delay = FIRST_BACKOFF;
@@ -117,6 +127,7 @@ async fn watch_resources(client: &Client, args: &WatchArgs, kind: Option<&str>) 
     loop {
         let request = pb::WatchResourcesRequest {
             kind: kind.map(str::to_owned),
+            name: name.map(str::to_owned),
             label_selector: args.selector.clone().unwrap_or_default(),
             send_initial_events: position.is_empty().then_some(snapshot),
             resource_version: position.clone(),

@@ -106,12 +106,15 @@ pub struct WatchFilter {
     pub owner: Option<ResourceRef>,
     /// Only descendants of this root.
     pub root: Option<ResourceRef>,
+    /// Only the resource of this name (with `kind`).
+    pub name: Option<String>,
 }
 
 impl WatchFilter {
     /// Whether `change` passes the filter.
     pub fn matches(&self, change: &Change) -> bool {
         self.kind.as_ref().is_none_or(|k| *k == change.kind)
+            && self.name.as_ref().is_none_or(|n| *n == change.resource.name)
             && self.kind_version.is_none_or(|v| v == change.kind_version)
             && self.owner.as_ref().is_none_or(|o| change.owner.as_ref() == Some(o))
             && self.root.as_ref().is_none_or(|r| change.root.as_ref() == Some(r))

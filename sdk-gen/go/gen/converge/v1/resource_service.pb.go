@@ -1118,8 +1118,12 @@ type WatchResourcesRequest struct {
 	// after stretches of changes filtered out for this watcher) so that an
 	// idle client can keep a fresh resume position.
 	AllowBookmarks bool `protobuf:"varint,8,opt,name=allow_bookmarks,json=allowBookmarks,proto3" json:"allow_bookmarks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. Only the resource of this name (requires kind): its snapshot
+	// (when it exists) and its changes, including its creation if it does not
+	// exist yet and its deletion.
+	Name          *string `protobuf:"bytes,9,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResourcesRequest) Reset() {
@@ -1206,6 +1210,13 @@ func (x *WatchResourcesRequest) GetAllowBookmarks() bool {
 		return x.AllowBookmarks
 	}
 	return false
+}
+
+func (x *WatchResourcesRequest) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
 }
 
 // Response message for ResourceService.WatchResources: one change.
@@ -2502,7 +2513,7 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\rvalidate_only\x18\x06 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnlyB\a\n" +
 	"\x05_etag\"K\n" +
 	"\x16DeleteResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xc8\x03\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource\"\xf0\x03\n" +
 	"\x15WatchResourcesRequest\x12\x1d\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04kind\x88\x01\x01\x12,\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x01H\x01R\vkindVersion\x88\x01\x01\x12+\n" +
@@ -2511,10 +2522,12 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04root\x18\x05 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x01R\x04root\x12/\n" +
 	"\x10resource_version\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\x0fresourceVersion\x129\n" +
 	"\x13send_initial_events\x18\a \x01(\bB\x04\xe2A\x01\x01H\x02R\x11sendInitialEvents\x88\x01\x01\x12-\n" +
-	"\x0fallow_bookmarks\x18\b \x01(\bB\x04\xe2A\x01\x01R\x0eallowBookmarksB\a\n" +
+	"\x0fallow_bookmarks\x18\b \x01(\bB\x04\xe2A\x01\x01R\x0eallowBookmarks\x12\x1d\n" +
+	"\x04name\x18\t \x01(\tB\x04\xe2A\x01\x01H\x03R\x04name\x88\x01\x01B\a\n" +
 	"\x05_kindB\x0f\n" +
 	"\r_kind_versionB\x16\n" +
-	"\x14_send_initial_events\"\xd5\x01\n" +
+	"\x14_send_initial_eventsB\a\n" +
+	"\x05_name\"\xd5\x01\n" +
 	"\x16WatchResourcesResponse\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.converge.v1.WatchEventTypeR\x04type\x121\n" +
 	"\bresource\x18\x02 \x01(\v2\x15.converge.v1.ResourceR\bresource\x12)\n" +

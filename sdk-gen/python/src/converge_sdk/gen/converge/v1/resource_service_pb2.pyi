@@ -187,7 +187,7 @@ class DeleteResourceResponse(_message.Message):
     def __init__(self, resource: _Optional[_Union[_resource_pb2.Resource, _Mapping]] = ...) -> None: ...
 
 class WatchResourcesRequest(_message.Message):
-    __slots__ = ("kind", "kind_version", "label_selector", "owner", "root", "resource_version", "send_initial_events", "allow_bookmarks")
+    __slots__ = ("kind", "kind_version", "label_selector", "owner", "root", "resource_version", "send_initial_events", "allow_bookmarks", "name")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class WatchResourcesRequest(_message.Message):
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEND_INITIAL_EVENTS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_BOOKMARKS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     label_selector: str
@@ -204,7 +205,8 @@ class WatchResourcesRequest(_message.Message):
     resource_version: str
     send_initial_events: bool
     allow_bookmarks: bool
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., label_selector: _Optional[str] = ..., owner: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., root: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., resource_version: _Optional[str] = ..., send_initial_events: _Optional[bool] = ..., allow_bookmarks: _Optional[bool] = ...) -> None: ...
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., label_selector: _Optional[str] = ..., owner: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., root: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., resource_version: _Optional[str] = ..., send_initial_events: _Optional[bool] = ..., allow_bookmarks: _Optional[bool] = ..., name: _Optional[str] = ...) -> None: ...
 
 class WatchResourcesResponse(_message.Message):
     __slots__ = ("type", "resource", "resource_version", "initial_events_end")
