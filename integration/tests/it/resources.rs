@@ -918,3 +918,97 @@ async fn a_request_over_the_message_limit_is_resource_exhausted_with_error_info(
     apply_ok(&client, apply("vpc", "small", json!({}))).await?;
     server.shutdown().await
 }
+
+#[tokio::test]
+async fn generate_name_appends_a_unique_suffix_and_a_retry_returns_the_same_resource() -> anyhow::Result<()> {
+    let (server, client) = server_with_kinds().await?;
+    let create = |generate_name: &str, name: &str, request_id: &str| CreateResourceRequest {
+        kind: "vpc".into(),
+        kind_version: 1,
+        name: name.into(),
+        generate_name: generate_name.into(),
+        request_id: request_id.into(),
+        spec: Some(api::object(json!({"cidr": "10.0.0.0/16"}))),
+        ..Default::default()
+    };
+    let mut names = BTreeSet::new();
+    for _ in 0..20 {
+        let created = client
+            .resources()
+            .create_resource(create("web-", "", ""))
+            .await?
+            .into_inner()
+            .resource
+            .unwrap_or_default();
+        let suffix = created.name.strip_prefix("web-").unwrap_or_default();
+        assert_eq!(suffix.len(), 5, "{}", created.name);
+        assert!(
+            suffix.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+            "{}",
+            created.name
+        );
+        names.insert(created.name);
+    }
+    assert_eq!(names.len(), 20);
+
+    // The same request id: the same resource, the same generated name.
+    let first = client
+        .resources()
+        .create_resource(create("db-", "", "gen-1"))
+        .await?
+        .into_inner()
+        .resource
+        .unwrap_or_default();
+    let again = client
+        .resources()
+        .create_resource(create("db-", "", "gen-1"))
+        .await?
+        .into_inner()
+        .resource
+        .unwrap_or_default();
+    assert_eq!(
+        (again.name.as_str(), again.uid.as_str()),
+        (first.name.as_str(), first.uid.as_str())
+    );
+    assert_eq!(get(&client, "vpc", &first.name).await?.uid, first.uid);
+
+    // Refusals, and nothing created by them.
+    let before = client
+        .resources()
+        .list_resources(ListResourcesRequest {
+            kind: Some("vpc".into()),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .resources
+        .len();
+    let both = expect_error(
+        client.resources().create_resource(create("web-", "named", "")).await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    assert_eq!(fields(&both), ["/generate_name"]);
+    for bad in ["Web_", &"a".repeat(249)] {
+        let refused = expect_error(
+            client.resources().create_resource(create(bad, "", "")).await,
+            Code::InvalidArgument,
+            "INVALID_NAME",
+        );
+        assert_eq!(fields(&refused), ["/generate_name"]);
+    }
+    let after = client
+        .resources()
+        .list_resources(ListResourcesRequest {
+            kind: Some("vpc".into()),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .resources
+        .len();
+    assert_eq!(before, after);
+    server.shutdown().await
+}

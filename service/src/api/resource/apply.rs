@@ -55,6 +55,11 @@ pub(super) struct ResourceWrite {
 }
 
 impl ResourceWrite {
+    /// The same write under another name (a generated name's next try).
+    pub(super) fn renamed(&self, name: String) -> Self {
+        Self { name, ..self.clone() }
+    }
+
     /// Whether `principal` may make this write (ADR 47).
     pub(super) async fn authorize(
         &self,
@@ -152,13 +157,14 @@ impl ResourceWrite {
         )
     }
 
-    /// The write a `CreateResource` request asks for.
-    pub(super) fn create(req: &CreateResourceRequest) -> Result<Self, ApiError> {
+    /// The write a `CreateResource` request asks for, under `name` (the
+    /// request's, or one generated from its `generate_name`).
+    pub(super) fn create(req: &CreateResourceRequest, name: &str) -> Result<Self, ApiError> {
         Self::new(
             Mode::Create,
             req.kind.clone(),
             req.kind_version,
-            req.name.clone(),
+            name.to_owned(),
             req.labels.clone(),
             req.spec.clone(),
             None,

@@ -120,6 +120,50 @@ fn batch_inputs(req: &BatchApplyResourcesRequest) -> Result<Vec<ResourceWrite>, 
     }
 }
 
+/// Draws of a generated name before a create gives up (each taken name is
+/// one chance in 27^5 ≈ 14M per existing name with the prefix).
+const GENERATE_NAME_TRIES: usize = 8;
+/// The characters a generated suffix is drawn from: no vowels, so no words;
+/// no 0/1/3 (confused with o, l, e).
+const GENERATED_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+/// Length of a generated suffix.
+const GENERATED_SUFFIX_LEN: usize = 5;
+
+/// The `generate_name` prefix of a create, checked (None: the name is given).
+fn generated_prefix(req: &CreateResourceRequest) -> Result<Option<String>, ApiError> {
+    if req.generate_name.is_empty() {
+        return Ok(None);
+    }
+    if !req.name.is_empty() {
+        return Err(Violation::new("/generate_name", "set name or generate_name, not both").into());
+    }
+    let longest = crate::domain::names::MAX_RESOURCE_NAME_LEN - GENERATED_SUFFIX_LEN;
+    if req.generate_name.len() > longest {
+        return Err(ApiError::violations(
+            Reason::InvalidName,
+            vec![Violation::new(
+                "/generate_name",
+                format!("must be at most {longest} bytes"),
+            )],
+        ));
+    }
+    // The prefix with a suffix must be a name: checked on a sample suffix.
+    let sample = format!("{}{}", req.generate_name, "b".repeat(GENERATED_SUFFIX_LEN));
+    validate_resource_name("/generate_name", &sample)
+        .map_err(|v| ApiError::violations(Reason::InvalidName, vec![v]))?;
+    Ok(Some(req.generate_name.clone()))
+}
+
+/// `prefix` and a random suffix.
+fn generated_name(prefix: &str) -> String {
+    let random = Uuid::new_v4();
+    let suffix: String = random.as_bytes()[..GENERATED_SUFFIX_LEN]
+        .iter()
+        .map(|b| char::from(GENERATED_ALPHABET[usize::from(*b) % GENERATED_ALPHABET.len()]))
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
 fn check_etag(current: &Resource, etag: Option<&str>) -> Result<(), ApiError> {
     match etag {
         Some(expected) if expected != current.etag() => Err(ApiError::refused(
@@ -330,14 +374,31 @@ impl ResourceService for ResourceApi {
         let call = WriteCall::new("CreateResource", &req.request_id, req.validate_only, &req, |r| {
             r.request_id.clear()
         })?;
-        let input = ResourceWrite::create(&req)?;
+        let prefix = generated_prefix(&req)?;
+        let first_name = match &prefix {
+            Some(prefix) => generated_name(prefix),
+            None => req.name.clone(),
+        };
+        let input = ResourceWrite::create(&req, &first_name)?;
         input.authorize(&self.state, &principal).await?;
         let state = self.state.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
-            let (state, input, actor) = (state.clone(), input.clone(), actor.clone());
+            let (state, mut input, actor, prefix) = (state.clone(), input.clone(), actor.clone(), prefix.clone());
             Box::pin(async move {
-                let written =
-                    single(write_resources(conn, &state, &actor, std::slice::from_ref(&input), Items::Single).await?)?;
+                let mut tries = 0;
+                let written = loop {
+                    tries += 1;
+                    match write_resources(conn, &state, &actor, std::slice::from_ref(&input), Items::Single).await {
+                        // A generated name that is taken: another draw (the
+                        // refusal comes before any write, so the
+                        // transaction is intact).
+                        Err(e) if e.reason() == Reason::NameTaken && tries < GENERATE_NAME_TRIES => match &prefix {
+                            Some(prefix) => input = input.renamed(generated_name(prefix)),
+                            None => return Err(e),
+                        },
+                        result => break single(result?)?,
+                    }
+                };
                 Ok(CreateResourceResponse {
                     resource: Some(resource_to_proto(written.resource, written.manifest_version)),
                 })

@@ -329,8 +329,9 @@ type CreateResourceRequest struct {
 	// Required. Kind version (>= 1); must have an applied, non-retired
 	// manifest.
 	KindVersion int32 `protobuf:"varint,2,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
-	// Required. Name of the resource, unique within the kind (same syntax as
-	// ApplyResourceRequest.name).
+	// Optional. Name of the resource, unique within the kind (same syntax as
+	// ApplyResourceRequest.name). Needed unless generate_name is set; setting
+	// both is INVALID_ARGUMENT.
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// Optional. Labels of the new resource.
 	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -346,8 +347,14 @@ type CreateResourceRequest struct {
 	// Optional. Name of a ProviderConfig to attach as the configuration
 	// override; it must have the same (kind, kind_version). Empty = none.
 	ProviderConfig string `protobuf:"bytes,8,opt,name=provider_config,json=providerConfig,proto3" json:"provider_config,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Optional. A name prefix: the server appends five random characters
+	// (lower-case consonants and digits) and retries on a name already taken.
+	// The prefix plus five must make a valid name (at most 248 bytes of
+	// prefix). With request_id, a retried call returns the resource the first
+	// call created, under the same name.
+	GenerateName  string `protobuf:"bytes,9,opt,name=generate_name,json=generateName,proto3" json:"generate_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateResourceRequest) Reset() {
@@ -432,6 +439,13 @@ func (x *CreateResourceRequest) GetValidateOnly() bool {
 func (x *CreateResourceRequest) GetProviderConfig() string {
 	if x != nil {
 		return x.ProviderConfig
+	}
+	return ""
+}
+
+func (x *CreateResourceRequest) GetGenerateName() string {
+	if x != nil {
+		return x.GenerateName
 	}
 	return ""
 }
@@ -2453,17 +2467,18 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
 	"\rvalidate_only\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\"_\n" +
 	"\x1bBatchApplyResourcesResponse\x12@\n" +
-	"\tresponses\x18\x01 \x03(\v2\".converge.v1.ApplyResourceResponseR\tresponses\"\xaf\x03\n" +
+	"\tresponses\x18\x01 \x03(\v2\".converge.v1.ApplyResourceResponseR\tresponses\"\xda\x03\n" +
 	"\x15CreateResourceRequest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
-	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12L\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\x04name\x12L\n" +
 	"\x06labels\x18\x04 \x03(\v2..converge.v1.CreateResourceRequest.LabelsEntryB\x04\xe2A\x01\x01R\x06labels\x121\n" +
 	"\x04spec\x18\x05 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x04spec\x12#\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tB\x04\xe2A\x01\x01R\trequestId\x12)\n" +
 	"\rvalidate_only\x18\a \x01(\bB\x04\xe2A\x01\x01R\fvalidateOnly\x12-\n" +
-	"\x0fprovider_config\x18\b \x01(\tB\x04\xe2A\x01\x01R\x0eproviderConfig\x1a9\n" +
+	"\x0fprovider_config\x18\b \x01(\tB\x04\xe2A\x01\x01R\x0eproviderConfig\x12)\n" +
+	"\rgenerate_name\x18\t \x01(\tB\x04\xe2A\x01\x01R\fgenerateName\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +

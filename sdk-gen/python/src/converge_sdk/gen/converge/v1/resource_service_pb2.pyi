@@ -66,7 +66,7 @@ class BatchApplyResourcesResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[ApplyResourceResponse, _Mapping]]] = ...) -> None: ...
 
 class CreateResourceRequest(_message.Message):
-    __slots__ = ("kind", "kind_version", "name", "labels", "spec", "request_id", "validate_only", "provider_config")
+    __slots__ = ("kind", "kind_version", "name", "labels", "spec", "request_id", "validate_only", "provider_config", "generate_name")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class CreateResourceRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    GENERATE_NAME_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     name: str
@@ -90,7 +91,8 @@ class CreateResourceRequest(_message.Message):
     request_id: str
     validate_only: bool
     provider_config: str
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., provider_config: _Optional[str] = ...) -> None: ...
+    generate_name: str
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., provider_config: _Optional[str] = ..., generate_name: _Optional[str] = ...) -> None: ...
 
 class CreateResourceResponse(_message.Message):
     __slots__ = ("resource",)
