@@ -49,25 +49,28 @@ AS $function$
 DECLARE
     v_composes constant boolean := reactions_have(NEW.reactions, 'specChange', 'children');
     v_rolls_up constant boolean := reactions_have(NEW.reactions, 'childrenSettled', 'status');
+    v_data_only constant boolean := jsonb_array_length(NEW.reactions) = 0;
 BEGIN
     INSERT INTO kind_config AS c (kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs,
                                   resync_recomposes, orphan_grace_secs, max_transient_attempts,
                                   unserved_condition_after_secs, retry_base_ms, retry_cap_ms, retry_jitter,
-                                  finalizer_name, manifest_version, composes, rolls_up)
+                                  finalizer_name, manifest_version, composes, rolls_up, data_only)
     VALUES (NEW.kind, NEW.kind_version, NEW.max_inflight, NEW.task_deadline_secs, NEW.resync_interval_secs,
             NEW.resync_recomposes, NEW.orphan_grace_secs, NEW.max_transient_attempts,
             NEW.unserved_condition_after_secs, NEW.retry_base_ms, NEW.retry_cap_ms, NEW.retry_jitter,
-            NEW.finalizer_name, NEW.manifest_version, v_composes, v_rolls_up)
+            NEW.finalizer_name, NEW.manifest_version, v_composes, v_rolls_up, v_data_only)
     ON CONFLICT (kind, kind_version) DO UPDATE
         SET finalizer_name = EXCLUDED.finalizer_name,
             manifest_version = EXCLUDED.manifest_version,
             composes = EXCLUDED.composes,
             rolls_up = EXCLUDED.rolls_up,
+            data_only = EXCLUDED.data_only,
             updated_at = now()
         WHERE c.finalizer_name IS DISTINCT FROM EXCLUDED.finalizer_name
            OR c.manifest_version IS DISTINCT FROM EXCLUDED.manifest_version
            OR c.composes IS DISTINCT FROM EXCLUDED.composes
-           OR c.rolls_up IS DISTINCT FROM EXCLUDED.rolls_up;
+           OR c.rolls_up IS DISTINCT FROM EXCLUDED.rolls_up
+           OR c.data_only IS DISTINCT FROM EXCLUDED.data_only;
     PERFORM pg_notify('kind_manifest_changed', NEW.kind || ':' || NEW.kind_version::text);
     RETURN NULL;
 END
@@ -176,9 +179,10 @@ BEGIN
                AS t(name, trigger, emits, verb, finalizer, n)
     ),
     broken(rule, i, message) AS (
-        -- R1: at least one reaction.
-        SELECT 1, NULL::bigint, 'a kind needs at least one reaction'
-         WHERE NOT EXISTS (SELECT 1 FROM r)
+        -- R1: a kind without reactions is data only (migration 0025): it has
+        -- no teardown, so no finalizer could ever be cleared.
+        SELECT 1, NULL::bigint, 'a kind without reactions (data only) cannot have a finalizer_name'
+         WHERE NOT EXISTS (SELECT 1 FROM r) AND v_fin_name IS NOT NULL
         -- R2: well-formed, unique names.
         UNION ALL
         SELECT 2, i, 'name ' || c_handle_msg FROM r WHERE name !~ c_handle

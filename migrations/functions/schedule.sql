@@ -70,6 +70,24 @@ BEGIN
     IF p_tasks IS NULL OR cardinality(p_tasks) = 0 THEN
         RETURN 0;
     END IF;
+    -- Data-only kinds have nothing to run: their resources are synced at the
+    -- generation asked for instead of queued. Free unless one exists (one
+    -- read of the small kind_config).
+    IF p_task_type = 'reconcile' AND EXISTS (SELECT 1 FROM kind_config WHERE data_only) THEN
+        UPDATE resources r SET synced_gen = t.generation
+        FROM unnest(p_tasks) t
+        JOIN kind_config c ON c.kind = t.kind AND c.kind_version = t.kind_version AND c.data_only
+        WHERE r.id = t.resource_id AND r.synced_gen < t.generation;
+        p_tasks := ARRAY(
+            SELECT ROW(t.resource_id, t.kind, t.kind_version, t.generation, t.manifest_version,
+                       t.shard_id)::task_candidate
+            FROM unnest(p_tasks) t
+            WHERE NOT EXISTS (SELECT 1 FROM kind_config c
+                              WHERE c.kind = t.kind AND c.kind_version = t.kind_version AND c.data_only));
+        IF cardinality(p_tasks) = 0 THEN
+            RETURN 0;
+        END IF;
+    END IF;
     CASE p_on_conflict
     WHEN 'new' THEN
         INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,

@@ -13,6 +13,7 @@ mod cluster_members;
 mod cluster_processes;
 mod composition;
 mod conformance;
+mod data_only;
 mod database_auth;
 mod database_replica;
 mod database_restart;

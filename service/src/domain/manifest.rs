@@ -275,9 +275,14 @@ pub fn validate_reactions(reactions: &[Reaction], finalizer_name: Option<&str>) 
         ));
     }
 
-    // R1.
-    if reactions.is_empty() {
-        out.push(Violation::new(REACTIONS, "a kind needs at least one reaction"));
+    // R1: a kind without reactions is data only (its resources are synced
+    // as written; see enqueue_tasks), and has no teardown to clear a
+    // finalizer.
+    if reactions.is_empty() && finalizer_name.is_some() {
+        out.push(Violation::new(
+            FINALIZER_NAME,
+            "a kind without reactions (data only) cannot have a finalizer_name",
+        ));
     }
 
     let mut names: HashMap<&str, usize> = HashMap::new();
@@ -731,8 +736,12 @@ mod tests {
     }
 
     #[test]
-    fn r1_needs_a_reaction() {
-        assert_eq!(fields(validate_reactions(&[], None)), vec!["/manifest/reactions"]);
+    fn r1_a_kind_without_reactions_is_data_only_and_has_no_finalizer() {
+        assert_eq!(validate_reactions(&[], None), Ok(()));
+        assert_eq!(
+            fields(validate_reactions(&[], Some("converge.dev/x"))),
+            vec!["/manifest/finalizer_name"]
+        );
     }
 
     #[test]
@@ -1214,7 +1223,7 @@ mod tests {
                 "/manifest/status_schema",
                 "/manifest/config_schema/properties/a/$ref",
                 "/manifest/finalizer_name",
-                "/manifest/reactions",
+                "/manifest/finalizer_name",
                 "/manifest/policy/max_inflight",
             ]
         );

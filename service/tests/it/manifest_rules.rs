@@ -209,8 +209,14 @@ fn cases() -> Vec<Case> {
             None,
             None,
         ),
-        // R1
-        case("no reactions", vec![], None, Some("R1")),
+        // R1: no reactions is a data-only kind, without a finalizer.
+        case("no reactions (data only)", vec![], None, None),
+        case(
+            "no reactions, a finalizer_name",
+            vec![],
+            Some("converge.dev/x"),
+            Some("R1"),
+        ),
         case("no reactions, bad finalizer_name", vec![], Some("BAD"), Some("R1")),
         // R2
         case("empty name", vec![r("", SpecChange, &[Status])], None, Some("R2")),

@@ -5,11 +5,15 @@
 -- (kind, name) order; $7-$12: the first event (category, type, reason,
 -- message, detail) and its actor.
 WITH created AS (
-    INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config)
-    SELECT kind, kind_version, name, labels, spec, provider_config
+    -- A resource of a data-only kind is synced as it is written: it has no
+    -- task (and is left out of queued below).
+    INSERT INTO resources (kind, kind_version, name, labels, spec, provider_config, synced_gen)
+    SELECT x.kind, x.kind_version, x.name, x.labels, x.spec, x.provider_config,
+           CASE WHEN k.data_only THEN 1 ELSE 0 END
     FROM unnest($1::text[], $2::int2[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[])
         WITH ORDINALITY AS x(kind, kind_version, name, labels, spec, provider_config, n)
-    ORDER BY n
+    LEFT JOIN kind_config k ON k.kind = x.kind AND k.kind_version = x.kind_version
+    ORDER BY x.n
     ON CONFLICT (kind, name) DO NOTHING
     RETURNING *
 ),
@@ -30,5 +34,5 @@ queued AS (
     SELECT enqueue_tasks(array_agg(ROW(c.id, c.kind, c.kind_version, c.generation, k.manifest_version,
                                        c.shard_id)::task_candidate ORDER BY c.id),
                          'reconcile', NULL, 'new')
-    FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version
+    FROM created c JOIN kind_config k ON k.kind = c.kind AND k.kind_version = c.kind_version AND NOT k.data_only
 )
