@@ -1,11 +1,12 @@
 -- Scheduling: which resources get a task, when, and the lagging backstop.
 
--- Retry delay after the n-th consecutive transient failure: 1 s doubling, capped at 60 s.
+-- Retry delay after the n-th consecutive transient failure: 1 s doubling, capped at 60 s
+-- (the exponent is clamped so that a count past 1024 cannot overflow).
 CREATE OR REPLACE FUNCTION retry_delay(p_attempts integer)
  RETURNS interval
  LANGUAGE sql
  IMMUTABLE
-AS $function$ SELECT make_interval(secs => least(60, power(2, greatest(p_attempts - 1, 0)))::double precision) $function$;
+AS $function$ SELECT make_interval(secs => least(60, power(2, least(greatest(p_attempts - 1, 0), 40)))::double precision) $function$;
 
 -- The same under a kind's retry policy (kind_config): the base (ms; 0 =
 -- 1000) doubling per failure up to the cap (ms; 0 = 60000), then the

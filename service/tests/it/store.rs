@@ -878,6 +878,12 @@ async fn retry_delays_follow_the_policy_and_default_to_the_fixed_schedule() -> a
         secs("SELECT extract(epoch FROM retry_delay_for(100000, 0, 0, 'none'))::float8").await?,
         60.0
     );
+    // The fixed schedule too (reactor deliveries and operations may count
+    // past 1024, where 2^n would overflow).
+    assert_eq!(
+        secs("SELECT extract(epoch FROM retry_delay(100000))::float8").await?,
+        60.0
+    );
     let full: Vec<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM retry_delay_for(1, 10000, 0, 'full'))::float8 FROM generate_series(1, 500)",
     )
