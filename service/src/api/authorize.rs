@@ -27,21 +27,41 @@ pub async fn require_resource(
     name: &str,
     after: Option<&BTreeMap<String, String>>,
 ) -> Result<(), ApiError> {
-    let target = || format!("{}/{name}", action.kind);
+    // No policy: nothing to decide, nothing to build.
+    if !state.authz.is_on() {
+        return Ok(());
+    }
+    let target = format!("{}/{name}", action.kind);
     let scope = state.authz.scope(principal, action);
+    let decided = decide(state, principal, action, name, after, &scope, &target).await;
+    if decided.is_ok() && action.verb.changes_state() {
+        state.authz.allowed(principal, action.verb.as_str(), &target);
+    }
+    decided
+}
+
+async fn decide(
+    state: &ApiState,
+    principal: &Principal,
+    action: ResourceAction<'_>,
+    name: &str,
+    after: Option<&BTreeMap<String, String>>,
+    scope: &OwnedScope,
+    target: &str,
+) -> Result<(), ApiError> {
     match scope {
         OwnedScope::All => Ok(()),
-        OwnedScope::None => Err(state.authz.refuse(principal, action.verb.as_str(), &target())),
+        OwnedScope::None => Err(state.authz.refuse(principal, action.verb.as_str(), target)),
         OwnedScope::AnyOf(_) => {
             let stored = resources::get(&state.pool, action.kind, name).await?;
             match (stored, after) {
                 // Hidden: answered as if it did not exist.
                 (Some(stored), None) if !scope.admits(&stored.labels) => Err(resource_not_found(action.kind, name)),
                 (Some(stored), Some(_)) if !scope.admits(&stored.labels) => {
-                    Err(state.authz.refuse(principal, action.verb.as_str(), &target()))
+                    Err(state.authz.refuse(principal, action.verb.as_str(), target))
                 }
                 (_, Some(after)) if !scope.admits(after) => {
-                    Err(state.authz.refuse(principal, action.verb.as_str(), &target()))
+                    Err(state.authz.refuse(principal, action.verb.as_str(), target))
                 }
                 _ => Ok(()),
             }
@@ -55,6 +75,25 @@ pub async fn require_resource(
 /// the caller's selector must already lie within one of them (the query
 /// stays one index-backed selector, never an OR of scopes).
 pub fn scoped_selector(
+    state: &ApiState,
+    principal: &Principal,
+    action: ResourceAction<'_>,
+    requested: LabelSelector,
+) -> Result<LabelSelector, ApiError> {
+    let narrowed = narrow(state, principal, action, requested);
+    if let Ok(selector) = &narrowed
+        && action.verb.changes_state()
+    {
+        state.authz.allowed(
+            principal,
+            action.verb.as_str(),
+            &format!("{} -l {selector}", action.kind),
+        );
+    }
+    narrowed
+}
+
+fn narrow(
     state: &ApiState,
     principal: &Principal,
     action: ResourceAction<'_>,

@@ -264,9 +264,29 @@ impl Authorizer {
             return Ok(());
         };
         if current(inner).allows_object(identity, object, access) {
+            if access == Access::Write {
+                self.allowed(principal, access.as_str(), object.as_str());
+            }
             Ok(())
         } else {
             Err(self.refuse(principal, access.as_str(), object.as_str()))
+        }
+    }
+
+    /// Logs an allowed state-changing decision on the audit target (only
+    /// while a policy is enforced: without one, the access layer's line
+    /// is the record).
+    pub fn allowed(&self, principal: &Principal, permission: &str, target: &str) {
+        if self.inner.is_some() {
+            let identity = principal.identity().unwrap_or("in-process");
+            tracing::info!(
+                target: "converge::audit",
+                identity,
+                permission,
+                target,
+                decision = "allowed",
+                "authorized"
+            );
         }
     }
 

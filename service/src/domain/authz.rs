@@ -113,6 +113,11 @@ impl Verb {
         1 << (self as u32)
     }
 
+    /// Whether the verb changes state (everything but reads and serve).
+    pub fn changes_state(self) -> bool {
+        !matches!(self, Verb::Get | Verb::List | Verb::Watch | Verb::Serve)
+    }
+
     /// The verbs a name in a policy file stands for: one verb, or a group
     /// (`read`, `write`, `admin`, `*`).
     fn expand(name: &str) -> Option<u32> {
