@@ -103,6 +103,23 @@ pub fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path)
         .spawn()?)
 }
 
+/// A `converge-noop-worker` process on `address` serving `kinds`
+/// (`kind:version`), recording into `record` like [`noop_worker`].
+pub fn noop_worker_of(address: &str, kinds: &str, parallel: usize, record: &Path) -> anyhow::Result<Child> {
+    Ok(Command::new(binary("converge-noop-worker")?)
+        .env("BROKER_ADDR", address)
+        .env("WORKER_KINDS", kinds)
+        .env("WORKER_MAX_PARALLEL", parallel.to_string())
+        .env("NOOP_RECORD", record)
+        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
+        .env("LOG_LEVEL", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
 /// How often each "<kind>/<name> <generation>" was worked, from a noop
 /// worker's record file (empty when the file does not exist yet).
 pub fn worked(record: &Path) -> anyhow::Result<std::collections::HashMap<String, usize>> {

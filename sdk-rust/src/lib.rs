@@ -14,6 +14,7 @@ pub mod worker;
 
 use converge_proto::v1::admin_service_client::AdminServiceClient;
 use converge_proto::v1::cluster_service_client::ClusterServiceClient;
+use converge_proto::v1::kind_migration_service_client::KindMigrationServiceClient;
 use converge_proto::v1::kind_service_client::KindServiceClient;
 use converge_proto::v1::operation_service_client::OperationServiceClient;
 use converge_proto::v1::provider_config_service_client::ProviderConfigServiceClient;
@@ -117,6 +118,8 @@ impl Client {
         resources => ResourceServiceClient,
         /// `converge.v1.KindService`.
         kinds => KindServiceClient,
+        /// `converge.v1.KindMigrationService`.
+        migrations => KindMigrationServiceClient,
         /// `converge.v1.OperationService`.
         operations => OperationServiceClient,
         /// `converge.v1.ProviderConfigService`.

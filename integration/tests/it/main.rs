@@ -25,6 +25,7 @@ mod foundation;
 mod graph;
 mod helm_chart;
 mod image;
+mod kind_migration;
 mod kind_versions;
 mod kinds;
 mod mixed_languages;

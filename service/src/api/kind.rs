@@ -1,6 +1,7 @@
 //! The `converge.v1.KindService` API: kind manifests and live kind configuration.
 
 use crate::domain::authz::{Access, Object};
+use crate::domain::conversion::{FieldConversion, SpecConversion};
 use std::sync::Arc;
 
 use converge_proto::v1 as pb;
@@ -178,6 +179,23 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
                 jitter: jitter_from_proto("/manifest/policy/retry_jitter", policy.retry_jitter)?,
             },
         },
+        conversions: m
+            .conversions
+            .into_iter()
+            .map(|c| SpecConversion {
+                from_version: c.from_version,
+                spec: c.spec,
+                fields: c
+                    .fields
+                    .into_iter()
+                    .map(|f| FieldConversion {
+                        path: f.path,
+                        value: f.value,
+                        remove: f.remove,
+                    })
+                    .collect(),
+            })
+            .collect(),
     })
 }
 
@@ -240,6 +258,23 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
         manifest_version: stored.manifest_version,
         create_time: Some(timestamp(stored.created_at)),
         update_time: Some(timestamp(stored.updated_at)),
+        conversions: m
+            .conversions
+            .into_iter()
+            .map(|c| pb::SpecConversion {
+                from_version: c.from_version,
+                spec: c.spec,
+                fields: c
+                    .fields
+                    .into_iter()
+                    .map(|f| pb::FieldConversion {
+                        path: f.path,
+                        value: f.value,
+                        remove: f.remove,
+                    })
+                    .collect(),
+            })
+            .collect(),
     }
 }
 
@@ -586,6 +621,15 @@ async fn delete_manifest_in(
             Reason::KindInUse,
             format!(
                 "kind {:?} version {} is watched or run by reactor bindings; delete them first",
+                req.kind, req.kind_version
+            ),
+        ));
+    }
+    if crate::store::migrations::running_with_version(conn, &req.kind, req.kind_version).await? {
+        return Err(ApiError::refused(
+            Reason::KindInUse,
+            format!(
+                "a kind migration of {:?} from or to version {} is running; wait for it or cancel it first",
                 req.kind, req.kind_version
             ),
         ));

@@ -10,6 +10,7 @@ pub mod gate;
 pub mod keys;
 pub mod kind;
 pub mod limits;
+pub mod migration;
 pub mod operation;
 pub mod pages;
 pub mod provider_config;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use converge_proto::v1::admin_service_server::AdminServiceServer;
 use converge_proto::v1::cluster_service_server::ClusterServiceServer;
+use converge_proto::v1::kind_migration_service_server::KindMigrationServiceServer;
 use converge_proto::v1::kind_service_server::KindServiceServer;
 use converge_proto::v1::operation_service_server::OperationServiceServer;
 use converge_proto::v1::provider_config_service_server::ProviderConfigServiceServer;
@@ -203,6 +205,11 @@ where
         reactor_binding::ReactorBindingApi::new(state.clone())
     );
     let admin = service!(api, AdminServiceServer, admin::AdminApi::new(state.clone()));
+    let migration = service!(
+        api,
+        KindMigrationServiceServer,
+        migration::KindMigrationApi::new(state.clone())
+    );
     let cluster = service!(true, ClusterServiceServer, cluster::ClusterApi::new(state.clone()));
     let worker = match state.broker.clone() {
         Some(broker) if workers => service!(true, WorkerServiceServer, crate::broker::WorkerApi::new(broker)),
@@ -228,6 +235,7 @@ where
         .add_optional_service(provider_config)
         .add_optional_service(reactor_binding)
         .add_optional_service(admin)
+        .add_optional_service(migration)
         .add_optional_service(cluster)
         .add_optional_service(worker);
     Ok(Routes { router, names })

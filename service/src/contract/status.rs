@@ -120,6 +120,13 @@ reasons! {
     KindVersionRetired => "KIND_VERSION_RETIRED",
     /// The kind version still has resources.
     KindInUse => "KIND_IN_USE",
+    /// The target manifest of a kind migration declares no conversion from
+    /// its source version.
+    ConversionNotDeclared => "CONVERSION_NOT_DECLARED",
+    /// Another migration of the kind is running.
+    MigrationInProgress => "MIGRATION_IN_PROGRESS",
+    /// No such kind migration.
+    MigrationNotFound => "MIGRATION_NOT_FOUND",
     /// A new spec schema would reject specs already stored.
     SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
     /// The etag does not match the stored one.
@@ -179,7 +186,8 @@ impl Reason {
             | Reason::ReactorBindingNotFound
             | Reason::ReactorDeliveryNotFound
             | Reason::RevisionNotFound
-            | Reason::OperationNotFound => Code::NotFound,
+            | Reason::OperationNotFound
+            | Reason::MigrationNotFound => Code::NotFound,
             Reason::NameTaken | Reason::DefaultConfigExists => Code::AlreadyExists,
             Reason::DeletionPending
             | Reason::ResourceOwned
@@ -190,9 +198,10 @@ impl Reason {
             | Reason::ProviderConfigOwned
             | Reason::KindIsReactor
             | Reason::DeliveryNotGivenUp
+            | Reason::ConversionNotDeclared
             | Reason::SchemaRejectsExistingResources
             | Reason::SchemaRejectsExistingConfigs => Code::FailedPrecondition,
-            Reason::EtagMismatch | Reason::ConcurrentModification => Code::Aborted,
+            Reason::EtagMismatch | Reason::ConcurrentModification | Reason::MigrationInProgress => Code::Aborted,
             Reason::SpecTooLarge | Reason::ConfigDataTooLarge | Reason::RequestTooLarge | Reason::WatchTooSlow => {
                 Code::ResourceExhausted
             }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::composition::StagePlan;
+use super::conversion::{self, Conversions};
 use super::manifest::{
     KindManifest, REACTIONS, manifest_version, non_empty, validate_description, validate_policy, validate_reactions,
 };
@@ -30,6 +31,8 @@ pub struct CompiledKind {
     /// The stages its reactions make, derived once here for the broker,
     /// the API's admission and the reactor bindings.
     pub plan: Arc<StagePlan>,
+    /// Its conversions from other versions, compiled (ADR 48).
+    pub conversions: Conversions,
 }
 
 /// Runs every check on `m` and compiles its spec schema. Every violation found is returned:
@@ -69,6 +72,10 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
     if let Err(violations) = validate_policy(&m.policy, "/manifest/policy") {
         out.extend(violations);
     }
+    let conversions = conversion::compile(m.kind_version, &m.conversions).unwrap_or_else(|violations| {
+        out.extend(violations);
+        Conversions::default()
+    });
     if !out.is_empty() {
         return Err(out);
     }
@@ -81,6 +88,7 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
         config,
         inputs,
         plan,
+        conversions,
     })
 }
 

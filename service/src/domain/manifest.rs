@@ -203,6 +203,9 @@ pub struct KindManifest {
     pub finalizer_name: Option<String>,
     /// Policy seeds for the kind's config.
     pub policy: KindPolicy,
+    /// How specs of other versions become specs of this one (ADR 48); not
+    /// part of the content hash: workers never see them.
+    pub conversions: Vec<super::conversion::SpecConversion>,
 }
 
 /// Longest accepted description, in bytes.
@@ -680,6 +683,7 @@ mod tests {
                 max_inflight: 50,
                 ..KindPolicy::default()
             },
+            conversions: Vec::new(),
         }
     }
 
@@ -1208,6 +1212,7 @@ mod tests {
                 max_inflight: -1,
                 ..KindPolicy::default()
             },
+            conversions: Vec::new(),
         };
         let got: Vec<String> = compile_manifest(bad)
             .err()

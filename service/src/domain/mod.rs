@@ -4,6 +4,7 @@ pub mod admin;
 pub mod authz;
 pub mod compiled;
 pub mod composition;
+pub mod conversion;
 pub mod event;
 pub mod explain;
 pub mod graph;

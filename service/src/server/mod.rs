@@ -546,6 +546,13 @@ async fn prepare_and_spawn(
         instruments::database(meter, database.clone(), db.embedded().is_some());
     }
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    if config.serve.role.serves_api() {
+        // Kind migrations write through the API's write path (ADR 48).
+        background.tasks.push(tokio::spawn(api::migration::run(
+            state.clone(),
+            background.stop.subscribe(),
+        )));
+    }
     let services = api::routes(state, config.serve.role, access, health_service)?;
     let health = Arc::new(health::Health::serving(reporter, services.names.clone(), ready).await);
     background.tasks.push(health::spawn_probe(

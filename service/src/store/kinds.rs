@@ -7,13 +7,14 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::StoreResult;
+use crate::domain::conversion::SpecConversion;
 use crate::domain::manifest::{KindManifest, KindPolicy, Reaction, RetryJitter, RetryPolicy};
 
 /// Columns of a manifest row.
 const MANIFEST_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, description, spec_schema, status_schema, \
      config_schema, reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, \
      resync_recomposes, orphan_grace_secs, max_transient_attempts, unserved_condition_after_secs, retry_base_ms, \
-     retry_cap_ms, retry_jitter, manifest_version, created_at, updated_at";
+     retry_cap_ms, retry_jitter, conversions, manifest_version, created_at, updated_at";
 
 /// A stored manifest with its bookkeeping.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +49,7 @@ struct ManifestRow {
     retry_base_ms: i32,
     retry_cap_ms: i32,
     retry_jitter: String,
+    conversions: Json<Vec<SpecConversion>>,
     manifest_version: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -79,6 +81,7 @@ impl ManifestRow {
                         jitter: RetryJitter::from_db(&self.retry_jitter),
                     },
                 },
+                conversions: self.conversions.0,
             },
             manifest_version: self.manifest_version,
             created_at: self.created_at,
@@ -134,8 +137,8 @@ pub async fn upsert_manifest(
             "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
                  reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
                  orphan_grace_secs, max_transient_attempts, manifest_version, unserved_condition_after_secs,
-                 retry_base_ms, retry_cap_ms, retry_jitter)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+                 retry_base_ms, retry_cap_ms, retry_jitter, conversions)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
              ON CONFLICT (kind, kind_version) DO UPDATE SET
                  description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
                  status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
@@ -146,7 +149,7 @@ pub async fn upsert_manifest(
                  manifest_version = EXCLUDED.manifest_version,
                  unserved_condition_after_secs = EXCLUDED.unserved_condition_after_secs,
                  retry_base_ms = EXCLUDED.retry_base_ms, retry_cap_ms = EXCLUDED.retry_cap_ms,
-                 retry_jitter = EXCLUDED.retry_jitter, updated_at = now()
+                 retry_jitter = EXCLUDED.retry_jitter, conversions = EXCLUDED.conversions, updated_at = now()
              RETURNING {MANIFEST_COLUMNS}"
         );
         let policy = &manifest.policy;
@@ -170,6 +173,7 @@ pub async fn upsert_manifest(
             .bind(policy.retry.base_ms)
             .bind(policy.retry.cap_ms)
             .bind(policy.retry.jitter.as_db())
+            .bind(Json(&manifest.conversions))
             .fetch_one(conn)
             .await?;
         Ok(row.into_stored())

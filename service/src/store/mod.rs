@@ -57,6 +57,7 @@ pub mod graph;
 pub mod kinds;
 pub mod leases;
 mod measured;
+pub mod migrations;
 pub mod operations;
 pub mod pipeline;
 pub mod provider_configs;

@@ -16,6 +16,8 @@ pub enum Source {
     Apply,
     /// RollbackResource.
     Rollback,
+    /// A kind migration's conversion to another version.
+    Conversion,
 }
 
 impl Source {
@@ -23,6 +25,7 @@ impl Source {
         match self {
             Source::Apply => "apply",
             Source::Rollback => "rollback",
+            Source::Conversion => "conversion",
         }
     }
 }
@@ -34,6 +37,8 @@ pub struct NewRevision<'a> {
     pub resource_id: Uuid,
     /// The generation the spec was written as.
     pub generation: i64,
+    /// The kind version the spec was written for.
+    pub kind_version: i32,
     /// The spec.
     pub spec: &'a Value,
     /// What wrote it.
@@ -49,8 +54,11 @@ pub struct Revision {
     pub generation: i64,
     /// The spec of that generation.
     pub spec: Json<Value>,
-    /// `apply` or `rollback`.
+    /// `apply`, `rollback` or `conversion`.
     pub source: String,
+    /// The kind version the spec was written for (`None` for revisions
+    /// stored before versions were recorded).
+    pub kind_version: Option<i32>,
     /// For a rollback, the generation restored.
     pub restored_generation: Option<i64>,
     /// Who wrote it.
@@ -69,14 +77,16 @@ pub async fn record(conn: &mut PgConnection, revisions: &[NewRevision<'_>], acto
         }
         let ids: Vec<Uuid> = revisions.iter().map(|r| r.resource_id).collect();
         let generations: Vec<i64> = revisions.iter().map(|r| r.generation).collect();
+        let versions: Vec<i32> = revisions.iter().map(|r| r.kind_version).collect();
         let specs: Vec<Json<&Value>> = revisions.iter().map(|r| Json(r.spec)).collect();
         let sources: Vec<&str> = revisions.iter().map(|r| r.source.as_db()).collect();
         let restored: Vec<Option<i64>> = revisions.iter().map(|r| r.restored_generation).collect();
         sqlx::query(
-            "INSERT INTO spec_revisions (resource_id, generation, spec, source, restored_generation, actor)
-             SELECT x.id, x.generation, x.spec, x.source, x.restored, $6
-             FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[], $4::text[], $5::bigint[])
-                  AS x(id, generation, spec, source, restored)
+            "INSERT INTO spec_revisions (resource_id, generation, spec, source, restored_generation, actor,
+                 kind_version)
+             SELECT x.id, x.generation, x.spec, x.source, x.restored, $6, x.version
+             FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[], $4::text[], $5::bigint[], $7::int4[])
+                  AS x(id, generation, spec, source, restored, version)
              ORDER BY x.id, x.generation
              ON CONFLICT (resource_id, generation) DO NOTHING",
         )
@@ -86,6 +96,7 @@ pub async fn record(conn: &mut PgConnection, revisions: &[NewRevision<'_>], acto
         .bind(&sources)
         .bind(&restored)
         .bind(actor)
+        .bind(&versions)
         .execute(&mut *conn)
         .await?;
         // A first generation never exceeds a limit (>= 1): creates skip the trim.
@@ -117,7 +128,8 @@ pub async fn record(conn: &mut PgConnection, revisions: &[NewRevision<'_>], acto
 pub async fn list(pool: &PgPool, resource_id: Uuid, before: Option<i64>, limit: i64) -> StoreResult<Vec<Revision>> {
     measured("revisions.list", async move {
         sqlx::query_as(
-            "SELECT generation, spec, source, restored_generation, actor, created_at FROM spec_revisions
+            "SELECT generation, spec, source, kind_version::int4 AS kind_version, restored_generation, actor, created_at
+             FROM spec_revisions
              WHERE resource_id = $1 AND ($2::bigint IS NULL OR generation < $2)
              ORDER BY generation DESC LIMIT $3",
         )
@@ -135,7 +147,8 @@ pub async fn list(pool: &PgPool, resource_id: Uuid, before: Option<i64>, limit: 
 pub async fn get(conn: &mut PgConnection, resource_id: Uuid, generation: i64) -> StoreResult<Option<Revision>> {
     measured("revisions.get", async move {
         sqlx::query_as(
-            "SELECT generation, spec, source, restored_generation, actor, created_at FROM spec_revisions
+            "SELECT generation, spec, source, kind_version::int4 AS kind_version, restored_generation, actor, created_at
+             FROM spec_revisions
              WHERE resource_id = $1 AND generation = $2",
         )
         .bind(resource_id)

@@ -41,7 +41,7 @@ pub(super) enum Mode {
 
 /// A validated resource write.
 #[derive(Debug, Clone)]
-pub(super) struct ResourceWrite {
+pub(crate) struct ResourceWrite {
     kind: String,
     kind_version: i32,
     name: String,
@@ -52,6 +52,8 @@ pub(super) struct ResourceWrite {
     mode: Mode,
     /// For a rollback, the generation whose spec is restored.
     restores: Option<i64>,
+    /// For a kind migration's conversion, the version converted from.
+    converts_from: Option<i32>,
 }
 
 impl ResourceWrite {
@@ -124,15 +126,23 @@ impl ResourceWrite {
             provider_config,
             mode,
             restores: None,
+            converts_from: None,
         })
     }
 
     /// The write of a rollback of `current` to `spec`, the spec of its
-    /// revision `generation`: everything else stays as stored.
-    pub(super) fn rollback(current: &Resource, spec: Value, generation: i64, etag: Option<String>) -> Self {
+    /// revision `generation` written for `kind_version` (`None`: the
+    /// resource's own): labels and override stay as stored.
+    pub(super) fn rollback(
+        current: &Resource,
+        spec: Value,
+        kind_version: Option<i32>,
+        generation: i64,
+        etag: Option<String>,
+    ) -> Self {
         Self {
             kind: current.kind.clone(),
-            kind_version: current.kind_version,
+            kind_version: kind_version.unwrap_or(current.kind_version),
             name: current.name.clone(),
             labels: current.labels.clone(),
             spec,
@@ -140,6 +150,31 @@ impl ResourceWrite {
             provider_config: None,
             mode: Mode::Apply,
             restores: Some(generation),
+            converts_from: None,
+        }
+    }
+
+    /// The write of a kind migration's conversion of the resource
+    /// `kind/name` (row-locked by the migration, labels unchanged) from
+    /// `from_version` to `to_version` with the converted `spec`.
+    pub(crate) fn conversion(
+        kind: &str,
+        name: &str,
+        labels: BTreeMap<String, String>,
+        (from_version, to_version): (i32, i32),
+        spec: Value,
+    ) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            kind_version: to_version,
+            name: name.to_owned(),
+            labels,
+            spec,
+            etag: None,
+            provider_config: None,
+            mode: Mode::Apply,
+            restores: None,
+            converts_from: Some(from_version),
         }
     }
 
@@ -185,9 +220,9 @@ impl ResourceWrite {
 }
 
 /// What a resource write produced.
-pub(super) struct Written {
+pub(crate) struct Written {
     /// The resource as stored.
-    pub(super) resource: Resource,
+    pub(crate) resource: Resource,
     /// Whether this write created it.
     pub(super) created: bool,
     /// The manifest version it was validated under.
@@ -205,7 +240,7 @@ enum Slot {
 /// Where a batch item's refusals point: `/requests/{i}` in a batch, the
 /// request itself for a single write.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Items {
+pub(crate) enum Items {
     /// One write: refusals name the request's own fields.
     Single,
     /// A batch: refusals name the item under `/requests/{i}`.
@@ -224,7 +259,7 @@ impl Items {
 /// Writes resources inside the caller's transaction; answers in input
 /// order. Any refusal refuses the whole batch (the caller's transaction
 /// rolls back).
-pub(super) async fn write_resources(
+pub(crate) async fn write_resources(
     conn: &mut PgConnection,
     state: &ApiState,
     actor: &str,
@@ -323,9 +358,12 @@ pub(super) async fn write_resources(
         history.push(NewRevision {
             resource_id: resource.id,
             generation: resource.generation,
+            kind_version: resource.kind_version,
             spec: &input.spec,
             source: if input.restores.is_some() {
                 Source::Rollback
+            } else if input.converts_from.is_some() {
+                Source::Conversion
             } else {
                 Source::Apply
             },

@@ -1,6 +1,6 @@
 //! The `converge.v1.ResourceService` API.
 
-mod apply;
+pub(crate) mod apply;
 
 use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
@@ -899,7 +899,13 @@ impl ResourceService for ResourceApi {
                             ),
                         )
                     })?;
-                let write = ResourceWrite::rollback(&current, revision.spec.0, req.target_generation, req.etag.clone());
+                let write = ResourceWrite::rollback(
+                    &current,
+                    revision.spec.0,
+                    revision.kind_version,
+                    req.target_generation,
+                    req.etag.clone(),
+                );
                 let written =
                     single(write_resources(conn, &state, &actor, std::slice::from_ref(&write), Items::Single).await?)?;
                 Ok(RollbackResourceResponse {
@@ -916,6 +922,7 @@ impl ResourceService for ResourceApi {
 fn revision_to_proto(revision: Revision) -> converge_proto::v1::SpecRevision {
     let source = match revision.source.as_str() {
         "rollback" => converge_proto::v1::SpecRevisionSource::Rollback,
+        "conversion" => converge_proto::v1::SpecRevisionSource::Conversion,
         _ => converge_proto::v1::SpecRevisionSource::Apply,
     };
     converge_proto::v1::SpecRevision {
@@ -924,5 +931,6 @@ fn revision_to_proto(revision: Revision) -> converge_proto::v1::SpecRevision {
         source: source.into(),
         restored_generation: revision.restored_generation,
         create_time: Some(timestamp(revision.created_at)),
+        kind_version: revision.kind_version.unwrap_or_default(),
     }
 }

@@ -531,7 +531,14 @@ type KindManifest struct {
 	// Output only. When this (kind, kind_version) was first applied.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. When the manifest content last changed.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Optional. How the spec of a resource at another version of this kind
+	// becomes a spec of this version, one entry per source version (at most
+	// 16). A KindMigration from version A to this version needs an entry with
+	// from_version A. Conversions are evaluated in the server (CEL), need no
+	// worker, and are not part of manifest_version: editing them fences no
+	// task.
+	Conversions   []*SpecConversion `protobuf:"bytes,13,rep,name=conversions,proto3" json:"conversions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +657,156 @@ func (x *KindManifest) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *KindManifest) GetConversions() []*SpecConversion {
+	if x != nil {
+		return x.Conversions
+	}
+	return nil
+}
+
+// How a spec of version from_version becomes a spec of the manifest's
+// version. Every expression is CEL (https://cel.dev) over the variables
+// `self` (the old spec, a map), `name` (the resource's name) and `labels`
+// (its labels, a map of strings); JSON numbers without a fraction are CEL
+// ints. The result starts as the value of `spec` (or a copy of the old spec
+// when `spec` is empty), then each entry of `fields` is applied in order.
+// The converted spec must satisfy this version's spec schema. Evaluation is
+// deterministic: the same old spec always converts to the same new spec.
+type SpecConversion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The version converted from: >= 1 and not the manifest's own.
+	FromVersion int32 `protobuf:"varint,1,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	// Optional. CEL expression whose value (a map) is the whole new spec, e.g.
+	// `{'size': self.replicas, 'region': self.zone}`. Empty = start from a
+	// copy of the old spec. At most 4096 bytes.
+	Spec string `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Optional. Edits applied in order after `spec` (at most 64).
+	Fields        []*FieldConversion `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecConversion) Reset() {
+	*x = SpecConversion{}
+	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecConversion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecConversion) ProtoMessage() {}
+
+func (x *SpecConversion) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecConversion.ProtoReflect.Descriptor instead.
+func (*SpecConversion) Descriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SpecConversion) GetFromVersion() int32 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *SpecConversion) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *SpecConversion) GetFields() []*FieldConversion {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// One edit of a converted spec: set the field at `path` to the value of a
+// CEL expression, or remove it.
+type FieldConversion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Dot-separated path of object keys into the new spec, e.g.
+	// `network.cidr` (keys of letters, digits, '_' and '-'; at most 8 levels).
+	// Missing intermediate objects are created when setting.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Optional. CEL expression whose value is written at `path`, e.g.
+	// `self.replicas * 2` or `has(self.zone) ? self.zone : 'eu-1'`. Required
+	// unless remove is set. At most 4096 bytes.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Optional. Remove the field at `path` instead (nothing happens when it is
+	// absent). Exclusive with value.
+	Remove        bool `protobuf:"varint,3,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldConversion) Reset() {
+	*x = FieldConversion{}
+	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldConversion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldConversion) ProtoMessage() {}
+
+func (x *FieldConversion) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldConversion.ProtoReflect.Descriptor instead.
+func (*FieldConversion) Descriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FieldConversion) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FieldConversion) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *FieldConversion) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
 // The live operational settings of one (kind, kind_version). Seeded from the
 // manifest's policy on first apply and edited with UpdateKindConfig; edits
 // take effect cluster-wide without a restart.
@@ -702,7 +859,7 @@ type KindConfig struct {
 
 func (x *KindConfig) Reset() {
 	*x = KindConfig{}
-	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	mi := &file_converge_v1_kind_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +871,7 @@ func (x *KindConfig) String() string {
 func (*KindConfig) ProtoMessage() {}
 
 func (x *KindConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	mi := &file_converge_v1_kind_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +884,7 @@ func (x *KindConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindConfig.ProtoReflect.Descriptor instead.
 func (*KindConfig) Descriptor() ([]byte, []int) {
-	return file_converge_v1_kind_proto_rawDescGZIP(), []int{3}
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KindConfig) GetKind() string {
@@ -866,7 +1023,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\rretry_base_ms\x18\x11 \x01(\x05R\vretryBaseMs\x12 \n" +
 	"\fretry_cap_ms\x18\x12 \x01(\x05R\n" +
 	"retryCapMs\x12;\n" +
-	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter\"\x97\x05\n" +
+	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter\"\xdc\x05\n" +
 	"\fKindManifest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12&\n" +
@@ -883,7 +1040,16 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"createTime\x12A\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
-	"updateTime\"\xb3\x05\n" +
+	"updateTime\x12C\n" +
+	"\vconversions\x18\r \x03(\v2\x1b.converge.v1.SpecConversionB\x04\xe2A\x01\x01R\vconversions\"\x8f\x01\n" +
+	"\x0eSpecConversion\x12'\n" +
+	"\ffrom_version\x18\x01 \x01(\x05B\x04\xe2A\x01\x02R\vfromVersion\x12\x18\n" +
+	"\x04spec\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\x04spec\x12:\n" +
+	"\x06fields\x18\x03 \x03(\v2\x1c.converge.v1.FieldConversionB\x04\xe2A\x01\x01R\x06fields\"e\n" +
+	"\x0fFieldConversion\x12\x18\n" +
+	"\x04path\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04path\x12\x1a\n" +
+	"\x05value\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\x05value\x12\x1c\n" +
+	"\x06remove\x18\x03 \x01(\bB\x04\xe2A\x01\x01R\x06remove\"\xb3\x05\n" +
 	"\n" +
 	"KindConfig\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12!\n" +
@@ -944,7 +1110,7 @@ func file_converge_v1_kind_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_v1_kind_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_converge_v1_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_converge_v1_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_converge_v1_kind_proto_goTypes = []any{
 	(Trigger)(0),                  // 0: converge.v1.Trigger
 	(Emit)(0),                     // 1: converge.v1.Emit
@@ -952,29 +1118,33 @@ var file_converge_v1_kind_proto_goTypes = []any{
 	(*Reaction)(nil),              // 3: converge.v1.Reaction
 	(*KindPolicy)(nil),            // 4: converge.v1.KindPolicy
 	(*KindManifest)(nil),          // 5: converge.v1.KindManifest
-	(*KindConfig)(nil),            // 6: converge.v1.KindConfig
-	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*SpecConversion)(nil),        // 6: converge.v1.SpecConversion
+	(*FieldConversion)(nil),       // 7: converge.v1.FieldConversion
+	(*KindConfig)(nil),            // 8: converge.v1.KindConfig
+	(*structpb.Struct)(nil),       // 9: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_converge_v1_kind_proto_depIdxs = []int32{
 	0,  // 0: converge.v1.Reaction.trigger:type_name -> converge.v1.Trigger
 	1,  // 1: converge.v1.Reaction.emits:type_name -> converge.v1.Emit
-	7,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
+	9,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
 	2,  // 3: converge.v1.KindPolicy.retry_jitter:type_name -> converge.v1.RetryJitter
-	7,  // 4: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
-	7,  // 5: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
-	7,  // 6: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
+	9,  // 4: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
+	9,  // 5: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
+	9,  // 6: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
 	3,  // 7: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
 	4,  // 8: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
-	8,  // 9: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 10: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 11: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 12: converge.v1.KindConfig.retry_jitter:type_name -> converge.v1.RetryJitter
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 9: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
+	10, // 10: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 11: converge.v1.KindManifest.conversions:type_name -> converge.v1.SpecConversion
+	7,  // 12: converge.v1.SpecConversion.fields:type_name -> converge.v1.FieldConversion
+	10, // 13: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 14: converge.v1.KindConfig.retry_jitter:type_name -> converge.v1.RetryJitter
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_kind_proto_init() }
@@ -988,7 +1158,7 @@ func file_converge_v1_kind_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_kind_proto_rawDesc), len(file_converge_v1_kind_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

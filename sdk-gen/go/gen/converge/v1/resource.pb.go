@@ -362,6 +362,8 @@ const (
 	SpecRevisionSource_SPEC_REVISION_SOURCE_APPLY SpecRevisionSource = 1
 	// Written by RollbackResource, restoring an earlier revision's spec.
 	SpecRevisionSource_SPEC_REVISION_SOURCE_ROLLBACK SpecRevisionSource = 2
+	// Written by a KindMigration, converting the spec to another kind version.
+	SpecRevisionSource_SPEC_REVISION_SOURCE_CONVERSION SpecRevisionSource = 3
 )
 
 // Enum value maps for SpecRevisionSource.
@@ -370,11 +372,13 @@ var (
 		0: "SPEC_REVISION_SOURCE_UNSPECIFIED",
 		1: "SPEC_REVISION_SOURCE_APPLY",
 		2: "SPEC_REVISION_SOURCE_ROLLBACK",
+		3: "SPEC_REVISION_SOURCE_CONVERSION",
 	}
 	SpecRevisionSource_value = map[string]int32{
 		"SPEC_REVISION_SOURCE_UNSPECIFIED": 0,
 		"SPEC_REVISION_SOURCE_APPLY":       1,
 		"SPEC_REVISION_SOURCE_ROLLBACK":    2,
+		"SPEC_REVISION_SOURCE_CONVERSION":  3,
 	}
 )
 
@@ -1205,7 +1209,11 @@ type SpecRevision struct {
 	// restored; absent otherwise.
 	RestoredGeneration *int64 `protobuf:"varint,4,opt,name=restored_generation,json=restoredGeneration,proto3,oneof" json:"restored_generation,omitempty"`
 	// Output only. When this revision was stored.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. The kind version the spec was written for; 0 for
+	// revisions stored before versions were recorded (read as the resource's
+	// current version).
+	KindVersion   int32 `protobuf:"varint,6,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1273,6 +1281,13 @@ func (x *SpecRevision) GetCreateTime() *timestamppb.Timestamp {
 		return x.CreateTime
 	}
 	return nil
+}
+
+func (x *SpecRevision) GetKindVersion() int32 {
+	if x != nil {
+		return x.KindVersion
+	}
+	return 0
 }
 
 // One resource in a composition graph.
@@ -3096,7 +3111,7 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\r \x01(\x03B\x04\xe2A\x01\x03R\n" +
 	"generation\x12)\n" +
-	"\revent_version\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\feventVersion\"\xbd\x02\n" +
+	"\revent_version\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\feventVersion\"\xe6\x02\n" +
 	"\fSpecRevision\x12$\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\n" +
@@ -3105,7 +3120,8 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\x06source\x18\x03 \x01(\x0e2\x1f.converge.v1.SpecRevisionSourceB\x04\xe2A\x01\x03R\x06source\x12:\n" +
 	"\x13restored_generation\x18\x04 \x01(\x03B\x04\xe2A\x01\x03H\x00R\x12restoredGeneration\x88\x01\x01\x12A\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
-	"createTimeB\x16\n" +
+	"createTime\x12'\n" +
+	"\fkind_version\x18\x06 \x01(\x05B\x04\xe2A\x01\x03R\vkindVersionB\x16\n" +
 	"\x14_restored_generation\"\xc3\x02\n" +
 	"\tGraphNode\x12\x16\n" +
 	"\x03uid\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12\x18\n" +
@@ -3263,11 +3279,12 @@ const file_converge_v1_resource_proto_rawDesc = "" +
 	"\x19EVENT_WATCH_TYPE_SNAPSHOT\x10\x01\x12\x1d\n" +
 	"\x19EVENT_WATCH_TYPE_APPENDED\x10\x02\x12\x1d\n" +
 	"\x19EVENT_WATCH_TYPE_EXTENDED\x10\x03\x12\x1d\n" +
-	"\x19EVENT_WATCH_TYPE_BOOKMARK\x10\x04*}\n" +
+	"\x19EVENT_WATCH_TYPE_BOOKMARK\x10\x04*\xa2\x01\n" +
 	"\x12SpecRevisionSource\x12$\n" +
 	" SPEC_REVISION_SOURCE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSPEC_REVISION_SOURCE_APPLY\x10\x01\x12!\n" +
-	"\x1dSPEC_REVISION_SOURCE_ROLLBACK\x10\x02*V\n" +
+	"\x1dSPEC_REVISION_SOURCE_ROLLBACK\x10\x02\x12#\n" +
+	"\x1fSPEC_REVISION_SOURCE_CONVERSION\x10\x03*V\n" +
 	"\bTaskType\x12\x19\n" +
 	"\x15TASK_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TASK_TYPE_RECONCILE\x10\x01\x12\x16\n" +

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/kind.proto.
  */
 export const file_converge_v1_kind: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASK2AgoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIihAQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMiyAMKCktpbmRDb25maWcSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSFAoMbWF4X2luZmxpZ2h0GAMgASgFEhoKEnRhc2tfZGVhZGxpbmVfc2VjcxgEIAEoBRIcChRyZXN5bmNfaW50ZXJ2YWxfc2VjcxgFIAEoBRIZChFyZXN5bmNfcmVjb21wb3NlcxgGIAEoCBIZChFvcnBoYW5fZ3JhY2Vfc2VjcxgHIAEoBRIeChZtYXhfdHJhbnNpZW50X2F0dGVtcHRzGAggASgFEg8KB3JldGlyZWQYCSABKAgSNQoLdXBkYXRlX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEDEgwKBGV0YWcYCyABKAkSFgoOcmV2aXNpb25fbGltaXQYDCABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIqtwEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhcKE1RSSUdHRVJfU1BFQ19DSEFOR0UQARIcChhUUklHR0VSX0NISUxEUkVOX1NFVFRMRUQQAhIcChhUUklHR0VSX0RFTEVURV9SRVFVRVNURUQQAxIVChFUUklHR0VSX09QRVJBVElPThAEEhMKD1RSSUdHRVJfUkVBQ1RPUhAFEhIKDlRSSUdHRVJfUkVTWU5DEAYqvAEKBEVtaXQSFAoQRU1JVF9VTlNQRUNJRklFRBAAEhEKDUVNSVRfQ0hJTERSRU4QARIOCgpFTUlUX0VER0VTEAISEAoMRU1JVF9DT05GSUdTEAMSDwoLRU1JVF9TVEFUVVMQBBITCg9FTUlUX0NPTkRJVElPTlMQBRISCg5FTUlUX0ZJTkFMSVpFUhAGEhkKFUVNSVRfT1BFUkFUSU9OX09VVFBVVBAHEhQKEEVNSVRfU0lERV9FRkZFQ1QQCCpxCgtSZXRyeUppdHRlchIcChhSRVRSWV9KSVRURVJfVU5TUEVDSUZJRUQQABIVChFSRVRSWV9KSVRURVJfTk9ORRABEhUKEVJFVFJZX0pJVFRFUl9GVUxMEAISFgoSUkVUUllfSklUVEVSX0VRVUFMEANCmQEKD2NvbS5jb252ZXJnZS52MUIJS2luZFByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASK2AgoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIivAQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNgoLY29udmVyc2lvbnMYDSADKAsyGy5jb252ZXJnZS52MS5TcGVjQ29udmVyc2lvbkIE4kEBASJ0Cg5TcGVjQ29udmVyc2lvbhIaCgxmcm9tX3ZlcnNpb24YASABKAVCBOJBAQISEgoEc3BlYxgCIAEoCUIE4kEBARIyCgZmaWVsZHMYAyADKAsyHC5jb252ZXJnZS52MS5GaWVsZENvbnZlcnNpb25CBOJBAQEiUAoPRmllbGRDb252ZXJzaW9uEhIKBHBhdGgYASABKAlCBOJBAQISEwoFdmFsdWUYAiABKAlCBOJBAQESFAoGcmVtb3ZlGAMgASgIQgTiQQEBIsgDCgpLaW5kQ29uZmlnEgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEhQKDG1heF9pbmZsaWdodBgDIAEoBRIaChJ0YXNrX2RlYWRsaW5lX3NlY3MYBCABKAUSHAoUcmVzeW5jX2ludGVydmFsX3NlY3MYBSABKAUSGQoRcmVzeW5jX3JlY29tcG9zZXMYBiABKAgSGQoRb3JwaGFuX2dyYWNlX3NlY3MYByABKAUSHgoWbWF4X3RyYW5zaWVudF9hdHRlbXB0cxgIIAEoBRIPCgdyZXRpcmVkGAkgASgIEjUKC3VwZGF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIMCgRldGFnGAsgASgJEhYKDnJldmlzaW9uX2xpbWl0GAwgASgFEiUKHXVuc2VydmVkX2NvbmRpdGlvbl9hZnRlcl9zZWNzGBAgASgFEhUKDXJldHJ5X2Jhc2VfbXMYESABKAUSFAoMcmV0cnlfY2FwX21zGBIgASgFEi4KDHJldHJ5X2ppdHRlchgTIAEoDjIYLmNvbnZlcmdlLnYxLlJldHJ5Sml0dGVyKrcBCgdUcmlnZ2VyEhcKE1RSSUdHRVJfVU5TUEVDSUZJRUQQABIXChNUUklHR0VSX1NQRUNfQ0hBTkdFEAESHAoYVFJJR0dFUl9DSElMRFJFTl9TRVRUTEVEEAISHAoYVFJJR0dFUl9ERUxFVEVfUkVRVUVTVEVEEAMSFQoRVFJJR0dFUl9PUEVSQVRJT04QBBITCg9UUklHR0VSX1JFQUNUT1IQBRISCg5UUklHR0VSX1JFU1lOQxAGKrwBCgRFbWl0EhQKEEVNSVRfVU5TUEVDSUZJRUQQABIRCg1FTUlUX0NISUxEUkVOEAESDgoKRU1JVF9FREdFUxACEhAKDEVNSVRfQ09ORklHUxADEg8KC0VNSVRfU1RBVFVTEAQSEwoPRU1JVF9DT05ESVRJT05TEAUSEgoORU1JVF9GSU5BTElaRVIQBhIZChVFTUlUX09QRVJBVElPTl9PVVRQVVQQBxIUChBFTUlUX1NJREVfRUZGRUNUEAgqcQoLUmV0cnlKaXR0ZXISHAoYUkVUUllfSklUVEVSX1VOU1BFQ0lGSUVEEAASFQoRUkVUUllfSklUVEVSX05PTkUQARIVChFSRVRSWV9KSVRURVJfRlVMTBACEhYKElJFVFJZX0pJVFRFUl9FUVVBTBADQpkBCg9jb20uY29udmVyZ2UudjFCCUtpbmRQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One (trigger, emits) pair of a kind: when trigger fires, the broker sends
@@ -297,6 +297,18 @@ export type KindManifest = Message<"converge.v1.KindManifest"> & {
    * @generated from field: google.protobuf.Timestamp update_time = 12;
    */
   updateTime?: Timestamp | undefined;
+
+  /**
+   * Optional. How the spec of a resource at another version of this kind
+   * becomes a spec of this version, one entry per source version (at most
+   * 16). A KindMigration from version A to this version needs an entry with
+   * from_version A. Conversions are evaluated in the server (CEL), need no
+   * worker, and are not part of manifest_version: editing them fences no
+   * task.
+   *
+   * @generated from field: repeated converge.v1.SpecConversion conversions = 13;
+   */
+  conversions: SpecConversion[];
 };
 
 /**
@@ -305,6 +317,91 @@ export type KindManifest = Message<"converge.v1.KindManifest"> & {
  */
 export const KindManifestSchema: GenMessage<KindManifest> = /*@__PURE__*/
   messageDesc(file_converge_v1_kind, 2);
+
+/**
+ * How a spec of version from_version becomes a spec of the manifest's
+ * version. Every expression is CEL (https://cel.dev) over the variables
+ * `self` (the old spec, a map), `name` (the resource's name) and `labels`
+ * (its labels, a map of strings); JSON numbers without a fraction are CEL
+ * ints. The result starts as the value of `spec` (or a copy of the old spec
+ * when `spec` is empty), then each entry of `fields` is applied in order.
+ * The converted spec must satisfy this version's spec schema. Evaluation is
+ * deterministic: the same old spec always converts to the same new spec.
+ *
+ * @generated from message converge.v1.SpecConversion
+ */
+export type SpecConversion = Message<"converge.v1.SpecConversion"> & {
+  /**
+   * Required. The version converted from: >= 1 and not the manifest's own.
+   *
+   * @generated from field: int32 from_version = 1;
+   */
+  fromVersion: number;
+
+  /**
+   * Optional. CEL expression whose value (a map) is the whole new spec, e.g.
+   * `{'size': self.replicas, 'region': self.zone}`. Empty = start from a
+   * copy of the old spec. At most 4096 bytes.
+   *
+   * @generated from field: string spec = 2;
+   */
+  spec: string;
+
+  /**
+   * Optional. Edits applied in order after `spec` (at most 64).
+   *
+   * @generated from field: repeated converge.v1.FieldConversion fields = 3;
+   */
+  fields: FieldConversion[];
+};
+
+/**
+ * Describes the message converge.v1.SpecConversion.
+ * Use `create(SpecConversionSchema)` to create a new message.
+ */
+export const SpecConversionSchema: GenMessage<SpecConversion> = /*@__PURE__*/
+  messageDesc(file_converge_v1_kind, 3);
+
+/**
+ * One edit of a converted spec: set the field at `path` to the value of a
+ * CEL expression, or remove it.
+ *
+ * @generated from message converge.v1.FieldConversion
+ */
+export type FieldConversion = Message<"converge.v1.FieldConversion"> & {
+  /**
+   * Required. Dot-separated path of object keys into the new spec, e.g.
+   * `network.cidr` (keys of letters, digits, '_' and '-'; at most 8 levels).
+   * Missing intermediate objects are created when setting.
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * Optional. CEL expression whose value is written at `path`, e.g.
+   * `self.replicas * 2` or `has(self.zone) ? self.zone : 'eu-1'`. Required
+   * unless remove is set. At most 4096 bytes.
+   *
+   * @generated from field: string value = 2;
+   */
+  value: string;
+
+  /**
+   * Optional. Remove the field at `path` instead (nothing happens when it is
+   * absent). Exclusive with value.
+   *
+   * @generated from field: bool remove = 3;
+   */
+  remove: boolean;
+};
+
+/**
+ * Describes the message converge.v1.FieldConversion.
+ * Use `create(FieldConversionSchema)` to create a new message.
+ */
+export const FieldConversionSchema: GenMessage<FieldConversion> = /*@__PURE__*/
+  messageDesc(file_converge_v1_kind, 4);
 
 /**
  * The live operational settings of one (kind, kind_version). Seeded from the
@@ -441,7 +538,7 @@ export type KindConfig = Message<"converge.v1.KindConfig"> & {
  * Use `create(KindConfigSchema)` to create a new message.
  */
 export const KindConfigSchema: GenMessage<KindConfig> = /*@__PURE__*/
-  messageDesc(file_converge_v1_kind, 3);
+  messageDesc(file_converge_v1_kind, 5);
 
 /**
  * What makes a reaction fire. The set is closed.

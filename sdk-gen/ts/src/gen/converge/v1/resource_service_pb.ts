@@ -1674,8 +1674,11 @@ export const ResourceService: GenService<{
    * Restores the spec of an earlier revision of a root resource. This is a
    * regular spec write: it creates a new generation (recorded with source
    * ROLLBACK) unless the restored spec equals the current one, in which case
-   * nothing changes. Fails with NOT_FOUND when the revision is no longer
-   * retained and FAILED_PRECONDITION for composed children.
+   * nothing changes. The resource returns to the revision's kind version
+   * too (a rollback past a KindMigration's conversion restores the old
+   * version's spec on the old version, which must still have a manifest).
+   * Fails with NOT_FOUND when the revision is no longer retained and
+   * FAILED_PRECONDITION for composed children.
    *
    * @generated from rpc converge.v1.ResourceService.RollbackResource
    */

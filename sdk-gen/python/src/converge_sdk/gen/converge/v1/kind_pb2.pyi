@@ -102,7 +102,7 @@ class KindPolicy(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ..., retry_base_ms: _Optional[int] = ..., retry_cap_ms: _Optional[int] = ..., retry_jitter: _Optional[_Union[RetryJitter, str]] = ...) -> None: ...
 
 class KindManifest(_message.Message):
-    __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time")
+    __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time", "conversions")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class KindManifest(_message.Message):
     MANIFEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CONVERSIONS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     description: str
@@ -127,7 +128,28 @@ class KindManifest(_message.Message):
     manifest_version: int
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    conversions: _containers.RepeatedCompositeFieldContainer[SpecConversion]
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., conversions: _Optional[_Iterable[_Union[SpecConversion, _Mapping]]] = ...) -> None: ...
+
+class SpecConversion(_message.Message):
+    __slots__ = ("from_version", "spec", "fields")
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    from_version: int
+    spec: str
+    fields: _containers.RepeatedCompositeFieldContainer[FieldConversion]
+    def __init__(self, from_version: _Optional[int] = ..., spec: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[FieldConversion, _Mapping]]] = ...) -> None: ...
+
+class FieldConversion(_message.Message):
+    __slots__ = ("path", "value", "remove")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    value: str
+    remove: bool
+    def __init__(self, path: _Optional[str] = ..., value: _Optional[str] = ..., remove: _Optional[bool] = ...) -> None: ...
 
 class KindConfig(_message.Message):
     __slots__ = ("kind", "kind_version", "max_inflight", "task_deadline_secs", "resync_interval_secs", "resync_recomposes", "orphan_grace_secs", "max_transient_attempts", "retired", "update_time", "etag", "revision_limit", "unserved_condition_after_secs", "retry_base_ms", "retry_cap_ms", "retry_jitter")

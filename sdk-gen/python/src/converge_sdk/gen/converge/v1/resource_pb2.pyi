@@ -57,6 +57,7 @@ class SpecRevisionSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SPEC_REVISION_SOURCE_UNSPECIFIED: _ClassVar[SpecRevisionSource]
     SPEC_REVISION_SOURCE_APPLY: _ClassVar[SpecRevisionSource]
     SPEC_REVISION_SOURCE_ROLLBACK: _ClassVar[SpecRevisionSource]
+    SPEC_REVISION_SOURCE_CONVERSION: _ClassVar[SpecRevisionSource]
 
 class TaskType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -99,6 +100,7 @@ EVENT_WATCH_TYPE_BOOKMARK: EventWatchType
 SPEC_REVISION_SOURCE_UNSPECIFIED: SpecRevisionSource
 SPEC_REVISION_SOURCE_APPLY: SpecRevisionSource
 SPEC_REVISION_SOURCE_ROLLBACK: SpecRevisionSource
+SPEC_REVISION_SOURCE_CONVERSION: SpecRevisionSource
 TASK_TYPE_UNSPECIFIED: TaskType
 TASK_TYPE_RECONCILE: TaskType
 TASK_TYPE_TEARDOWN: TaskType
@@ -232,18 +234,20 @@ class ResourceEvent(_message.Message):
     def __init__(self, uid: _Optional[str] = ..., resource: _Optional[_Union[ResourceRef, _Mapping]] = ..., resource_uid: _Optional[str] = ..., category: _Optional[str] = ..., type: _Optional[_Union[EventType, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., detail: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., count: _Optional[int] = ..., first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., generation: _Optional[int] = ..., event_version: _Optional[str] = ...) -> None: ...
 
 class SpecRevision(_message.Message):
-    __slots__ = ("generation", "spec", "source", "restored_generation", "create_time")
+    __slots__ = ("generation", "spec", "source", "restored_generation", "create_time", "kind_version")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     RESTORED_GENERATION_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     generation: int
     spec: _struct_pb2.Struct
     source: SpecRevisionSource
     restored_generation: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, generation: _Optional[int] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., source: _Optional[_Union[SpecRevisionSource, str]] = ..., restored_generation: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    kind_version: int
+    def __init__(self, generation: _Optional[int] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., source: _Optional[_Union[SpecRevisionSource, str]] = ..., restored_generation: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind_version: _Optional[int] = ...) -> None: ...
 
 class GraphNode(_message.Message):
     __slots__ = ("uid", "kind", "name", "kind_version", "phase", "owner", "generation", "observed_generation")

@@ -1,0 +1,596 @@
+//! Spec conversions between versions of a kind (ADR 48): declared by the
+//! target version's manifest as CEL expressions over the old spec, checked
+//! when the manifest is applied and evaluated by the server, with no worker.
+//!
+//! A conversion starts from the value of its `spec` expression (or a copy of
+//! the old spec), then applies its field edits in order. Expressions see
+//! `self` (the old spec), `name` and `labels`. The interpreter has no clock,
+//! no randomness and no I/O, and every loop in CEL is a macro over a finite
+//! list, so evaluation is deterministic and ends; nesting of those macros
+//! and the size of an expression are capped so that a hostile manifest
+//! cannot make one conversion expensive.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::objects::{Key, Map};
+use cel::{Context, Program};
+use serde_json::Value;
+
+use super::violation::Violation;
+
+/// Most conversions one manifest may declare.
+pub const MAX_CONVERSIONS: usize = 16;
+/// Most field edits one conversion may carry.
+pub const MAX_FIELD_EDITS: usize = 64;
+/// Longest expression, in bytes.
+pub const MAX_EXPRESSION_BYTES: usize = 4096;
+/// Deepest nesting of comprehension macros (`map`, `filter`, `all`, ...):
+/// two nested loops over a spec of at most 256 KiB stay cheap, three would
+/// not.
+pub const MAX_LOOP_NESTING: usize = 2;
+/// Most keys in a field path.
+pub const MAX_PATH_DEPTH: usize = 8;
+/// The variables an expression may use.
+pub const VARIABLES: [&str; 3] = ["self", "name", "labels"];
+/// Longest message of a failed evaluation, in characters.
+const MAX_ERROR_CHARS: usize = 512;
+
+/// One declared conversion, as stored with the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpecConversion {
+    /// The version converted from.
+    pub from_version: i32,
+    /// CEL expression for the whole new spec; empty = a copy of the old.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub spec: String,
+    /// Edits applied in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldConversion>,
+}
+
+/// One edit of a converted spec.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FieldConversion {
+    /// Dot-separated keys into the new spec.
+    pub path: String,
+    /// CEL expression of the value written at `path` (empty when `remove`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// Remove the field instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove: bool,
+}
+
+/// A checked conversion, its expressions compiled.
+#[derive(Debug)]
+pub struct CompiledConversion {
+    spec: Option<Program>,
+    edits: Vec<(Vec<String>, Edit)>,
+}
+
+#[derive(Debug)]
+enum Edit {
+    Set(Program),
+    Remove,
+}
+
+/// The compiled conversions of one manifest, by source version.
+#[derive(Debug, Default, Clone)]
+pub struct Conversions(Arc<HashMap<i32, CompiledConversion>>);
+
+impl Conversions {
+    /// The conversion from `version`, if declared.
+    pub fn from_version(&self, version: i32) -> Option<&CompiledConversion> {
+        self.0.get(&version)
+    }
+
+    /// The source versions declared, ascending.
+    pub fn versions(&self) -> Vec<i32> {
+        let mut versions: Vec<i32> = self.0.keys().copied().collect();
+        versions.sort_unstable();
+        versions
+    }
+}
+
+/// Checks and compiles the conversions of the manifest of `own_version`;
+/// violations point into `/manifest/conversions`.
+pub fn compile(own_version: i32, conversions: &[SpecConversion]) -> Result<Conversions, Vec<Violation>> {
+    const AT: &str = "/manifest/conversions";
+    let mut out = Vec::new();
+    if conversions.len() > MAX_CONVERSIONS {
+        out.push(Violation::new(AT, format!("at most {MAX_CONVERSIONS} conversions")));
+        return Err(out);
+    }
+    let mut compiled = HashMap::new();
+    let mut seen = HashSet::new();
+    for (i, conversion) in conversions.iter().enumerate() {
+        let at = format!("{AT}/{i}");
+        if conversion.from_version < 1 || conversion.from_version > i32::from(i16::MAX) {
+            out.push(Violation::new(
+                format!("{at}/from_version"),
+                "must be a kind version (>= 1)",
+            ));
+        } else if conversion.from_version == own_version {
+            out.push(Violation::new(
+                format!("{at}/from_version"),
+                "must name another version than the manifest's own",
+            ));
+        } else if !seen.insert(conversion.from_version) {
+            out.push(Violation::new(
+                format!("{at}/from_version"),
+                format!("version {} has another conversion", conversion.from_version),
+            ));
+        }
+        let spec = if conversion.spec.is_empty() {
+            None
+        } else {
+            program(&format!("{at}/spec"), &conversion.spec, &mut out)
+        };
+        if conversion.fields.len() > MAX_FIELD_EDITS {
+            out.push(Violation::new(
+                format!("{at}/fields"),
+                format!("at most {MAX_FIELD_EDITS} edits"),
+            ));
+            continue;
+        }
+        let mut edits = Vec::with_capacity(conversion.fields.len());
+        for (j, field) in conversion.fields.iter().enumerate() {
+            let at = format!("{at}/fields/{j}");
+            let path = match parse_path(&field.path) {
+                Ok(path) => path,
+                Err(why) => {
+                    out.push(Violation::new(format!("{at}/path"), why));
+                    continue;
+                }
+            };
+            let edit = match (field.remove, field.value.is_empty()) {
+                (true, true) => Edit::Remove,
+                (true, false) => {
+                    out.push(Violation::new(
+                        format!("{at}/value"),
+                        "must be empty when remove is set",
+                    ));
+                    continue;
+                }
+                (false, true) => {
+                    out.push(Violation::new(
+                        format!("{at}/value"),
+                        "is required unless remove is set",
+                    ));
+                    continue;
+                }
+                (false, false) => match program(&format!("{at}/value"), &field.value, &mut out) {
+                    Some(program) => Edit::Set(program),
+                    None => continue,
+                },
+            };
+            edits.push((path, edit));
+        }
+        compiled.insert(conversion.from_version, CompiledConversion { spec, edits });
+    }
+    if out.is_empty() {
+        Ok(Conversions(Arc::new(compiled)))
+    } else {
+        Err(out)
+    }
+}
+
+/// Parses, then checks the variables and loop nesting of one expression.
+fn program(at: &str, source: &str, out: &mut Vec<Violation>) -> Option<Program> {
+    if source.len() > MAX_EXPRESSION_BYTES {
+        out.push(Violation::new(
+            at,
+            format!("must be at most {MAX_EXPRESSION_BYTES} bytes"),
+        ));
+        return None;
+    }
+    let program = match Program::compile(source) {
+        Ok(program) => program,
+        Err(e) => {
+            out.push(Violation::new(
+                at,
+                format!("does not parse as CEL: {}", clip(&e.to_string())),
+            ));
+            return None;
+        }
+    };
+    let mut scan = Scan::default();
+    scan.walk(program.expression(), &mut Vec::new(), 0);
+    if scan.nesting > MAX_LOOP_NESTING {
+        out.push(Violation::new(
+            at,
+            format!("nests {} loop macros; at most {MAX_LOOP_NESTING}", scan.nesting),
+        ));
+        return None;
+    }
+    if let Some(unknown) = scan.unknown.iter().next() {
+        out.push(Violation::new(
+            at,
+            format!("uses the unknown variable {unknown:?}; the variables are self, name and labels"),
+        ));
+        return None;
+    }
+    Some(program)
+}
+
+/// What a walk of an expression found.
+#[derive(Default)]
+struct Scan {
+    nesting: usize,
+    unknown: std::collections::BTreeSet<String>,
+}
+
+impl Scan {
+    fn walk(&mut self, e: &IdedExpr, bound: &mut Vec<String>, depth: usize) {
+        match &e.expr {
+            Expr::Ident(name) => {
+                if !VARIABLES.contains(&name.as_str()) && !bound.iter().any(|b| b == name) {
+                    self.unknown.insert(name.clone());
+                }
+            }
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    self.walk(target, bound, depth);
+                }
+                for arg in &call.args {
+                    self.walk(arg, bound, depth);
+                }
+            }
+            Expr::Select(select) => self.walk(&select.operand, bound, depth),
+            Expr::List(list) => {
+                for element in &list.elements {
+                    self.walk(element, bound, depth);
+                }
+            }
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    if let EntryExpr::MapEntry(entry) = &entry.expr {
+                        self.walk(&entry.key, bound, depth);
+                        self.walk(&entry.value, bound, depth);
+                    }
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    if let EntryExpr::StructField(field) = &entry.expr {
+                        self.walk(&field.value, bound, depth);
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                self.walk(&c.iter_range, bound, depth);
+                self.walk(&c.accu_init, bound, depth);
+                let inner = depth + 1;
+                self.nesting = self.nesting.max(inner);
+                let before = bound.len();
+                bound.push(c.iter_var.clone());
+                bound.extend(c.iter_var2.clone());
+                bound.push(c.accu_var.clone());
+                self.walk(&c.loop_cond, bound, inner);
+                self.walk(&c.loop_step, bound, inner);
+                self.walk(&c.result, bound, inner);
+                bound.truncate(before);
+            }
+            Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+}
+
+fn parse_path(path: &str) -> Result<Vec<String>, String> {
+    let keys: Vec<String> = path.split('.').map(str::to_owned).collect();
+    if path.is_empty() {
+        return Err("is required".into());
+    }
+    if keys.len() > MAX_PATH_DEPTH {
+        return Err(format!("has more than {MAX_PATH_DEPTH} keys"));
+    }
+    for key in &keys {
+        let valid = !key.is_empty()
+            && key.len() <= 63
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err("must be dot-separated keys of 1-63 letters, digits, '_' or '-'".into());
+        }
+    }
+    Ok(keys)
+}
+
+/// Why a spec did not convert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversionError {
+    /// Which expression failed (`spec` or `fields/<i>`).
+    pub at: String,
+    /// What went wrong, for people (bounded).
+    pub message: String,
+}
+
+impl std::fmt::Display for ConversionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+impl CompiledConversion {
+    /// Converts `old` (the spec of the resource `name` with `labels`).
+    pub fn convert(
+        &self,
+        old: &Value,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Value, ConversionError> {
+        let mut context = Context::default();
+        context.add_variable_from_value("self", to_cel(old));
+        context.add_variable_from_value("name", name.to_owned());
+        let labels: HashMap<Key, cel::Value> = labels
+            .iter()
+            .map(|(k, v)| (Key::from(k.clone()), cel::Value::from(v.clone())))
+            .collect();
+        context.add_variable_from_value("labels", cel::Value::Map(Map { map: Arc::new(labels) }));
+
+        let mut spec = match &self.spec {
+            None => old.clone(),
+            Some(program) => evaluate(program, &context, "spec")?,
+        };
+        if !spec.is_object() {
+            return Err(ConversionError {
+                at: "spec".into(),
+                message: format!("must yield a map, not {}", kind_of(&spec)),
+            });
+        }
+        for (i, (path, edit)) in self.edits.iter().enumerate() {
+            let at = format!("fields/{i}");
+            match edit {
+                Edit::Remove => remove_at(&mut spec, path),
+                Edit::Set(program) => {
+                    let value = evaluate(program, &context, &at)?;
+                    set_at(&mut spec, path, value).map_err(|message| ConversionError { at, message })?;
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+fn evaluate(program: &Program, context: &Context<'_, '_>, at: &str) -> Result<Value, ConversionError> {
+    let value = program.execute(context).map_err(|e| ConversionError {
+        at: at.to_owned(),
+        message: clip(&e.to_string()),
+    })?;
+    from_cel(&value).map_err(|message| ConversionError {
+        at: at.to_owned(),
+        message,
+    })
+}
+
+/// Writes `value` at `path`, creating missing objects on the way.
+fn set_at(spec: &mut Value, path: &[String], value: Value) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else {
+        return Err("empty path".into());
+    };
+    let mut here = spec;
+    for key in parents {
+        let Value::Object(object) = here else {
+            return Err(format!(
+                "cannot set {:?}: {key:?} is inside a non-object",
+                path.join(".")
+            ));
+        };
+        here = object
+            .entry(key.clone())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    }
+    match here {
+        Value::Object(object) => {
+            object.insert(last.clone(), value);
+            Ok(())
+        }
+        _ => Err(format!("cannot set {:?}: its parent is not an object", path.join("."))),
+    }
+}
+
+fn remove_at(spec: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut here = spec;
+    for key in parents {
+        match here.get_mut(key) {
+            Some(next) => here = next,
+            None => return,
+        }
+    }
+    if let Value::Object(object) = here {
+        object.remove(last);
+    }
+}
+
+/// JSON to CEL: integral numbers become ints (so `self.replicas * 2` works
+/// as a person reads it), others doubles.
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => cel::Value::Int(i),
+            (None, Some(u), _) => cel::Value::UInt(u),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => cel::Value::Int(f as i64),
+            (_, _, f) => cel::Value::Float(f.unwrap_or(0.0)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(object) => {
+            let map: HashMap<Key, cel::Value> = object.iter().map(|(k, v)| (Key::from(k.clone()), to_cel(v))).collect();
+            cel::Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// CEL to JSON: only what a spec can hold.
+fn from_cel(value: &cel::Value) -> Result<Value, String> {
+    Ok(match value {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .ok_or_else(|| format!("yields {f}, which JSON cannot hold"))?,
+        cel::Value::String(s) => Value::String(s.as_ref().clone()),
+        cel::Value::List(items) => Value::Array(items.iter().map(from_cel).collect::<Result<_, _>>()?),
+        cel::Value::Map(map) => {
+            let mut object = serde_json::Map::new();
+            for (key, value) in map.map.iter() {
+                let Key::String(key) = key else {
+                    return Err("yields a map with a non-string key".into());
+                };
+                object.insert(key.as_ref().clone(), from_cel(value)?);
+            }
+            Value::Object(object)
+        }
+        other => return Err(format!("yields a {}, which a spec cannot hold", other.type_of())),
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a bool",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn clip(text: &str) -> String {
+    let first_line = text.lines().next().unwrap_or_default();
+    if first_line.chars().count() <= MAX_ERROR_CHARS {
+        first_line.to_owned()
+    } else {
+        let mut clipped: String = first_line.chars().take(MAX_ERROR_CHARS).collect();
+        clipped.push('…');
+        clipped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn one(spec: &str, fields: Vec<FieldConversion>) -> Conversions {
+        compile(
+            2,
+            &[SpecConversion {
+                from_version: 1,
+                spec: spec.into(),
+                fields,
+            }],
+        )
+        .unwrap()
+    }
+
+    fn set(path: &str, value: &str) -> FieldConversion {
+        FieldConversion {
+            path: path.into(),
+            value: value.into(),
+            remove: false,
+        }
+    }
+
+    #[test]
+    fn edits_apply_in_order_over_a_copy_of_the_old_spec() {
+        let conversions = one(
+            "",
+            vec![
+                set("size", "self.replicas * 2"),
+                FieldConversion {
+                    path: "replicas".into(),
+                    value: String::new(),
+                    remove: true,
+                },
+                set("network.region", "has(self.zone) ? self.zone : 'eu-1'"),
+                set("owner", "name + '@' + labels.team"),
+            ],
+        );
+        let labels = BTreeMap::from([("team".to_owned(), "pay".to_owned())]);
+        let out = conversions
+            .from_version(1)
+            .unwrap()
+            .convert(&json!({"replicas": 3, "keep": [1.5]}), "a", &labels)
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"size": 6, "keep": [1.5], "network": {"region": "eu-1"}, "owner": "a@pay"})
+        );
+    }
+
+    #[test]
+    fn a_whole_spec_expression_and_runtime_errors() {
+        let conversions = one("{'size': self.replicas}", vec![]);
+        let conversion = conversions.from_version(1).unwrap();
+        let none = BTreeMap::new();
+        assert_eq!(
+            conversion.convert(&json!({"replicas": 2}), "a", &none).unwrap(),
+            json!({"size": 2})
+        );
+        let error = conversion.convert(&json!({}), "a", &none).unwrap_err();
+        assert_eq!(error.at, "spec");
+        assert!(error.message.contains("replicas"), "{error}");
+        let not_a_map = one("self.replicas", vec![]);
+        let error = not_a_map
+            .from_version(1)
+            .unwrap()
+            .convert(&json!({"replicas": 2}), "a", &none)
+            .unwrap_err();
+        assert!(error.message.contains("must yield a map"), "{error}");
+    }
+
+    #[test]
+    fn bad_declarations_are_refused_with_paths() {
+        let bad = [
+            SpecConversion {
+                from_version: 2,
+                spec: String::new(),
+                fields: vec![],
+            },
+            SpecConversion {
+                from_version: 1,
+                spec: "self.a +".into(),
+                fields: vec![set("a..b", "1"), set("c", "other.x")],
+            },
+            SpecConversion {
+                from_version: 3,
+                spec: "self.a.map(x, self.a.map(y, self.a.map(z, z)))".into(),
+                fields: vec![],
+            },
+        ];
+        let violations = compile(2, &bad).unwrap_err();
+        let fields: Vec<&str> = violations.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "/manifest/conversions/0/from_version",
+                "/manifest/conversions/1/spec",
+                "/manifest/conversions/1/fields/0/path",
+                "/manifest/conversions/1/fields/1/value",
+                "/manifest/conversions/2/spec",
+            ],
+            "{violations:?}"
+        );
+        // Loop variables are bound inside their loop only.
+        assert!(
+            compile(
+                2,
+                &[SpecConversion {
+                    from_version: 1,
+                    spec: "{'a': self.l.map(x, x + 1)}".into(),
+                    fields: vec![]
+                }]
+            )
+            .is_ok()
+        );
+    }
+}
