@@ -78,6 +78,29 @@ struct ManifestJson {
     finalizer_name: String,
     #[serde(default)]
     policy: Option<PolicyJson>,
+    #[serde(default)]
+    conversions: Vec<ConversionJson>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConversionJson {
+    #[serde(alias = "from_version")]
+    from_version: i32,
+    #[serde(default)]
+    spec: String,
+    #[serde(default)]
+    fields: Vec<FieldConversionJson>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FieldConversionJson {
+    path: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    remove: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +214,23 @@ fn manifest(file: &str, m: ManifestJson) -> Result<pb::KindManifest, ManifestErr
                 })? as i32,
             },
         }),
+        conversions: m
+            .conversions
+            .into_iter()
+            .map(|c| pb::SpecConversion {
+                from_version: c.from_version,
+                spec: c.spec,
+                fields: c
+                    .fields
+                    .into_iter()
+                    .map(|f| pb::FieldConversion {
+                        path: f.path,
+                        value: f.value,
+                        remove: f.remove,
+                    })
+                    .collect(),
+            })
+            .collect(),
         ..Default::default()
     })
 }

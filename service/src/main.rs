@@ -23,7 +23,7 @@ const DEV_DEFAULT_LOG_LEVEL: &str = "warn";
 const RUNTIME_STOP_LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args = cli::with_aliases(std::env::args_os().collect());
     // Client commands have a command line of their own, without the
     // server's global options.
     if cli::is_client_command(&args) {

@@ -475,6 +475,29 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
         .collect();
     put(&mut m, "reactions", json!(reactions));
     put(&mut m, "finalizerName", json!(k.finalizer_name));
+    let conversions: Vec<Value> = k
+        .conversions
+        .iter()
+        .map(|c| {
+            let fields: Vec<Value> = c
+                .fields
+                .iter()
+                .map(|f| {
+                    let mut fm = Map::new();
+                    put(&mut fm, "path", json!(f.path));
+                    put(&mut fm, "value", json!(f.value));
+                    put(&mut fm, "remove", json!(f.remove));
+                    Value::Object(fm)
+                })
+                .collect();
+            let mut cm = Map::new();
+            put(&mut cm, "fromVersion", json!(c.from_version));
+            put(&mut cm, "spec", json!(c.spec));
+            put(&mut cm, "fields", json!(fields));
+            Value::Object(cm)
+        })
+        .collect();
+    put(&mut m, "conversions", json!(conversions));
     if let Some(p) = &k.policy {
         let mut pm = Map::new();
         put(&mut pm, "maxInflight", json!(p.max_inflight));
@@ -646,6 +669,7 @@ pub fn spec_revision_value(kind: &str, name: &str, r: &pb::SpecRevision) -> Valu
     let mut m = head("SpecRevision");
     put(&mut m, "resource", json!({"kind": kind, "name": name}));
     put(&mut m, "generation", json!(r.generation));
+    put(&mut m, "kindVersion", json!(r.kind_version));
     put(
         &mut m,
         "source",

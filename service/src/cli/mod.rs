@@ -21,6 +21,7 @@ mod envelope;
 mod error;
 mod get;
 mod graph;
+mod migrate;
 mod output;
 mod policy;
 pub(crate) mod tree;
@@ -135,6 +136,10 @@ pub enum ClientCommand {
     /// binding, or those of resources chosen by kind and label selector.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", verbs::REDRIVE_EXAMPLES))]
     Redrive(verbs::RedriveArgs),
+    /// Move a kind's resources to another version, converting their specs
+    /// (the target manifest's conversions); also `converge migrate KIND`.
+    #[command(name = "migrate-kind", after_help = format!("{}\n\n{EXIT_CODES}", migrate::EXAMPLES))]
+    MigrateKind(migrate::MigrateArgs),
     /// Print a resource's composition tree, as `converge dev` does.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
@@ -154,6 +159,20 @@ pub enum ClientCommand {
 pub struct CompletionArgs {
     /// The shell.
     pub shell: clap_complete::Shell,
+}
+
+/// The command line with `converge migrate KIND ...` read as
+/// `converge migrate-kind KIND ...`: `converge migrate` alone (or with
+/// flags) stays the server command that applies the database schema.
+pub fn with_aliases(mut args: Vec<OsString>) -> Vec<OsString> {
+    let kind_named = args
+        .get(2)
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| !a.starts_with('-'));
+    if args.get(1).is_some_and(|a| a == "migrate") && kind_named {
+        args[1] = OsString::from("migrate-kind");
+    }
+    args
 }
 
 /// Whether `args` (the whole command line, program name first) run a client
@@ -255,6 +274,7 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
         }
         ClientCommand::Events(args) => verbs::events(&client, &args).await,
         ClientCommand::Invoke(args) => verbs::invoke(&client, &args).await,
+        ClientCommand::MigrateKind(args) => migrate::migrate(&client, &args).await,
         ClientCommand::History(args) => verbs::history(&client, &args).await,
         ClientCommand::Rollback(args) => verbs::rollback(&client, &args).await,
         ClientCommand::Graph(args) => graph::run(&client, &args).await,
@@ -358,6 +378,22 @@ mod tests {
                 sub.get_name()
             );
         }
+    }
+
+    #[test]
+    fn migrate_with_a_kind_is_the_kind_migration() {
+        assert_eq!(
+            with_aliases(args(&["converge", "migrate", "widget", "--from", "1"])),
+            args(&["converge", "migrate-kind", "widget", "--from", "1"])
+        );
+        assert_eq!(
+            with_aliases(args(&["converge", "migrate"])),
+            args(&["converge", "migrate"])
+        );
+        assert_eq!(
+            with_aliases(args(&["converge", "migrate", "--database-url", "x"])),
+            args(&["converge", "migrate", "--database-url", "x"])
+        );
     }
 
     #[test]

@@ -492,7 +492,12 @@ pub async fn history(client: &Client, args: &HistoryArgs) -> Result<(), CliError
             Some(g) => format!("rollback to {g}"),
             None => "rollback".to_owned(),
         },
+        Ok(pb::SpecRevisionSource::Conversion) => "conversion".to_owned(),
         _ => "apply".to_owned(),
+    };
+    let version = |r: &pb::SpecRevision| match r.kind_version {
+        0 => "-".to_owned(),
+        v => v.to_string(),
     };
     match args.output {
         Format::Json | Format::Yaml => print_documents(
@@ -514,13 +519,18 @@ pub async fn history(client: &Client, args: &HistoryArgs) -> Result<(), CliError
         ),
         Format::Table | Format::Wide => {
             let wide = args.output == Format::Wide;
-            let mut header = vec!["GENERATION", "SOURCE", "AGE"];
+            let mut header = vec!["GENERATION", "VERSION", "SOURCE", "AGE"];
             if wide {
                 header.push("CREATED");
             }
             let mut table = Table::new(&header);
             for r in &all {
-                let mut row = vec![r.generation.to_string(), source(r), age(r.create_time.as_ref())];
+                let mut row = vec![
+                    r.generation.to_string(),
+                    version(r),
+                    source(r),
+                    age(r.create_time.as_ref()),
+                ];
                 if wide {
                     row.push(
                         r.create_time
