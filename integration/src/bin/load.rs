@@ -46,7 +46,8 @@ use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_proto::v1::wait::Cause as WaitCause;
 use converge_proto::v1::{
     ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, DeleteResourceRequest, Emit,
-    ExplainResourceRequest, InvokeOperationRequest, KindPolicy, ProviderConfig, Reaction, Trigger,
+    ExplainResourceRequest, FieldConversion, GetKindMigrationRequest, InvokeOperationRequest, KindManifest, KindPolicy,
+    ProviderConfig, Reaction, SpecConversion, StartKindMigrationRequest, Trigger,
 };
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
@@ -189,6 +190,13 @@ struct Args {
     /// WORKER_MAX_PARALLEL, and must serve `noop` v1.
     #[arg(long)]
     worker_command: Option<String>,
+    /// Flat mode: after the run, apply `noop` v2 (its manifest converts v1
+    /// specs with one CEL field edit), migrate every resource to it with a
+    /// kind migration, and report the migration's rate, its ratio to this
+    /// run's apply-to-Ready rate, and how long until all are Ready on v2
+    /// (`migration`). The workers serve both versions.
+    #[arg(long)]
+    migrate: bool,
 }
 
 /// Processes started for the run; killed when dropped.
@@ -359,7 +367,12 @@ async fn main() -> anyhow::Result<()> {
             .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
             .env(
                 "WORKER_KINDS",
-                if args.binding { "noop:1,noop-sink:1" } else { "noop:1" },
+                match (args.binding, args.migrate) {
+                    (true, true) => "noop:1,noop:2,noop-sink:1",
+                    (true, false) => "noop:1,noop-sink:1",
+                    (false, true) => "noop:1,noop:2",
+                    (false, false) => "noop:1",
+                },
             )
             .env("NOOP_DELAY_MS", "0")
             .env("DEMO_DELAY_MS", "0")
@@ -525,8 +538,13 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let worker_usage = worker_usage(&fleet.workers);
     let throughput = total as f64 / ready_secs;
+    let migration = if args.mode == Mode::Flat && args.migrate {
+        Some(measure_migration(&client, &pool, total, throughput, deadline).await?)
+    } else {
+        None
+    };
+    let worker_usage = worker_usage(&fleet.workers);
     let resources = match args.mode {
         Mode::Flat => total,
         // A root, a shared account and gateway, and an account, VPC and route per team.
@@ -563,6 +581,7 @@ async fn main() -> anyhow::Result<()> {
         "explain": explain,
         "summary": summary,
         "scoped_list": scoped_list,
+        "migration": migration,
         "labels": args.labels,
         "worker_command": args.worker_command,
         "tls": args.tls,
@@ -1014,6 +1033,101 @@ async fn measure_scoped_list(
         shapes.insert(shape.into(), json!({"calls": samples, "p50_ms": p50, "p99_ms": p99}));
     }
     Ok(serde_json::Value::Object(shapes))
+}
+
+/// Migrates every loaded resource from `noop` v1 to v2 (see `--migrate`).
+async fn measure_migration(
+    client: &Client,
+    pool: &PgPool,
+    total: usize,
+    ready_per_sec: f64,
+    deadline: Instant,
+) -> anyhow::Result<serde_json::Value> {
+    let v2 = KindManifest {
+        kind_version: 2,
+        conversions: vec![SpecConversion {
+            from_version: 1,
+            spec: String::new(),
+            fields: vec![FieldConversion {
+                path: "origin".into(),
+                value: "'v1:' + name".into(),
+                remove: false,
+            }],
+        }],
+        ..work_manifest("noop")
+    };
+    apply_kind(client, v2).await?;
+    let started = Instant::now();
+    let migration = client
+        .migrations()
+        .start_kind_migration(StartKindMigrationRequest {
+            kind: "noop".into(),
+            from_version: 1,
+            to_version: 2,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .migration
+        .context("no migration in the answer")?;
+    let done = loop {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the migration did not finish within the timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = client
+            .migrations()
+            .get_kind_migration(GetKindMigrationRequest {
+                uid: migration.uid.clone(),
+            })
+            .await?
+            .into_inner()
+            .migration
+            .context("no migration in the answer")?;
+        eprint!("\rmigrating: {}/{} converted", now.converted, now.total);
+        if now.done {
+            break now;
+        }
+    };
+    eprintln!();
+    anyhow::ensure!(
+        done.converted == total as i64 && done.failed == 0,
+        "the migration converted {} and failed {} of {total}",
+        done.converted,
+        done.failed
+    );
+    // Start to end on the server's clock.
+    let seconds =
+        |t: &Option<prost_types::Timestamp>| t.as_ref().map_or(0.0, |t| t.seconds as f64 + f64::from(t.nanos) / 1e9);
+    let migrate_secs = seconds(&done.end_time) - seconds(&done.create_time);
+    loop {
+        let ready: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM resources WHERE kind = 'noop' AND kind_version = 2 AND is_ready")
+                .fetch_one(pool)
+                .await?;
+        if ready >= total as i64 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "not everything was Ready on v2 within the timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ready_on_v2_secs = started.elapsed().as_secs_f64();
+    let rate = total as f64 / migrate_secs;
+    println!(
+        "migration of {total}: {migrate_secs:.1} s ({rate:.0}/s, {:.2} of the apply-to-Ready rate); all Ready on v2 after {ready_on_v2_secs:.1} s",
+        rate / ready_per_sec
+    );
+    Ok(json!({
+        "migrated": total,
+        "migrate_secs": migrate_secs,
+        "migrate_per_sec": rate,
+        "ratio_to_ready_per_sec": rate / ready_per_sec,
+        "ready_on_v2_secs": ready_on_v2_secs,
+    }))
 }
 
 /// Times GetFleetSummary (see `--summary`); every answer must count every

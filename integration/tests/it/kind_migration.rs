@@ -4,7 +4,8 @@
 //! convert stays on v1 with a condition; a dry run writes nothing; a rollback
 //! through the spec history returns a resource to its v1 spec on v1; v1's
 //! manifest can be deleted once nothing is left on it; a SIGKILLed server
-//! resumes its migration and converts nothing twice.
+//! resumes its migration, a PostgreSQL restart under it too, and nothing is
+//! converted twice.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,7 +14,10 @@ use std::time::Duration;
 use converge_integration::api::{apply_manifest, count, expect_error, fields, json, object};
 use converge_integration::eventually;
 use converge_integration::kinds::work_manifest;
-use converge_integration::processes::{ProcessSite, noop_worker_of, signal};
+use converge_integration::postgres::PrivateServer;
+use converge_integration::processes::{
+    connect_when_up, converge_process_with, free_local_addr, noop_worker_of, signal,
+};
 use converge_proto::v1::{
     ApplyResourceRequest, BatchApplyResourcesRequest, DeleteKindManifestRequest, DeleteResourceRequest,
     FieldConversion, GetKindMigrationRequest, GetResourceRequest, KindManifest, KindMigration, KindMigrationState,
@@ -437,39 +441,79 @@ async fn bad_migrations_are_refused_and_write_nothing() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The migration's row, read with a fresh connection (the database may have
+/// just restarted); `None` while it cannot be read.
+async fn moved(url: &str) -> Option<i64> {
+    let pool = PgPool::connect(url).await.ok()?;
+    let moved = on_version(&pool, 2).await.ok();
+    pool.close().await;
+    moved
+}
+
 #[tokio::test]
-async fn a_killed_server_resumes_its_migration_and_converts_nothing_twice() -> anyhow::Result<()> {
-    const N: usize = 4000;
-    let database = converge_integration::TestDatabase::new().await?;
-    let pool = database.pool().clone();
-    let site = ProcessSite::new(&database)?;
-    let (mut first, client) = site.start("first.log").await?;
+async fn a_killed_server_and_a_restarted_database_resume_the_migration_and_nothing_converts_twice() -> anyhow::Result<()>
+{
+    const N: i64 = 8000;
+    let mut database = PrivateServer::primary().await?;
+    converge_service::db::ensure_database(&database.connect_options("postgres")?, "converge").await?;
+    let url = database.url("converge")?;
+    let scratch = tempfile::tempdir()?;
+    let addr = free_local_addr()?;
+    let address = format!("http://{addr}");
+    let mut first = converge_process_with(&url, &addr, &scratch.path().join("first.log"), &[])?;
+    let client = connect_when_up(&address).await?;
     apply_manifest(&client, v1()).await?;
     apply_manifest(&client, v2()).await?;
     let items = (0..N)
-        .map(|i| at_v1(&format!("k-{i:05}"), json!({"replicas": (i % 40) as i64})))
+        .map(|i| at_v1(&format!("k-{i:05}"), json!({"replicas": i % 40})))
         .collect();
     apply_batch(&client, items).await?;
     let migration = start(&client, false).await?;
-    // Kill it once a batch or more is in, before the end.
+
+    // SIGKILL converge once a batch or more is in.
     eventually(Duration::from_secs(120), || async {
-        let moved = on_version(&pool, 2).await?;
-        Ok((moved >= 500).then_some(()))
+        Ok(moved(&url).await.filter(|m| *m >= 500))
     })
     .await?;
     signal(&first, Signal::SIGKILL)?;
     first.wait().await?;
-    let moved_at_kill = on_version(&pool, 2).await?;
+    let at_kill = moved(&url).await.unwrap_or_default();
     assert!(
-        (moved_at_kill as usize) < N,
-        "the migration ended before the kill; raise N ({moved_at_kill} moved)"
+        at_kill < N,
+        "the migration ended before the kill; raise N ({at_kill} moved)"
     );
 
-    let (_second, client) = site.start("second.log").await?;
-    let done = watch_to_end(&client, &migration.uid).await?;
+    // A successor resumes; then PostgreSQL restarts (fast shutdown) under it.
+    let _second = converge_process_with(&url, &addr, &scratch.path().join("second.log"), &[])?;
+    let client = connect_when_up(&address).await?;
+    eventually(Duration::from_secs(120), || async {
+        Ok(moved(&url).await.filter(|m| *m >= at_kill + 500))
+    })
+    .await?;
+    database.stop().await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    database.start().await?;
+    let at_restart = moved(&url).await.unwrap_or_default();
+    assert!(
+        at_restart < N,
+        "the migration ended before the restart; raise N ({at_restart} moved)"
+    );
+
+    let done = eventually(Duration::from_secs(180), || async {
+        let read = client
+            .migrations()
+            .get_kind_migration(GetKindMigrationRequest {
+                uid: migration.uid.clone(),
+            })
+            .await;
+        // UNAVAILABLE while converge notices the database is back.
+        Ok(read.ok().and_then(|r| r.into_inner().migration).filter(|m| m.done))
+    })
+    .await?;
     assert_eq!(done.state(), KindMigrationState::Succeeded, "{done:?}");
-    assert_eq!((done.converted, done.failed), (N as i64, 0), "{done:?}");
-    assert_eq!(on_version(&pool, 2).await?, N as i64);
+    assert_eq!((done.converted, done.failed), (N, 0), "{done:?}");
+    let pool = PgPool::connect(&url).await?;
+    assert_eq!(on_version(&pool, 2).await?, N);
     // One conversion each: generation 2 and one conversion revision.
     assert_eq!(
         count(
@@ -481,7 +525,8 @@ async fn a_killed_server_resumes_its_migration_and_converts_nothing_twice() -> a
     );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM spec_revisions WHERE source = 'conversion'").await?,
-        N as i64
+        N
     );
+    pool.close().await;
     Ok(())
 }

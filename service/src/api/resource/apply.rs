@@ -537,15 +537,19 @@ async fn update(
             answers.push((i, current, false));
             continue;
         };
+        let respec = updated.generation != current.generation;
+        // A version flip always moves the generation: one event says both
+        // (a kind migration writes one per resource, so this halves them).
         if updated.kind_version != current.kind_version {
             let event = NewEvent::lifecycle(
                 "KindVersionChanged",
-                format!("kind version {} -> {}", current.kind_version, updated.kind_version),
+                format!(
+                    "kind version {} -> {}, generation {}",
+                    current.kind_version, updated.kind_version, updated.generation
+                ),
             );
             events.push((updated.id, updated.generation, event));
-        }
-        let respec = updated.generation != current.generation;
-        if respec {
+        } else if respec {
             let event = NewEvent::lifecycle("SpecChanged", format!("generation {}", updated.generation));
             events.push((updated.id, updated.generation, event));
         }

@@ -37,7 +37,8 @@ const (
 type KindMigrationServiceClient interface {
 	// Starts a migration and returns it at once (RUNNING); a background duty
 	// of the control role walks the resources. Fails with INVALID_ARGUMENT
-	// (INVALID_FIELD) for from_version equal to to_version or a bad selector,
+	// (INVALID_FIELD) for from_version equal to to_version,
+	// INVALID_ARGUMENT (INVALID_LABEL_SELECTOR) for a bad selector,
 	// NOT_FOUND (KIND_NOT_FOUND) when to_version has no manifest or the kind
 	// has neither a manifest nor resources at from_version,
 	// FAILED_PRECONDITION (CONVERSION_NOT_DECLARED) when the target manifest
@@ -137,7 +138,8 @@ type KindMigrationService_WatchKindMigrationClient = grpc.ServerStreamingClient[
 type KindMigrationServiceServer interface {
 	// Starts a migration and returns it at once (RUNNING); a background duty
 	// of the control role walks the resources. Fails with INVALID_ARGUMENT
-	// (INVALID_FIELD) for from_version equal to to_version or a bad selector,
+	// (INVALID_FIELD) for from_version equal to to_version,
+	// INVALID_ARGUMENT (INVALID_LABEL_SELECTOR) for a bad selector,
 	// NOT_FOUND (KIND_NOT_FOUND) when to_version has no manifest or the kind
 	// has neither a manifest nor resources at from_version,
 	// FAILED_PRECONDITION (CONVERSION_NOT_DECLARED) when the target manifest
