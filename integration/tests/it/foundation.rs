@@ -19,9 +19,10 @@ use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 use tonic_reflection::pb::v1alpha;
 
-const API_SERVICES: [&str; 7] = [
+const API_SERVICES: [&str; 8] = [
     "converge.v1.AdminService",
     "converge.v1.ClusterService",
+    "converge.v1.KindMigrationService",
     "converge.v1.KindService",
     "converge.v1.OperationService",
     "converge.v1.ProviderConfigService",
@@ -163,7 +164,7 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 }
 
 #[tokio::test]
-async fn reflection_lists_all_eight_services_plus_health_and_reflection() -> anyhow::Result<()> {
+async fn reflection_lists_all_nine_services_plus_health_and_reflection() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
     let mut expected = names(&API_SERVICES);
     expected.extend(names(&PLUMBING));

@@ -530,3 +530,62 @@ async fn a_killed_server_and_a_restarted_database_resume_the_migration_and_nothi
     pool.close().await;
     Ok(())
 }
+
+/// Runs the `converge` client against `address` from the repository root;
+/// returns (exit code, stdout, stderr).
+async fn cli(address: &str, args: &[&str]) -> anyhow::Result<(Option<i32>, String, String)> {
+    let out = tokio::process::Command::new(converge_integration::processes::binary("converge")?)
+        .args(args)
+        .env("CONVERGE_SERVER", address)
+        .current_dir(converge_integration::processes::repository_root())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
+    Ok((
+        out.status.code(),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
+}
+
+#[tokio::test]
+async fn the_documented_example_migrates_from_the_command_line() -> anyhow::Result<()> {
+    let server = converge_integration::TestServer::start().await?;
+    let address = server.address();
+    let (code, _, stderr) = cli(&address, &["apply", "-f", "examples/migration/"]).await?;
+    assert_eq!(code, Some(0), "{stderr}");
+    // The dry run reports `huge` and writes nothing (exit 1: it would fail).
+    let (code, stdout, _) = cli(
+        &address,
+        &["migrate", "widget", "--from", "1", "--to", "2", "--dry-run", "--wait"],
+    )
+    .await?;
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("(dry run) FAILED 2/3 converted, 1 failed"), "{stdout}");
+    assert!(
+        stdout.contains("huge: the converted spec breaks version 2's schema: /spec/size"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = cli(&address, &["migrate", "widget", "--from", "1", "--to", "2", "--wait"]).await?;
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("1 resource(s) could not be converted and stay on version 1"),
+        "{stderr}"
+    );
+    let (code, stdout, _) = cli(&address, &["migrate-kind", "widget", "--status"]).await?;
+    assert_eq!(code, Some(0));
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip(1)
+        .take(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows, [vec!["1", "1", "-"], vec!["2", "2", "1"]], "{stdout}");
+    let (_, stdout, _) = cli(&address, &["history", "widget", "small"]).await?;
+    let newest: Vec<&str> = stdout.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(&newest[..3], ["2", "2", "conversion"], "{stdout}");
+    // `converge migrate` without a kind is still the database command.
+    let (code, _, stderr) = cli(&address, &["migrate", "--help"]).await?;
+    assert_eq!(code, Some(0), "{stderr}");
+    Ok(())
+}

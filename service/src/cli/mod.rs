@@ -349,6 +349,11 @@ mod tests {
                     .position(|w| matches!(w.as_str(), "|" | ">" | "<"))
                     .unwrap_or(words.len());
                 words.truncate(stop);
+                // As `main` reads it (`converge migrate KIND` is `migrate-kind`).
+                let words: Vec<String> = with_aliases(words.iter().map(OsString::from).collect())
+                    .into_iter()
+                    .map(|w| w.to_string_lossy().into_owned())
+                    .collect();
                 let parsed = ClientCli::try_parse_from(&words);
                 assert!(parsed.is_ok(), "`{line}` does not parse: {:?}", parsed.err());
                 for pair in words.windows(2) {
