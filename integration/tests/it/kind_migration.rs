@@ -19,10 +19,10 @@ use converge_integration::processes::{
     connect_when_up, converge_process_with, free_local_addr, noop_worker_of, signal,
 };
 use converge_proto::v1::{
-    ApplyResourceRequest, BatchApplyResourcesRequest, DeleteKindManifestRequest, DeleteResourceRequest,
-    FieldConversion, GetKindMigrationRequest, GetResourceRequest, KindManifest, KindMigration, KindMigrationState,
-    ListSpecRevisionsRequest, RollbackResourceRequest, SpecConversion, SpecRevisionSource, StartKindMigrationRequest,
-    WatchKindMigrationRequest,
+    ApplyResourceRequest, BatchApplyResourcesRequest, CancelKindMigrationRequest, DeleteKindManifestRequest,
+    DeleteResourceRequest, FieldConversion, GetKindMigrationRequest, GetResourceRequest, KindManifest, KindMigration,
+    KindMigrationState, ListKindMigrationsRequest, ListSpecRevisionsRequest, RollbackResourceRequest, SpecConversion,
+    SpecRevisionSource, StartKindMigrationRequest, WatchKindMigrationRequest,
 };
 use converge_sdk::Client;
 use nix::sys::signal::Signal;
@@ -438,6 +438,55 @@ async fn bad_migrations_are_refused_and_write_nothing() -> anyhow::Result<()> {
         .await;
     expect_error(refused, Code::NotFound, "MIGRATION_NOT_FOUND");
     assert_eq!(count(&pool, "SELECT count(*) FROM kind_migrations").await?, 0);
+
+    // One running migration per kind; a cancel stops it after its batch
+    // and what it converted stays converted.
+    apply_manifest(&client, v2()).await?;
+    let items = (0..5000)
+        .map(|i| at_v1(&format!("c-{i:04}"), json!({"replicas": 1})))
+        .collect();
+    apply_batch(&client, items).await?;
+    let running = start(&client, false).await?;
+    let second = client.migrations().start_kind_migration(request(1, 2)).await;
+    expect_error(second, Code::Aborted, "MIGRATION_IN_PROGRESS");
+    let refused = client
+        .kinds()
+        .delete_kind_manifest(DeleteKindManifestRequest {
+            kind: KIND.into(),
+            kind_version: 2,
+            ..Default::default()
+        })
+        .await;
+    expect_error(refused, Code::FailedPrecondition, "KIND_IN_USE");
+    let cancelled = client
+        .migrations()
+        .cancel_kind_migration(CancelKindMigrationRequest {
+            uid: running.uid.clone(),
+        })
+        .await?
+        .into_inner()
+        .migration
+        .ok_or_else(|| anyhow::anyhow!("no migration"))?;
+    assert_eq!(cancelled.state(), KindMigrationState::Cancelled);
+    assert!(cancelled.done && cancelled.end_time.is_some());
+    let moved = on_version(&pool, 2).await?;
+    assert_eq!(moved, cancelled.converted, "{cancelled:?}");
+    assert!(moved < 5000, "the migration ended before the cancel");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(on_version(&pool, 2).await?, moved, "a cancelled migration went on");
+    let listed = client
+        .migrations()
+        .list_kind_migrations(ListKindMigrationsRequest {
+            kind: KIND.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .migrations;
+    assert_eq!(
+        listed.iter().map(|m| m.uid.as_str()).collect::<Vec<_>>(),
+        [running.uid.as_str()]
+    );
     Ok(())
 }
 
