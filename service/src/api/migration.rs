@@ -423,7 +423,10 @@ pub async fn run(state: ApiState, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Runs one batch of one running migration; false when none runs.
+/// Runs one batch of one running migration; false when none runs. A batch
+/// the write path refuses (not a transient fault: it would be refused again
+/// on every retry) ends its migration as failed, with the refusal as its
+/// last failure, rather than retrying it forever.
 pub async fn step(state: &ApiState) -> Result<bool, ApiError> {
     if !migrations::any_running(&state.pool).await? {
         return Ok(false);
@@ -434,19 +437,50 @@ pub async fn step(state: &ApiState) -> Result<bool, ApiError> {
         request_hash: Vec::new(),
         validate_only: false,
     };
-    let state = state.clone();
-    let worked: bool = write::run(&state.pool.clone(), &call, move |conn| {
-        let state = state.clone();
+    let claimed = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (inner, seen) = (state.clone(), claimed.clone());
+    let outcome = write::run(&state.pool, &call, move |conn| {
+        let (state, seen) = (inner.clone(), seen.clone());
         Box::pin(async move {
             let Some(migration) = migrations::claim_running(conn).await? else {
                 return Ok(false);
             };
+            if let Ok(mut slot) = seen.lock() {
+                *slot = Some(migration.id);
+            }
             batch(conn, &state, migration).await?;
             Ok(true)
         })
     })
-    .await?;
-    Ok(worked)
+    .await;
+    match outcome {
+        Err(ApiError::Refused { reason, message, .. }) => {
+            let id = claimed.lock().ok().and_then(|slot| *slot);
+            let Some(id) = id else {
+                return Err(ApiError::refused(reason, message));
+            };
+            tracing::warn!(migration = %id, %message, "a kind migration batch was refused; the migration ends");
+            let why = format!("a batch was refused ({}): {message}", reason.as_str());
+            write::run(&state.pool, &call, move |conn| {
+                let why = why.clone();
+                Box::pin(async move {
+                    if let Some(migration) = migrations::get(&mut *conn, id).await?
+                        && migration.state == "running"
+                    {
+                        let progress = Progress {
+                            cursor: migration.cursor_at.zip(migration.cursor_id),
+                            first_failures: migration.first_failures.0,
+                            ..Progress::default()
+                        };
+                        abort(conn, id, progress, why).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .await
+        }
+        other => other,
+    }
 }
 
 /// Converts one batch of `migration` (row-locked) and records its progress.
