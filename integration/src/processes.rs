@@ -89,27 +89,28 @@ pub fn converge_process_with(
 /// at most `parallel` reactions at once, each sleeping `delay_ms`, each
 /// finished one recorded as a line "<kind>/<name> <generation>" in `record`.
 pub fn noop_worker(address: &str, parallel: usize, delay_ms: u64, record: &Path) -> anyhow::Result<Child> {
-    Ok(Command::new(binary("converge-noop-worker")?)
-        .env("BROKER_ADDR", address)
-        .env("WORKER_MAX_PARALLEL", parallel.to_string())
-        .env("NOOP_DELAY_MS", delay_ms.to_string())
-        .env("NOOP_RECORD", record)
-        .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
-        .env("LOG_LEVEL", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?)
+    noop_worker_with(address, "noop:1", parallel, delay_ms, record)
 }
 
 /// A `converge-noop-worker` process on `address` serving `kinds`
-/// (`kind:version`), recording into `record` like [`noop_worker`].
+/// (`kind:version`, comma-separated), recording into `record` like
+/// [`noop_worker`].
 pub fn noop_worker_of(address: &str, kinds: &str, parallel: usize, record: &Path) -> anyhow::Result<Child> {
+    noop_worker_with(address, kinds, parallel, 0, record)
+}
+
+fn noop_worker_with(
+    address: &str,
+    kinds: &str,
+    parallel: usize,
+    delay_ms: u64,
+    record: &Path,
+) -> anyhow::Result<Child> {
     Ok(Command::new(binary("converge-noop-worker")?)
         .env("BROKER_ADDR", address)
         .env("WORKER_KINDS", kinds)
         .env("WORKER_MAX_PARALLEL", parallel.to_string())
+        .env("NOOP_DELAY_MS", delay_ms.to_string())
         .env("NOOP_RECORD", record)
         .env("WORKER_DRAIN_TIMEOUT_SECS", "2")
         .env("LOG_LEVEL", "error")

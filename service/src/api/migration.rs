@@ -332,12 +332,7 @@ impl KindMigrationService for KindMigrationApi {
         let requested_by = caller::identity(&request);
         let uid = request.into_inner().uid;
         let id = parse_uid(&uid)?;
-        let call = WriteCall {
-            method: "CancelKindMigration",
-            request_id: "",
-            request_hash: Vec::new(),
-            validate_only: false,
-        };
+        let call = WriteCall::unkeyed("CancelKindMigration");
         let missing = uid.clone();
         let answer = write::run(&self.state.pool, &call, move |conn| {
             let missing = missing.clone();
@@ -431,12 +426,7 @@ pub async fn step(state: &ApiState) -> Result<bool, ApiError> {
     if !migrations::any_running(&state.pool).await? {
         return Ok(false);
     }
-    let call = WriteCall {
-        method: "KindMigrationBatch",
-        request_id: "",
-        request_hash: Vec::new(),
-        validate_only: false,
-    };
+    let call = WriteCall::unkeyed("KindMigrationBatch");
     let claimed = std::sync::Arc::new(std::sync::Mutex::new(None));
     let (inner, seen) = (state.clone(), claimed.clone());
     let outcome = write::run(&state.pool, &call, move |conn| {

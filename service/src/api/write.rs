@@ -31,6 +31,17 @@ pub struct WriteCall<'a> {
 }
 
 impl<'a> WriteCall<'a> {
+    /// A call with no idempotency key and nothing to dry-run: a write the
+    /// server makes on its own behalf, or one that is naturally idempotent.
+    pub fn unkeyed(method: &'static str) -> Self {
+        Self {
+            method,
+            request_id: "",
+            request_hash: Vec::new(),
+            validate_only: false,
+        }
+    }
+
     /// Describes a call; `request` is hashed after `strip` clears its request id.
     pub fn new<M: Message + Clone>(
         method: &'static str,
