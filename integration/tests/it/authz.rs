@@ -263,7 +263,7 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
     };
     // A rogue worker of another kind that learned A's lease cannot write
     // the status of A's task: only the stream holding a lease completes it.
-    let (up_b, _down_b) = stream(&worker_b, "other").await?;
+    let (up_b, mut down_b) = stream(&worker_b, "other").await?;
     up_b.send(complete(&task, "rogue")).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let name = task.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default();
@@ -272,6 +272,13 @@ async fn each_identity_may_do_what_its_grants_say_and_policy_edits_apply_live() 
         status.as_ref().is_none_or(|s| !s.fields.contains_key("by")),
         "the rogue result was applied: {status:?}"
     );
+    // B's stream ends here, so that below only A's two-kind stream serves
+    // `other` (else B could take its task).
+    drop(up_b);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(_)) = down_b.message().await {}
+    })
+    .await?;
     up_a.send(complete(&task, "a")).await?;
     eventually(Duration::from_secs(30), || async {
         let status = get(&admin, &name).await?.status.unwrap_or_default();
