@@ -17,7 +17,7 @@ import uuid  # noqa: E402
 
 import pytest  # noqa: E402
 
-from converge_sdk import AsyncConvergeClient  # noqa: E402
+from converge_sdk import AsyncConvergeClient, ErrorReason  # noqa: E402
 from converge_sdk.gen.converge.v1 import resource_pb2  # noqa: E402
 
 ADDR = os.environ.get("CONVERGE_ADDR", "")
@@ -100,7 +100,7 @@ async def _cleanup(addr: str) -> None:
                         if r.name.startswith(prefix):
                             found.append((kind, r.name))
                 except ConvergeError as err:
-                    if err.reason != "KIND_NOT_FOUND":
+                    if err.reason is not ErrorReason.KIND_NOT_FOUND:
                         raise
             return found
 

@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 
 from conftest import apply_conformance_kinds, is_ready, read_log, require_server, unique, wait_for
 
-from converge_sdk import AsyncConvergeClient
+from converge_sdk import AsyncConvergeClient, ErrorReason
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
 from converge_sdk.gen.converge.v1 import resource_pb2, resource_service_pb2
 from converge_sdk.worker import (
@@ -187,7 +187,7 @@ def test_compose_with_value_flows_and_teardown_order(tmp_path):
                 try:
                     await client.get_resource("conf-leaf", name)
                 except ConvergeError as err:
-                    if err.reason == "RESOURCE_NOT_FOUND":
+                    if err.reason is ErrorReason.RESOURCE_NOT_FOUND:
                         return
                     raise
                 await asyncio.sleep(0.2)

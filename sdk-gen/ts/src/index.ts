@@ -25,7 +25,7 @@ import { Resources } from "./resources.js";
 
 export { Code, ConnectError } from "@connectrpc/connect";
 export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
-export { ConvergeError, type FieldViolation } from "./errors.js";
+export { ConvergeError, ErrorReason, type FieldViolation, hasReason, parseReason, reasonName } from "./errors.js";
 export {
   type ApplyInput,
   type CallOptions,

@@ -88,7 +88,7 @@ export class Resources {
     return { resource: required(response.resource, "ApplyResource"), created: response.created };
   }
 
-  /** Reads one resource; NOT_FOUND (reason RESOURCE_NOT_FOUND) when it does not exist. */
+  /** Reads one resource; NOT_FOUND (`ErrorReason.RESOURCE_NOT_FOUND`) when it does not exist. */
   async get(kind: string, name: string, options?: CallOptions): Promise<Resource> {
     const response = await decodeErrors(() => this.client.getResource({ kind, name }, callOptions(options)));
     return required(response.resource, "GetResource");

@@ -15,16 +15,28 @@ __version__ = "0.1.0"
 
 from converge_sdk.aio import AsyncConvergeClient, ResourceWatch
 from converge_sdk.client import ConvergeClient
-from converge_sdk.errors import ERROR_DOMAIN, ConvergeError, FieldViolation, error_info, error_status
+from converge_sdk.errors import (
+    ERROR_DOMAIN,
+    ConvergeError,
+    FieldViolation,
+    error_info,
+    error_reason,
+    error_status,
+    has_reason,
+)
+from converge_sdk.reasons import ErrorReason
 
 __all__ = [
     "ERROR_DOMAIN",
     "AsyncConvergeClient",
     "ConvergeClient",
     "ConvergeError",
+    "ErrorReason",
     "FieldViolation",
     "ResourceWatch",
     "__version__",
     "error_info",
+    "error_reason",
     "error_status",
+    "has_reason",
 ]

@@ -292,7 +292,7 @@ class ResourceWatch:
     slowly) it reopens the watch from that position, with no gap, no overlap
     and no new snapshot, after a short jittered backoff; up to
     ``max_resumes`` times in a row (a message received resets the count).
-    Any other error, notably OUT_OF_RANGE (``RESOURCE_VERSION_TOO_OLD``: the
+    Any other error, notably OUT_OF_RANGE (``ErrorReason.RESOURCE_VERSION_TOO_OLD``: the
     position left the retained log; start over without a position), ends the
     iteration with :class:`ConvergeError`. Persist :attr:`resource_version`
     to resume in a later process with ``watch_resources(resource_version=...)``.
