@@ -117,7 +117,11 @@ describe("ConvergeError", () => {
     const source = new ConnectError("spec violates the schema", Code.InvalidArgument, undefined, [
       {
         desc: ErrorInfoSchema,
-        value: { reason: reasonName(ErrorReason.SPEC_SCHEMA_VIOLATION), domain: ERROR_DOMAIN, metadata: { kind: "k" } },
+        value: {
+          reason: reasonName(ErrorReason.SPEC_SCHEMA_VIOLATION),
+          domain: ERROR_DOMAIN,
+          metadata: { kind: "k" },
+        },
       },
       {
         desc: BadRequestSchema,
@@ -130,7 +134,8 @@ describe("ConvergeError", () => {
     assert.equal(err.codeName, "InvalidArgument");
     assert.equal(err.message, "spec violates the schema");
     assert.equal(err.errorReason, ErrorReason.SPEC_SCHEMA_VIOLATION);
-    assert.ok(hasReason(err, ErrorReason.SPEC_SCHEMA_VIOLATION) && hasReason(source, ErrorReason.SPEC_SCHEMA_VIOLATION));
+    assert.ok(hasReason(err, ErrorReason.SPEC_SCHEMA_VIOLATION));
+    assert.ok(hasReason(source, ErrorReason.SPEC_SCHEMA_VIOLATION));
     assert.ok(hasReason(new Error("apply failed", { cause: err }), ErrorReason.SPEC_SCHEMA_VIOLATION));
     assert.ok(!hasReason(err, ErrorReason.NAME_TAKEN) && !hasReason(err, ErrorReason.UNSPECIFIED));
     assert.equal(err.domain, ERROR_DOMAIN);

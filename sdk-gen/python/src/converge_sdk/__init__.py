@@ -4,9 +4,11 @@ Generated messages and stubs live under ``converge_sdk.gen`` (mirroring the prot
 packages: ``converge_sdk.gen.converge.v1``, ``converge_sdk.gen.converge.worker.v1``);
 google.rpc types come from ``googleapis-common-protos`` (``google.rpc``).
 
-- :class:`ConvergeClient`: blocking stubs for every service;
+- :class:`ConvergeClient`: blocking stubs for every service, plus the
+  operator's helpers (explain, fleet summary, actions, reactor deliveries);
 - :class:`AsyncConvergeClient` (``converge_sdk.aio``): asyncio stubs plus
-  apply / get / list / watch / delete helpers raising :class:`ConvergeError`;
+  apply / get / list / watch / delete and the operator's helpers, raising
+  :class:`ConvergeError`;
 - ``converge_sdk.worker``: the worker runtime that serves kinds for a broker;
 - ``converge_sdk.conformance``: the SDK conformance worker.
 """
