@@ -38,7 +38,7 @@ mod resources;
 mod resync;
 mod retry_policy;
 mod revisions;
-mod sdk_errors;
+mod sdk;
 mod telemetry;
 mod tls;
 mod unserved;
