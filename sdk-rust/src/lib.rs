@@ -4,10 +4,12 @@
 //! HTTP/2 connection. The generated message types are re-exported as
 //! [`proto`]. [`worker`] is the runtime for worker processes that serve
 //! kinds. [`manifest`] reads kind manifest files (the JSON that
-//! `buf curl -d @file` sends to `ApplyKindManifest`).
+//! `buf curl -d @file` sends to `ApplyKindManifest`). [`error`] reads the
+//! typed [`ErrorReason`] of a failed call.
 
 pub use converge_proto as proto;
 
+pub mod error;
 pub mod manifest;
 pub mod tls;
 pub mod worker;
@@ -22,6 +24,8 @@ use converge_proto::v1::reactor_binding_service_client::ReactorBindingServiceCli
 use converge_proto::v1::resource_service_client::ResourceServiceClient;
 use converge_proto::worker_v1::worker_service_client::WorkerServiceClient;
 use tonic::transport::{Channel, Endpoint};
+
+pub use error::{ErrorReason, StatusExt};
 
 /// Largest message the client sends or accepts, matching the server's limit.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

@@ -80,8 +80,13 @@ fn the_declared_licence_is_in_the_repository() {
 
 #[test]
 fn every_reason_the_docs_and_clients_compare_with_exists() {
-    let known = catalogued_reasons();
+    let mut known = catalogued_reasons();
     assert!(known.contains("RESOURCE_NOT_FOUND"), "docs/errors.md lists the reasons");
+    // The value names of the proto enum converge.v1.ErrorReason (the reason
+    // with its prefix), the prefix itself and the zero value.
+    let prefixed: Vec<String> = known.iter().map(|r| format!("ERROR_REASON_{r}")).collect();
+    known.extend(prefixed);
+    known.extend(["ERROR_REASON_".to_owned(), "ERROR_REASON_UNSPECIFIED".to_owned()]);
     let mut unknown = Vec::new();
     for path in sources(&[".md", ".go", ".py", ".ts", ".rs"]) {
         for (n, line) in read(&path).lines().enumerate() {

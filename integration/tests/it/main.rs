@@ -39,6 +39,7 @@ mod resources;
 mod resync;
 mod retry_policy;
 mod revisions;
+mod sdk;
 mod telemetry;
 mod tls;
 mod unserved;

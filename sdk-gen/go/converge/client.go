@@ -4,7 +4,7 @@
 //	if err != nil { ... }
 //	defer c.Close()
 //	v, err := c.Cluster.GetVersion(ctx, &convergev1.GetVersionRequest{})
-//	if info := converge.ErrorInfo(err); info != nil && info.GetReason() == "RESOURCE_NOT_FOUND" { ... }
+//	if converge.HasReason(err, convergev1.ErrorReason_ERROR_REASON_RESOURCE_NOT_FOUND) { ... }
 //
 // Generated messages and stubs live in converge.dev/sdk/go/gen/converge/v1
 // (package convergev1) and converge.dev/sdk/go/gen/converge/worker/v1 (package

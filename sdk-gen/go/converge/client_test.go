@@ -63,7 +63,7 @@ func TestListClusterMembers(t *testing.T) {
 	}
 }
 
-// An operation uid that is not a UUID: InvalidArgument with reason INVALID_FIELD.
+// An operation uid that is not a UUID: InvalidArgument with reason ERROR_REASON_INVALID_FIELD.
 func TestMalformedOperationUIDCarriesErrorInfo(t *testing.T) {
 	c, ctx := client(t)
 	_, err := c.Operation.GetOperation(ctx, &convergev1.GetOperationRequest{Uid: "y"})
@@ -75,12 +75,16 @@ func TestMalformedOperationUIDCarriesErrorInfo(t *testing.T) {
 	if info == nil {
 		t.Fatalf("no google.rpc.ErrorInfo in %v", err)
 	}
-	if info.GetReason() != "INVALID_FIELD" || info.GetDomain() != converge.ErrorDomain {
-		t.Errorf("ErrorInfo = %v, want reason INVALID_FIELD domain %s", info, converge.ErrorDomain)
+	want := convergev1.ErrorReason_ERROR_REASON_INVALID_FIELD
+	if converge.ParseReason(info.GetReason()) != want || info.GetDomain() != converge.ErrorDomain {
+		t.Errorf("ErrorInfo = %v, want reason %v domain %s", info, want, converge.ErrorDomain)
+	}
+	if !converge.HasReason(fmt.Errorf("get operation: %w", err), want) {
+		t.Errorf("HasReason(%v) is false for %v", want, err)
 	}
 }
 
-// A resource that does not exist: NotFound with reason RESOURCE_NOT_FOUND.
+// A resource that does not exist: NotFound with reason ERROR_REASON_RESOURCE_NOT_FOUND.
 func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
 	c, ctx := client(t)
 	_, err := c.Resource.GetResource(ctx, &convergev1.GetResourceRequest{Kind: "x", Name: "y"})
@@ -95,8 +99,8 @@ func TestGetMissingResourceCarriesErrorInfo(t *testing.T) {
 	if info.GetDomain() != converge.ErrorDomain {
 		t.Errorf("ErrorInfo domain = %q, want %q", info.GetDomain(), converge.ErrorDomain)
 	}
-	if info.GetReason() != "RESOURCE_NOT_FOUND" {
-		t.Errorf("ErrorInfo reason %q, want RESOURCE_NOT_FOUND", info.GetReason())
+	if want := convergev1.ErrorReason_ERROR_REASON_RESOURCE_NOT_FOUND; converge.ParseReason(info.GetReason()) != want {
+		t.Errorf("ErrorInfo reason %q, want %v", info.GetReason(), want)
 	}
 }
 
@@ -112,9 +116,8 @@ func TestBatchApplyNamesTheRefusedItem(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("BatchApplyResources: got %v (%v), want InvalidArgument", status.Code(err), err)
 	}
-	info := converge.ErrorInfo(err)
-	if info == nil || info.GetReason() != "INVALID_NAME" {
-		t.Fatalf("ErrorInfo = %v, want reason INVALID_NAME", info)
+	if !converge.HasReason(err, convergev1.ErrorReason_ERROR_REASON_INVALID_NAME) {
+		t.Fatalf("ErrorInfo = %v, want reason ERROR_REASON_INVALID_NAME", converge.ErrorInfo(err))
 	}
 	if !strings.Contains(status.Convert(err).Message(), "/requests/1/name") {
 		t.Errorf("message %q does not name /requests/1/name", status.Convert(err).Message())

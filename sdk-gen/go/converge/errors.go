@@ -3,11 +3,14 @@ package converge
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	convergev1 "converge.dev/sdk/go/gen/converge/v1"
 )
 
 // Error is a converge API error decoded from its gRPC status: the code, the
@@ -22,8 +25,11 @@ type Error struct {
 	Code codes.Code
 	// Message is the status message.
 	Message string
-	// Reason is the ErrorInfo reason (e.g. "RESOURCE_NOT_FOUND"); empty if
-	// the status carried none.
+	// Reason is the ErrorInfo reason as sent, the name of a
+	// convergev1.ErrorReason value without its ERROR_REASON_ prefix; empty
+	// if the status carried none. Compare with ErrorReason or HasReason
+	// instead of a hand-written string; this string is for display and for
+	// reasons newer than this SDK.
 	Reason string
 	// Domain is the ErrorInfo domain ("converge.dev" for converge's own).
 	Domain string
@@ -54,7 +60,8 @@ type FieldViolation struct {
 
 // PreconditionViolation is one reason a state change was refused.
 type PreconditionViolation struct {
-	// Type is the kind of precondition (e.g. "KIND_IN_USE").
+	// Type is the kind of precondition: the reason of the error, as
+	// ReasonName(convergev1.ErrorReason_ERROR_REASON_KIND_IN_USE).
 	Type string
 	// Subject names what failed it (e.g. a resource).
 	Subject string
@@ -125,12 +132,79 @@ func AsError(err error) *Error {
 	return e
 }
 
-// HasReason reports whether err is a converge error with the given ErrorInfo
-// reason (e.g. "RESOURCE_NOT_FOUND").
-func HasReason(err error, reason string) bool {
+// reasonPrefix is the prefix of every convergev1.ErrorReason value name that
+// the wire string (ErrorInfo.reason) leaves out.
+const reasonPrefix = "ERROR_REASON_"
+
+// ErrorReason is the reason as a convergev1.ErrorReason;
+// ERROR_REASON_UNSPECIFIED when the status carried none or one this SDK does
+// not know.
+func (e *Error) ErrorReason() convergev1.ErrorReason {
+	return ParseReason(e.Reason)
+}
+
+// Is makes errors.Is(err, ReasonError(r)) true for an *Error with reason r.
+func (e *Error) Is(target error) bool {
+	r, ok := target.(reasonError)
+	return ok && r.reason != convergev1.ErrorReason_ERROR_REASON_UNSPECIFIED &&
+		e.ErrorReason() == r.reason
+}
+
+// ParseReason maps an ErrorInfo reason as sent ("RESOURCE_NOT_FOUND") to its
+// convergev1.ErrorReason; ERROR_REASON_UNSPECIFIED for "" and for reasons this
+// SDK does not know.
+func ParseReason(reason string) convergev1.ErrorReason {
+	if reason == "" || reason == "UNSPECIFIED" {
+		return convergev1.ErrorReason_ERROR_REASON_UNSPECIFIED
+	}
+	return convergev1.ErrorReason(convergev1.ErrorReason_value[reasonPrefix+reason])
+}
+
+// ReasonName is the ErrorInfo reason string the server sends for r: its value
+// name without the ERROR_REASON_ prefix; "" for ERROR_REASON_UNSPECIFIED and
+// for numbers the enum does not define.
+func ReasonName(r convergev1.ErrorReason) string {
+	name, ok := convergev1.ErrorReason_name[int32(r)]
+	if !ok || r == convergev1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return ""
+	}
+	return strings.TrimPrefix(name, reasonPrefix)
+}
+
+// HasReason reports whether err (or an error it wraps) is a converge error
+// with the given ErrorInfo reason:
+//
+//	converge.HasReason(err, convergev1.ErrorReason_ERROR_REASON_RESOURCE_NOT_FOUND)
+//
+// It decodes raw gRPC status errors as well as *Error. It is false for
+// ERROR_REASON_UNSPECIFIED.
+func HasReason(err error, reason convergev1.ErrorReason) bool {
+	e := AsError(err)
+	return e != nil && reason != convergev1.ErrorReason_ERROR_REASON_UNSPECIFIED && e.ErrorReason() == reason
+}
+
+// HasReasonString reports whether err is a converge error whose ErrorInfo
+// reason is the string reason.
+//
+// Deprecated: this is HasReason as it was in 0.1, taking the reason as a
+// string; pass the convergev1.ErrorReason to HasReason instead.
+func HasReasonString(err error, reason string) bool {
 	e := AsError(err)
 	return e != nil && e.Reason == reason
 }
+
+// ReasonError returns an error that errors.Is matches with every *Error of
+// reason r (in err's chain), for code that branches with errors.Is:
+//
+//	if errors.Is(err, converge.ReasonError(convergev1.ErrorReason_ERROR_REASON_ETAG_MISMATCH)) { ... }
+//
+// errors.Is only sees an *Error: the Client's helpers return one, a raw stub
+// call's error needs AsError (or use HasReason, which decodes either).
+func ReasonError(r convergev1.ErrorReason) error { return reasonError{r} }
+
+type reasonError struct{ reason convergev1.ErrorReason }
+
+func (r reasonError) Error() string { return "converge error reason " + ReasonName(r.reason) }
 
 // wrap decodes a call's error (nil stays nil; non-status errors pass through).
 func wrap(err error) error {

@@ -45,14 +45,14 @@ func Example() {
 	// A snapshot, then every change; a server restart is resumed transparently.
 	for m, err := range c.WatchResources(ctx, &convergev1.WatchResourcesRequest{Kind: &kind}) {
 		if err != nil {
-			break // ctx ended, or the watch cannot resume (e.g. RESOURCE_VERSION_TOO_OLD)
+			break // ctx ended, or the watch cannot resume (e.g. ERROR_REASON_RESOURCE_VERSION_TOO_OLD)
 		}
 		fmt.Println(m.GetType(), m.GetResource().GetName(), m.GetResourceVersion())
 	}
 
 	_, err = c.GetResource(ctx, "conf-leaf", "missing")
 	if e := converge.AsError(err); e != nil {
-		fmt.Println(e.Code, e.Reason, e.Metadata, e.FieldViolations)
+		fmt.Println(e.Code, e.ErrorReason(), e.Metadata, e.FieldViolations)
 	}
 	if _, err := c.DeleteResource(ctx, "conf-leaf", "r1", converge.AllowMissing()); err != nil {
 		log.Fatal(err)

@@ -87,7 +87,7 @@ func (c *Client) ApplyResource(ctx context.Context, kind string, kindVersion int
 }
 
 // GetResource reads one resource. A missing one is an *Error with code
-// NotFound and reason RESOURCE_NOT_FOUND.
+// NotFound and reason convergev1.ErrorReason_ERROR_REASON_RESOURCE_NOT_FOUND.
 func (c *Client) GetResource(ctx context.Context, kind, name string) (*convergev1.Resource, error) {
 	resp, err := c.Resource.GetResource(ctx, &convergev1.GetResourceRequest{Kind: kind, Name: name})
 	if err != nil {
@@ -171,7 +171,7 @@ const (
 // down), RESOURCE_EXHAUSTED (a slow reader) or without a status, it reopens
 // the watch from the resource_version of the last message received, so no
 // change is missed or repeated. Any other error (e.g. OUT_OF_RANGE with
-// reason RESOURCE_VERSION_TOO_OLD: start over without a position) ends the
+// reason ERROR_REASON_RESOURCE_VERSION_TOO_OLD: start over without a position) ends the
 // iteration, yielded as the last element, as does ctx ending.
 //
 // req is not modified; its resource_version is the starting position.

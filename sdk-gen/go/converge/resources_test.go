@@ -100,11 +100,17 @@ func TestTypedErrors(t *testing.T) {
 	kind := leafKind(t, c, ctx)
 	_, err := c.GetResource(ctx, kind, "go-client-absent-"+suffix())
 	var e *converge.Error
-	if !errors.As(err, &e) || e.Code != codes.NotFound || e.Reason != "RESOURCE_NOT_FOUND" || e.Domain != converge.ErrorDomain {
+	notFound := convergev1.ErrorReason_ERROR_REASON_RESOURCE_NOT_FOUND
+	if !errors.As(err, &e) || e.Code != codes.NotFound || e.ErrorReason() != notFound || e.Domain != converge.ErrorDomain {
 		t.Fatalf("GetResource of a missing resource: %#v", err)
 	}
-	if status.Code(err) != codes.NotFound || !converge.HasReason(fmt.Errorf("wrapped: %w", err), "RESOURCE_NOT_FOUND") {
+	wrapped := fmt.Errorf("wrapped: %w", err)
+	if status.Code(err) != codes.NotFound || !converge.HasReason(wrapped, notFound) {
 		t.Errorf("status.Code / HasReason do not see through: %v", err)
+	}
+	if !errors.Is(wrapped, converge.ReasonError(notFound)) ||
+		errors.Is(wrapped, converge.ReasonError(convergev1.ErrorReason_ERROR_REASON_KIND_NOT_FOUND)) {
+		t.Errorf("errors.Is with ReasonError does not match the reason: %v", err)
 	}
 
 	_, err = c.ApplyResource(ctx, kind, 1, "go-client-bad-"+suffix(), map[string]any{"sleepMs": "soon"})
@@ -122,16 +128,17 @@ func TestTypedErrors(t *testing.T) {
 
 // Offline: decoding needs no server.
 func TestAsErrorDecodesDetails(t *testing.T) {
+	inUse := convergev1.ErrorReason_ERROR_REASON_KIND_IN_USE
 	st, err := status.New(codes.FailedPrecondition, "in use").WithDetails(
-		&errdetails.ErrorInfo{Reason: "KIND_IN_USE", Domain: converge.ErrorDomain, Metadata: map[string]string{"kind": "k"}},
-		&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{Type: "KIND_IN_USE", Subject: "k/r1", Description: "still exists"}}},
+		&errdetails.ErrorInfo{Reason: converge.ReasonName(inUse), Domain: converge.ErrorDomain, Metadata: map[string]string{"kind": "k"}},
+		&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{Type: converge.ReasonName(inUse), Subject: "k/r1", Description: "still exists"}}},
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "/kind", Description: "bad"}}},
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := converge.AsError(fmt.Errorf("delete: %w", st.Err()))
-	if e.Code != codes.FailedPrecondition || e.Reason != "KIND_IN_USE" || e.Metadata["kind"] != "k" ||
+	if e.Code != codes.FailedPrecondition || e.ErrorReason() != inUse || e.Reason != converge.ReasonName(inUse) || e.Metadata["kind"] != "k" ||
 		len(e.PreconditionViolations) != 1 || e.PreconditionViolations[0].Subject != "k/r1" ||
 		len(e.FieldViolations) != 1 || e.FieldViolations[0].Field != "/kind" {
 		t.Errorf("decoded %+v", e)

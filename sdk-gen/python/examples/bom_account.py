@@ -130,7 +130,7 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.shutdown)
-    await worker.run()  # returns after the drain; raises DrainIncomplete if it timed out
+    await worker.run()  # returns after the drain; raises DrainIncompleteError if it timed out
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 
-from converge_sdk.worker import KindVersion, Outcome, ReactionRequest, Reactions, Worker, WorkerSettings
+from converge_sdk.worker import KindVersion, Outcome, ReactionRequest, Reactions, Worker, WorkerOptions
 from converge_sdk.worker.settings import DEFAULT_MAX_PARALLEL
 
 noop = Reactions(KindVersion("noop", 1))
@@ -22,13 +22,13 @@ async def work(request: ReactionRequest) -> Outcome:
 
 
 async def main() -> None:
-    settings = WorkerSettings(max_parallel=int(os.environ.get("WORKER_MAX_PARALLEL", DEFAULT_MAX_PARALLEL)))
+    settings = WorkerOptions(max_parallel=int(os.environ.get("WORKER_MAX_PARALLEL", DEFAULT_MAX_PARALLEL)))
     address = os.environ.get("CONVERGE_BROKER_ADDR", "http://127.0.0.1:50051")
-    worker = Worker([noop], address=address, settings=settings)
+    worker = Worker([noop], address=address, options=settings)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.shutdown)
-    await worker.run()  # returns after the drain; raises DrainIncomplete if it timed out
+    await worker.run()  # returns after the drain; raises DrainIncompleteError if it timed out
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from converge_sdk.worker import (
     Reactions,
     TerminalError,
     Worker,
-    WorkerSettings,
+    WorkerOptions,
 )
 
 leaf = Reactions(KindVersion("conf-leaf", 1))
@@ -45,7 +45,7 @@ async def main() -> None:
     worker = Worker(
         [leaf],
         address=os.environ.get("CONVERGE_BROKER_ADDR", "http://127.0.0.1:50051"),
-        settings=WorkerSettings(max_parallel=8, drain_timeout=20),
+        options=WorkerOptions(max_parallel=8, drain_timeout=20),
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

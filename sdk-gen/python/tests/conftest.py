@@ -17,7 +17,7 @@ import uuid  # noqa: E402
 
 import pytest  # noqa: E402
 
-from converge_sdk import AsyncConvergeClient  # noqa: E402
+from converge_sdk import AsyncConvergeClient, ErrorReason  # noqa: E402
 from converge_sdk.gen.converge.v1 import resource_pb2  # noqa: E402
 
 ADDR = os.environ.get("CONVERGE_ADDR", "")
@@ -87,7 +87,7 @@ def _remove_own_resources():
 async def _cleanup(addr: str) -> None:
     from converge_sdk import ConvergeError
     from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
-    from converge_sdk.worker import Worker, WorkerSettings
+    from converge_sdk.worker import Worker, WorkerOptions
 
     prefix = f"py-{RUN}-"
     async with AsyncConvergeClient(addr) as client:
@@ -100,7 +100,7 @@ async def _cleanup(addr: str) -> None:
                         if r.name.startswith(prefix):
                             found.append((kind, r.name))
                 except ConvergeError as err:
-                    if err.reason != "KIND_NOT_FOUND":
+                    if err.reason is not ErrorReason.KIND_NOT_FOUND:
                         raise
             return found
 
@@ -111,7 +111,7 @@ async def _cleanup(addr: str) -> None:
         worker = Worker(
             [leaf_provider(events), composite_provider(events)],
             address=addr,
-            settings=WorkerSettings(heartbeat_interval=1.0, drain_timeout=10.0),
+            options=WorkerOptions(heartbeat_interval=1.0, drain_timeout=10.0),
         )
         async with worker:
             for kind, name in mine:

@@ -10,7 +10,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from conftest import apply_conformance_kinds, require_server, unique
 
-from converge_sdk import ERROR_DOMAIN, AsyncConvergeClient, ConvergeError, FieldViolation
+from converge_sdk import ERROR_DOMAIN, AsyncConvergeClient, ConvergeError, ErrorReason, FieldViolation, has_reason
 from converge_sdk.gen.converge.v1 import resource_pb2
 
 
@@ -40,7 +40,7 @@ def test_converge_error_decodes_every_detail():
         message="spec is invalid",
         details=[
             _packed(
-                error_details_pb2.ErrorInfo(reason="SPEC_SCHEMA_VIOLATION", domain=ERROR_DOMAIN, metadata={"kind": "x"})
+                error_details_pb2.ErrorInfo(reason=ErrorReason.SPEC_SCHEMA_VIOLATION, domain=ERROR_DOMAIN, metadata={"kind": "x"})
             ),
             _packed(
                 error_details_pb2.BadRequest(
@@ -63,20 +63,23 @@ def test_converge_error_decodes_every_detail():
     err = ConvergeError.from_rpc_error(raw)
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
     assert err.message == "spec is invalid"
-    assert (err.reason, err.domain, err.metadata) == ("SPEC_SCHEMA_VIOLATION", ERROR_DOMAIN, {"kind": "x"})
+    assert err.reason is ErrorReason.SPEC_SCHEMA_VIOLATION and err.error_reason is ErrorReason.SPEC_SCHEMA_VIOLATION
+    assert (err.domain, err.metadata) == (ERROR_DOMAIN, {"kind": "x"})
+    assert has_reason(err, ErrorReason.SPEC_SCHEMA_VIOLATION) and has_reason(raw, ErrorReason.SPEC_SCHEMA_VIOLATION)
     assert err.field_violations == [
         FieldViolation("/spec/a", "not allowed"),
         FieldViolation("/spec/b", "too big", "MAX"),
     ]
     assert err.retry_delay == 1.5
     assert err.__cause__ is raw
-    assert "INVALID_ARGUMENT" in str(err) and "SPEC_SCHEMA_VIOLATION" in str(err)
+    assert "INVALID_ARGUMENT" in str(err) and str(ErrorReason.SPEC_SCHEMA_VIOLATION) in str(err)
 
 
 def test_converge_error_without_details():
     err = ConvergeError.from_rpc_error(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down", ()))
     assert err.code == grpc.StatusCode.UNAVAILABLE
     assert (err.reason, err.domain, err.metadata, err.field_violations, err.retry_delay) == ("", "", {}, [], None)
+    assert err.reason is ErrorReason.UNSPECIFIED and not has_reason(err, ErrorReason.UNSPECIFIED)
 
 
 def test_apply_get_list_delete_and_errors():
@@ -106,7 +109,7 @@ def test_apply_get_list_delete_and_errors():
             with pytest.raises(ConvergeError) as excinfo:
                 await client.get_resource("conf-leaf", unique("missing"))
             assert excinfo.value.code == grpc.StatusCode.NOT_FOUND
-            assert excinfo.value.reason == "RESOURCE_NOT_FOUND" and excinfo.value.domain == ERROR_DOMAIN
+            assert excinfo.value.reason is ErrorReason.RESOURCE_NOT_FOUND and excinfo.value.domain == ERROR_DOMAIN
 
             with pytest.raises(ConvergeError) as excinfo:
                 await client.apply_resource("conf-leaf", unique("invalid"), {"sleepMs": "slow", "unknown": 1})

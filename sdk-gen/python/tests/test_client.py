@@ -6,7 +6,7 @@ import os
 import grpc
 import pytest
 
-from converge_sdk import ERROR_DOMAIN, ConvergeClient, error_info
+from converge_sdk import ERROR_DOMAIN, ConvergeClient, ErrorReason, error_info, has_reason
 from converge_sdk.gen.converge.v1 import (
     cluster_service_pb2,
     operation_service_pb2,
@@ -39,19 +39,20 @@ def test_list_cluster_members(client):
 
 
 def test_malformed_operation_uid_carries_error_info(client):
-    # An operation uid that is not a UUID: INVALID_ARGUMENT with reason INVALID_FIELD.
+    # An operation uid that is not a UUID: INVALID_ARGUMENT with ErrorReason.INVALID_FIELD.
     with pytest.raises(grpc.RpcError) as excinfo:
         client.operation.GetOperation(operation_service_pb2.GetOperationRequest(uid="y"), timeout=TIMEOUT)
     err = excinfo.value
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
     info = error_info(err)
     assert info is not None, f"no google.rpc.ErrorInfo in {err!r}"
-    assert info.reason == "INVALID_FIELD"
+    assert ErrorReason.parse(info.reason) is ErrorReason.INVALID_FIELD, info.reason
+    assert has_reason(err, ErrorReason.INVALID_FIELD)
     assert info.domain == ERROR_DOMAIN
 
 
 def test_get_missing_resource_carries_error_info(client):
-    # A resource that does not exist: NOT_FOUND with reason RESOURCE_NOT_FOUND.
+    # A resource that does not exist: NOT_FOUND with ErrorReason.RESOURCE_NOT_FOUND.
     with pytest.raises(grpc.RpcError) as excinfo:
         client.resource.GetResource(resource_service_pb2.GetResourceRequest(kind="x", name="y"), timeout=TIMEOUT)
     err = excinfo.value
@@ -59,7 +60,7 @@ def test_get_missing_resource_carries_error_info(client):
     info = error_info(err)
     assert info is not None, f"no google.rpc.ErrorInfo in {err!r}"
     assert info.domain == ERROR_DOMAIN
-    assert info.reason == "RESOURCE_NOT_FOUND", info.reason
+    assert has_reason(err, ErrorReason.RESOURCE_NOT_FOUND), info.reason
 
 
 def test_error_info_absent_on_plain_errors():

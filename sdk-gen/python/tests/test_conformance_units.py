@@ -9,6 +9,7 @@ import pytest
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
 from converge_sdk.conformance.__main__ import ConfigError, settings_from_env, tls_from_env
 from converge_sdk.worker import (
+    UNKNOWN_REACTION_REASON,
     DEFAULT_HEARTBEAT_INTERVAL,
     DepEdge,
     Event,
@@ -159,7 +160,7 @@ def test_unknown_reactions_fail_transiently_with_the_sdk_default():
         with pytest.raises(UnknownReactionError) as excinfo:
             asyncio.run(provider.handle(request))
         assert not excinfo.value.terminal, provider.kind
-        assert excinfo.value.reason == "UnknownReaction"
+        assert excinfo.value.reason == UNKNOWN_REACTION_REASON
 
 
 def test_work_reports_the_events_and_liveness_the_spec_asks_for():

@@ -4,7 +4,7 @@ import pathlib
 import re
 
 import converge_sdk
-from converge_sdk.worker import WorkerSettings
+from converge_sdk.worker import WorkerOptions
 
 PROJECT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -16,4 +16,4 @@ def test_license_is_the_repository_license() -> None:
 
 def test_version_is_semver_and_in_the_agent() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", converge_sdk.__version__)
-    assert WorkerSettings().agent == f"converge-sdk-python/{converge_sdk.__version__}"
+    assert WorkerOptions().agent == f"converge-sdk-python/{converge_sdk.__version__}"

@@ -11,6 +11,7 @@ from google.protobuf import struct_pb2
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.worker import (
+    UNKNOWN_REACTION_REASON,
     DEADLINE_EXCEEDED_REASON,
     HandlerError,
     KindVersion,
@@ -24,7 +25,7 @@ from converge_sdk.worker import (
     TerminalError,
     Trigger,
     UnknownReactionError,
-    WorkerSettings,
+    WorkerOptions,
 )
 from converge_sdk.worker.state import SharedState
 from converge_sdk.worker.task import accept, execute
@@ -60,7 +61,7 @@ def _request(reaction="work", deadline=None):
 
 
 def _state(provider, **settings):
-    return SharedState({provider.kind: provider}, WorkerSettings(**settings))
+    return SharedState({provider.kind: provider}, WorkerOptions(**settings))
 
 
 async def _failure(state, provider, request) -> HandlerError:
@@ -99,11 +100,11 @@ def test_unknown_reaction_is_transient_by_default_and_terminal_only_on_request()
         default = Reactions(KIND)
         error = await _failure(_state(default), default, _request("nope"))
         assert isinstance(error, UnknownReactionError) and not error.terminal
-        assert error.reason == "UnknownReaction"
+        assert error.reason == UNKNOWN_REACTION_REASON
         assert "'nope'" in error.message and "leaf:1" in error.message
         strict = Reactions(KIND, unknown_reaction_terminal=True)
         strict_error = await _failure(_state(strict), strict, _request("nope"))
-        assert strict_error.terminal and strict_error.reason == "UnknownReaction"
+        assert strict_error.terminal and strict_error.reason == UNKNOWN_REACTION_REASON
 
     asyncio.run(main())
     assert not UnknownReactionError("r", KIND).terminal

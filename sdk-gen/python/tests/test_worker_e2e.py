@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 
 from conftest import apply_conformance_kinds, is_ready, read_log, require_server, unique, wait_for
 
-from converge_sdk import AsyncConvergeClient
+from converge_sdk import AsyncConvergeClient, ErrorReason
 from converge_sdk.conformance import EventLog, composite_provider, leaf_provider
 from converge_sdk.gen.converge.v1 import resource_pb2, resource_service_pb2
 from converge_sdk.worker import (
@@ -25,11 +25,11 @@ from converge_sdk.worker import (
     Reactions,
     TransientError,
     Worker,
-    WorkerSettings,
+    WorkerOptions,
 )
 from converge_sdk.worker.convert import struct_to_json
 
-SETTINGS = WorkerSettings(max_parallel=4, heartbeat_interval=1.0, drain_timeout=10.0)
+SETTINGS = WorkerOptions(max_parallel=4, heartbeat_interval=1.0, drain_timeout=10.0)
 
 
 async def _serving(addr, log_path, scenario, settings=SETTINGS):
@@ -38,7 +38,7 @@ async def _serving(addr, log_path, scenario, settings=SETTINGS):
     events = EventLog(str(log_path), "python")
     async with AsyncConvergeClient(addr) as client:
         await apply_conformance_kinds(client)
-        worker = Worker([leaf_provider(events), composite_provider(events)], address=addr, settings=settings)
+        worker = Worker([leaf_provider(events), composite_provider(events)], address=addr, options=settings)
         try:
             async with worker:
                 await scenario(client)
@@ -151,7 +151,7 @@ def test_concurrency_never_exceeds_max_parallel(tmp_path):
         for name in names:
             await wait_for(client, "conf-leaf", name, is_ready)
 
-    settings = WorkerSettings(max_parallel=2, heartbeat_interval=1.0, drain_timeout=10.0)
+    settings = WorkerOptions(max_parallel=2, heartbeat_interval=1.0, drain_timeout=10.0)
     asyncio.run(_serving(addr, tmp_path / "log", scenario, settings))
     running, peak = 0, 0
     for line in read_log(tmp_path / "log"):
@@ -187,7 +187,7 @@ def test_compose_with_value_flows_and_teardown_order(tmp_path):
                 try:
                     await client.get_resource("conf-leaf", name)
                 except ConvergeError as err:
-                    if err.reason == "RESOURCE_NOT_FOUND":
+                    if err.reason is ErrorReason.RESOURCE_NOT_FOUND:
                         return
                     raise
                 await asyncio.sleep(0.2)
@@ -258,7 +258,7 @@ def test_events_and_liveness_reach_the_server():
     async def main():
         async with AsyncConvergeClient(addr) as client:
             await apply_conformance_kinds(client)
-            async with Worker([leaf], address=addr, settings=SETTINGS):
+            async with Worker([leaf], address=addr, options=SETTINGS):
                 await client.apply_resource("conf-leaf", name, {"value": "observed"})
                 resource = await wait_for(client, "conf-leaf", name, is_ready)
             assert dict(resource.status)["attempt"] == 2

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
-from converge_sdk.worker import KindVersion, TlsConfig, WorkerSettings, merge_json
+from converge_sdk.worker import KindVersion, TlsConfig, WorkerOptions, merge_json
 from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.buffer import ResultBuffer
 from converge_sdk.worker.settings import parse_address
@@ -68,17 +68,17 @@ def test_buffer_overflow_discards_the_oldest():
 
 
 def test_settings_are_validated():
-    WorkerSettings().validate()
+    WorkerOptions().validate()
     with pytest.raises(ValueError, match="max_parallel"):
-        WorkerSettings(max_parallel=0).validate()
+        WorkerOptions(max_parallel=0).validate()
     with pytest.raises(ValueError, match="heartbeat_interval"):
-        WorkerSettings(heartbeat_interval=0).validate()
+        WorkerOptions(heartbeat_interval=0).validate()
     with pytest.raises(ValueError, match="result_buffer_capacity"):
-        WorkerSettings(result_buffer_capacity=0).validate()
+        WorkerOptions(result_buffer_capacity=0).validate()
     with pytest.raises(ValueError, match="drain_timeout"):
-        WorkerSettings(drain_timeout=-1).validate()
+        WorkerOptions(drain_timeout=-1).validate()
     with pytest.raises(ValueError, match="finite"):
-        WorkerSettings(backoff_max=float("inf")).validate()
+        WorkerOptions(backoff_max=float("inf")).validate()
 
 
 def test_addresses():
@@ -134,3 +134,33 @@ def test_worker_validates_its_providers_and_builds_tls_channels():
             await channel.close()
 
     asyncio.run(channels())
+
+
+def test_unknown_reaction_is_a_transient_error_with_its_reason():
+    from converge_sdk.worker import UNKNOWN_REACTION_REASON, TransientError, UnknownReactionError
+
+    err = UnknownReactionError("operate:reboot", KindVersion("leaf", 1))
+    assert isinstance(err, TransientError) and not err.terminal
+    assert err.reason == UNKNOWN_REACTION_REASON
+    assert UnknownReactionError("x", KindVersion("leaf", 1), terminal=True).terminal
+
+
+def test_the_names_of_0_1_are_deprecated_aliases():
+    import converge_sdk.worker as worker
+    from converge_sdk.worker import DrainIncompleteError, Reactions, Worker, WorkerOptions
+
+    for old, new in (("WorkerSettings", WorkerOptions), ("DrainIncomplete", DrainIncompleteError)):
+        with pytest.warns(DeprecationWarning, match=new.__name__):
+            assert getattr(worker, old) is new
+    with pytest.warns(DeprecationWarning):
+        from converge_sdk.worker.runtime import DrainIncomplete  # noqa: F401
+    with pytest.raises(AttributeError):
+        getattr(worker, "NoSuchName")
+    options = WorkerOptions(max_parallel=3)
+    with pytest.warns(DeprecationWarning, match="options="):
+        w = Worker([Reactions(KindVersion("leaf", 1))], address="127.0.0.1:1", settings=options)
+    assert w.options is options
+    with pytest.warns(DeprecationWarning, match="Worker.options"):
+        assert w.settings is options
+    with pytest.raises(ValueError):
+        Worker([Reactions(KindVersion("leaf", 1))], address="127.0.0.1:1", options=options, settings=options)

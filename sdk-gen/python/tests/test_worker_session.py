@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.gen.converge.worker.v1 import worker_pb2_grpc
-from converge_sdk.worker import KindVersion, Outcome, Reactions, Worker, WorkerSettings
+from converge_sdk.worker import KindVersion, Outcome, Reactions, Worker, WorkerOptions
 from converge_sdk.worker.convert import struct_to_json
 
 KIND = KindVersion("leaf", 1)
@@ -150,7 +150,7 @@ def test_session_protocol_reconnect_redelivery_and_drain():
         server, broker, addr = await _start_broker()
         gates = {}
         provider = _provider(gates)
-        settings = WorkerSettings(
+        settings = WorkerOptions(
             max_parallel=3,
             heartbeat_interval=0.1,
             backoff_base=0.05,
@@ -159,7 +159,7 @@ def test_session_protocol_reconnect_redelivery_and_drain():
             drain_timeout=5.0,
             close_grace=2.0,
         )
-        worker = Worker([provider], address=f"http://{addr}", settings=settings)
+        worker = Worker([provider], address=f"http://{addr}", options=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
         try:
             # Prime, then Subscribe with the served pairs and max_inflight.
@@ -246,8 +246,8 @@ def test_drain_timeout_reports_the_work_left():
     async def main():
         server, broker, addr = await _start_broker()
         provider = _provider({})  # gates never open: the handler hangs
-        settings = WorkerSettings(heartbeat_interval=0.1, drain_timeout=0.3, close_grace=0.5)
-        worker = Worker([provider], address=addr, settings=settings)
+        settings = WorkerOptions(heartbeat_interval=0.1, drain_timeout=0.3, close_grace=0.5)
+        worker = Worker([provider], address=addr, options=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
         try:
             session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
@@ -257,9 +257,9 @@ def test_drain_timeout_reports_the_work_left():
             try:
                 await asyncio.wait_for(run, TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the type is what is checked
-                from converge_sdk.worker import DrainIncomplete
+                from converge_sdk.worker import DrainIncompleteError
 
-                assert isinstance(exc, DrainIncomplete) and exc.running == 1, exc
+                assert isinstance(exc, DrainIncompleteError) and exc.running == 1, exc
             else:
                 raise AssertionError("run() returned cleanly with a handler still running")
         finally:
@@ -273,7 +273,7 @@ def test_drain_timeout_reports_the_work_left():
 def test_cancelling_run_leaves_no_session_tasks_behind():
     async def main():
         server, broker, addr = await _start_broker()
-        worker = Worker([_provider({})], address=addr, settings=WorkerSettings(heartbeat_interval=0.1))
+        worker = Worker([_provider({})], address=addr, options=WorkerOptions(heartbeat_interval=0.1))
         run = asyncio.get_running_loop().create_task(worker.run())
         try:
             session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
@@ -313,8 +313,8 @@ def test_readiness_follows_the_default_config_and_ready():
         broker.default = None
         provider = NeedsConfig()
         # Polls are far apart: every Interest below comes from a config change.
-        settings = WorkerSettings(heartbeat_interval=0.1, readiness_poll_interval=60)
-        worker = Worker([provider], address=addr, settings=settings)
+        settings = WorkerOptions(heartbeat_interval=0.1, readiness_poll_interval=60)
+        worker = Worker([provider], address=addr, options=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
         try:
             session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
@@ -351,8 +351,8 @@ def test_results_buffered_while_disconnected_are_redelivered_oldest_first():
     async def main():
         server, broker, addr = await _start_broker()
         gates = {}
-        settings = WorkerSettings(heartbeat_interval=0.1, backoff_base=0.05, backoff_max=0.1, result_buffer_capacity=2)
-        worker = Worker([_provider(gates)], address=addr, settings=settings)
+        settings = WorkerOptions(heartbeat_interval=0.1, backoff_base=0.05, backoff_max=0.1, result_buffer_capacity=2)
+        worker = Worker([_provider(gates)], address=addr, options=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
         try:
             s1 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
@@ -391,8 +391,8 @@ def test_prime_retries_until_a_broker_answers():
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        settings = WorkerSettings(backoff_base=0.05, backoff_max=0.2, rpc_timeout=1.0)
-        worker = Worker([_provider({})], address=f"127.0.0.1:{port}", settings=settings)
+        settings = WorkerOptions(backoff_base=0.05, backoff_max=0.2, rpc_timeout=1.0)
+        worker = Worker([_provider({})], address=f"127.0.0.1:{port}", options=settings)
         run = asyncio.get_running_loop().create_task(worker.run())
         server = None
         try:

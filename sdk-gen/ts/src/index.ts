@@ -21,11 +21,21 @@ import { AdminService } from "./gen/converge/v1/admin_service_pb.js";
 import { ResourceService } from "./gen/converge/v1/resource_service_pb.js";
 import { WorkerService } from "./gen/converge/worker/v1/worker_pb.js";
 import { type ErrorInfo, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import { Deliveries, Fleet } from "./operator.js";
 import { Resources } from "./resources.js";
 
 export { Code, ConnectError } from "@connectrpc/connect";
 export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
-export { ConvergeError, type FieldViolation } from "./errors.js";
+export { ConvergeError, ErrorReason, type FieldViolation, hasReason, parseReason, reasonName } from "./errors.js";
+export {
+  type ActInput,
+  Deliveries,
+  type DeliveryFilter,
+  Fleet,
+  type FleetSummaryInput,
+  pageRequestId,
+  type RedriveInput,
+} from "./operator.js";
 export {
   type ApplyInput,
   type CallOptions,
@@ -49,8 +59,15 @@ export interface ConvergeClient {
   readonly admin: Client<typeof AdminService>;
   readonly cluster: Client<typeof ClusterService>;
   readonly worker: Client<typeof WorkerService>;
-  /** ResourceService conveniences: apply, get, paginated list, resuming watch, delete, with {@link ConvergeError}s. */
+  /**
+   * ResourceService conveniences: apply, get, explain, paginated list,
+   * resuming watch, delete, with {@link ConvergeError}s.
+   */
   readonly resources: Resources;
+  /** AdminService conveniences: the fleet summary and actions on resources, paging through a run. */
+  readonly fleet: Fleet;
+  /** ReactorBindingService delivery conveniences: paginated list, redrive, paging through a redrive. */
+  readonly deliveries: Deliveries;
   /** Closes the HTTP/2 connection this client opened (no-op for a caller's transport). */
   close(): void;
 }
@@ -72,16 +89,20 @@ export function createConvergeClient(address: string | Transport): ConvergeClien
     transport = address;
   }
   const resource = createClient(ResourceService, transport);
+  const admin = createClient(AdminService, transport);
+  const reactorBinding = createClient(ReactorBindingService, transport);
   return {
     resource,
     operation: createClient(OperationService, transport),
     kind: createClient(KindService, transport),
     providerConfig: createClient(ProviderConfigService, transport),
-    reactorBinding: createClient(ReactorBindingService, transport),
-    admin: createClient(AdminService, transport),
+    reactorBinding,
+    admin,
     cluster: createClient(ClusterService, transport),
     worker: createClient(WorkerService, transport),
     resources: new Resources(resource),
+    fleet: new Fleet(admin),
+    deliveries: new Deliveries(reactorBinding),
     close,
   };
 }

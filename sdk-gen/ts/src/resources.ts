@@ -1,5 +1,5 @@
-// Convenience calls over ResourceService: apply, get, paginated list, a
-// resuming watch, delete. Every failure is a ConvergeError.
+// Convenience calls over ResourceService: apply, get, explain, paginated list,
+// a resuming watch, delete. Every failure is a ConvergeError.
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, type Client } from "@connectrpc/connect";
@@ -9,6 +9,7 @@ import type { Resource } from "./gen/converge/v1/resource_pb.js";
 import {
   type ApplyResourceRequest,
   type ApplyResourceRequestSchema,
+  type ExplainResourceResponse,
   type ListResourcesRequest,
   type ListResourcesRequestSchema,
   ResourceService,
@@ -71,7 +72,8 @@ const DEFAULT_TIMEOUT_MS = 10_000;
 /** Codes after which a watch resumes from its last position. */
 const RESUMABLE = new Set([Code.Unavailable, Code.ResourceExhausted, Code.Internal]);
 
-function callOptions(options: CallOptions | undefined): { timeoutMs: number; signal?: AbortSignal } {
+/** The Connect call options of a helper's {@link CallOptions}. */
+export function callOptions(options: CallOptions | undefined): { timeoutMs: number; signal?: AbortSignal } {
   return {
     timeoutMs: options?.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     ...(options?.signal === undefined ? {} : { signal: options.signal }),
@@ -88,10 +90,19 @@ export class Resources {
     return { resource: required(response.resource, "ApplyResource"), created: response.created };
   }
 
-  /** Reads one resource; NOT_FOUND (reason RESOURCE_NOT_FOUND) when it does not exist. */
+  /** Reads one resource; NOT_FOUND (`ErrorReason.RESOURCE_NOT_FOUND`) when it does not exist. */
   async get(kind: string, name: string, options?: CallOptions): Promise<Resource> {
     const response = await decodeErrors(() => this.client.getResource({ kind, name }, callOptions(options)));
     return required(response.resource, "GetResource");
+  }
+
+  /**
+   * What holds a resource back from READY (or, while it is deleted, from
+   * being removed): `resource`, `waitingFor` (most decisive first),
+   * `nextDueTime` and `readTime`. NOT_FOUND when it does not exist.
+   */
+  async explain(kind: string, name: string, options?: CallOptions): Promise<ExplainResourceResponse> {
+    return decodeErrors(() => this.client.explainResource({ kind, name }, callOptions(options)));
   }
 
   /**

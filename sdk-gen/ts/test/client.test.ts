@@ -8,7 +8,18 @@ import { fromJson } from "@bufbuild/protobuf";
 import { KindManifestSchema } from "../src/gen/converge/v1/kind_pb.js";
 import { WatchEventType } from "../src/gen/converge/v1/resource_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
-import { Code, ConnectError, ConvergeError, ERROR_DOMAIN, createConvergeClient, errorInfo } from "../src/index.js";
+import {
+  Code,
+  ConnectError,
+  ConvergeError,
+  ERROR_DOMAIN,
+  ErrorReason,
+  createConvergeClient,
+  errorInfo,
+  hasReason,
+  parseReason,
+  reasonName,
+} from "../src/index.js";
 
 const addr = process.env.CONVERGE_ADDR ?? "";
 const skip = addr === "" ? "CONVERGE_ADDR is not set: start a converge server and set it (sdk-gen/test does)" : false;
@@ -31,7 +42,7 @@ describe("converge client", { skip }, () => {
     assert.notEqual(resp.members[0].memberId, "");
   });
 
-  // An operation uid that is not a UUID: INVALID_ARGUMENT with reason INVALID_FIELD.
+  // An operation uid that is not a UUID: INVALID_ARGUMENT with ErrorReason.INVALID_FIELD.
   it("a malformed operation uid carries google.rpc.ErrorInfo", async () => {
     const err = await converge.operation.getOperation({ uid: "y" }, { timeoutMs }).then(
       (resp) => assert.fail(`expected an error, got ${JSON.stringify(resp)}`),
@@ -41,11 +52,12 @@ describe("converge client", { skip }, () => {
     assert.equal(err.code, Code.InvalidArgument, err.message);
     const info = errorInfo(err);
     assert.ok(info, `no google.rpc.ErrorInfo in ${err.message}`);
-    assert.equal(info.reason, "INVALID_FIELD");
+    assert.equal(parseReason(info.reason), ErrorReason.INVALID_FIELD, info.reason);
+    assert.ok(hasReason(err, ErrorReason.INVALID_FIELD));
     assert.equal(info.domain, ERROR_DOMAIN);
   });
 
-  // A resource that does not exist: NOT_FOUND with reason RESOURCE_NOT_FOUND.
+  // A resource that does not exist: NOT_FOUND with ErrorReason.RESOURCE_NOT_FOUND.
   it("GetResource of a missing resource carries google.rpc.ErrorInfo", async () => {
     const err = await converge.resource.getResource({ kind: "x", name: "y" }, { timeoutMs }).then(
       (resp) => assert.fail(`expected an error, got ${JSON.stringify(resp)}`),
@@ -56,7 +68,7 @@ describe("converge client", { skip }, () => {
     const info = errorInfo(err);
     assert.ok(info, `no google.rpc.ErrorInfo in ${err.message}`);
     assert.equal(info.domain, ERROR_DOMAIN);
-    assert.equal(info.reason, "RESOURCE_NOT_FOUND");
+    assert.ok(hasReason(err, ErrorReason.RESOURCE_NOT_FOUND), info.reason);
   });
 
   it("exposes every service", () => {
@@ -73,12 +85,43 @@ describe("errorInfo", () => {
   });
 });
 
+describe("ErrorReason", () => {
+  it("maps every value of the generated enum to its wire string and back", () => {
+    const values = Object.values(ErrorReason).filter((v): v is ErrorReason => typeof v === "number");
+    assert.ok(values.length > 50, `${values.length} values`);
+    for (const value of values) {
+      const name = reasonName(value);
+      if (value === ErrorReason.UNSPECIFIED) {
+        assert.equal(name, "");
+        continue;
+      }
+      assert.match(name, /^[A-Z][A-Z0-9_]+$/);
+      assert.equal(parseReason(name), value, name);
+    }
+    // Not wire strings: empty, the zero value's name, a full value name, a newer server's, a number.
+    const fromTheFuture = "ADDED_BY_A_NEWER_SERVER";
+    for (const sent of ["", "UNSPECIFIED", "ERROR_REASON_KIND_NOT_FOUND", fromTheFuture, "13", "toString"]) {
+      assert.equal(parseReason(sent), ErrorReason.UNSPECIFIED, sent);
+    }
+    assert.equal(reasonName(10_000 as ErrorReason), "");
+    const unknown = ConvergeError.from(
+      new ConnectError("x", Code.Unavailable, undefined, [{ desc: ErrorInfoSchema, value: { reason: fromTheFuture } }]),
+    );
+    assert.equal(unknown.reason, fromTheFuture);
+    assert.equal(unknown.errorReason, ErrorReason.UNSPECIFIED);
+  });
+});
+
 describe("ConvergeError", () => {
   it("decodes the code, ErrorInfo, BadRequest and RetryInfo of a ConnectError", () => {
     const source = new ConnectError("spec violates the schema", Code.InvalidArgument, undefined, [
       {
         desc: ErrorInfoSchema,
-        value: { reason: "SPEC_SCHEMA_VIOLATION", domain: ERROR_DOMAIN, metadata: { kind: "k" } },
+        value: {
+          reason: reasonName(ErrorReason.SPEC_SCHEMA_VIOLATION),
+          domain: ERROR_DOMAIN,
+          metadata: { kind: "k" },
+        },
       },
       {
         desc: BadRequestSchema,
@@ -90,7 +133,11 @@ describe("ConvergeError", () => {
     assert.equal(err.code, Code.InvalidArgument);
     assert.equal(err.codeName, "InvalidArgument");
     assert.equal(err.message, "spec violates the schema");
-    assert.equal(err.reason, "SPEC_SCHEMA_VIOLATION");
+    assert.equal(err.errorReason, ErrorReason.SPEC_SCHEMA_VIOLATION);
+    assert.ok(hasReason(err, ErrorReason.SPEC_SCHEMA_VIOLATION));
+    assert.ok(hasReason(source, ErrorReason.SPEC_SCHEMA_VIOLATION));
+    assert.ok(hasReason(new Error("apply failed", { cause: err }), ErrorReason.SPEC_SCHEMA_VIOLATION));
+    assert.ok(!hasReason(err, ErrorReason.NAME_TAKEN) && !hasReason(err, ErrorReason.UNSPECIFIED));
     assert.equal(err.domain, ERROR_DOMAIN);
     assert.deepEqual(err.metadata, { kind: "k" });
     assert.deepEqual(err.fieldViolations, [{ field: "/spec/n", description: "must be an integer", reason: "" }]);
@@ -103,6 +150,8 @@ describe("ConvergeError", () => {
     const err = ConvergeError.from(new Error("plain"));
     assert.equal(err.code, Code.Unknown);
     assert.equal(err.reason, "");
+    assert.equal(err.errorReason, ErrorReason.UNSPECIFIED);
+    assert.ok(!hasReason(err, ErrorReason.UNSPECIFIED) && !hasReason(new Error("plain"), ErrorReason.INTERNAL));
     assert.deepEqual(err.fieldViolations, []);
     assert.equal(err.retryDelayMs, undefined);
   });
@@ -168,7 +217,8 @@ describe("resource helpers", { skip }, () => {
     );
     assert.ok(missing instanceof ConvergeError);
     assert.equal(missing.code, Code.NotFound);
-    assert.equal(missing.reason, "RESOURCE_NOT_FOUND");
+    assert.equal(missing.errorReason, ErrorReason.RESOURCE_NOT_FOUND);
+    assert.ok(hasReason(missing, ErrorReason.RESOURCE_NOT_FOUND));
     assert.equal(missing.domain, ERROR_DOMAIN);
 
     const invalid = await converge.resources.apply({ kind, kindVersion: 1, name: `${run}-bad`, spec: { n: "x" } }).then(

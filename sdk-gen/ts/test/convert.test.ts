@@ -6,7 +6,7 @@ import { durationMs } from "@bufbuild/protobuf/wkt";
 
 import * as pb from "../src/gen/converge/worker/v1/worker_pb.js";
 import { Fence, durationToMs, failureOf, requestFromTask } from "../src/worker/convert.js";
-import { TerminalError, TransientError, UnknownReactionError } from "../src/worker/index.js";
+import { TerminalError, TransientError, UNKNOWN_REACTION_REASON, UnknownReactionError } from "../src/worker/index.js";
 
 const fence = (stage = pb.Stage.WORK) => new Fence("lease-1", 7n, stage, 3n, 99n);
 
@@ -218,7 +218,7 @@ describe("failureOf", () => {
     assert.deepEqual(failureOf(err), {
       message: 'reaction "mystery" is not handled by the provider of k:2',
       terminal: false,
-      reason: "UnknownReaction",
+      reason: UNKNOWN_REACTION_REASON,
       events: [],
     });
   });

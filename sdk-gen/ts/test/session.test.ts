@@ -29,7 +29,7 @@ describe("worker sessions", () => {
   });
 
   afterEach(async () => {
-    await worker?.stop().catch(() => {});
+    await worker?.shutdown().catch(() => {});
     worker = undefined;
     await broker.stop();
   });
@@ -168,7 +168,7 @@ describe("worker sessions", () => {
     const t = task();
     stream.send({ case: "task", value: t });
     await stream.waitFor((m) => m.payload.case === "heartbeat" && m.payload.value.leases.length === 1);
-    const stopped = worker?.stop();
+    const stopped = worker?.shutdown();
     const unready = await stream.waitFor(is("interest"));
     assert.equal(unready.payload.case === "interest" && unready.payload.value.ready, false);
     const late = task();
@@ -213,7 +213,7 @@ describe("worker sessions", () => {
     await stream.waitFor(is("subscribe"));
     stream.send({ case: "task", value: task() });
     await stream.waitFor((m) => m.payload.case === "heartbeat" && m.payload.value.leases.length === 1);
-    const stopped = worker?.stop();
+    const stopped = worker?.shutdown();
     await stream.halfClosed;
     await assert.rejects(running, { name: "DrainIncompleteError", running: 1 });
     await assert.rejects(stopped ?? Promise.resolve(), { name: "DrainIncompleteError" });
@@ -245,7 +245,7 @@ describe("worker sessions", () => {
     while (log.lines.filter((l) => l.startsWith("warn cannot fetch provider configs")).length < 3) {
       await new Promise((r) => setTimeout(r, 10));
     }
-    await worker.stop();
+    await worker.shutdown();
     await running;
     assert.equal(worker.stats().sessions, 0);
     broker = new FakeBroker(); // afterEach stops a broker

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { TerminalError, TransientError, defineProvider } from "../src/worker/index.js";
+import { TerminalError, TransientError, UNKNOWN_REACTION_REASON, defineProvider } from "../src/worker/index.js";
 import { accept } from "../src/worker/task.js";
 import { deferred, results, stateFor, workTask } from "./helpers.js";
 
@@ -20,7 +20,7 @@ describe("defineProvider", () => {
     const [a, b] = await results(state, 2);
     assert.deepEqual(a?.status, { did: "teardown" });
     assert.equal(b?.error?.terminal, false, "a newer worker may know the reaction");
-    assert.equal(b?.error?.reason, "UnknownReaction");
+    assert.equal(b?.error?.reason, UNKNOWN_REACTION_REASON);
     assert.match(b?.error?.message ?? "", /"mystery" is not handled by the provider of k:1/);
   });
 });

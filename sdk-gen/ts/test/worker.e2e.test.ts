@@ -24,6 +24,7 @@ import {
   type ProviderConfig,
   TerminalError,
   TransientError,
+  UNKNOWN_REACTION_REASON,
   Worker,
   defineProvider,
 } from "../src/worker/index.js";
@@ -247,7 +248,7 @@ describe("worker runtime against a server", { skip }, () => {
   });
 
   after(async () => {
-    await worker.stop();
+    await worker.shutdown();
     await done;
     converge.close();
   });
@@ -430,7 +431,7 @@ describe("worker runtime against a server", { skip }, () => {
       assert.ok(Date.now() < primedBy, "the late worker never primed its config");
       await sleep(50);
     }
-    await primed.stop();
+    await primed.shutdown();
     await running;
     assert.equal(late.seen[0]?.spec?.["region"], region);
   });
@@ -478,7 +479,7 @@ describe("worker runtime against a server", { skip }, () => {
     await converge.resources.apply({ kind: UNKNOWN_KIND, kindVersion: 1, name, spec: {} });
     const r = await waitFor(converge, UNKNOWN_KIND, name, isFailed, 60_000);
     assert.ok(
-      r.conditions.some((c) => c.reason === "UnknownReaction"),
+      r.conditions.some((c) => c.reason === UNKNOWN_REACTION_REASON),
       JSON.stringify(r.conditions.map((c) => [c.type, c.reason, c.message])),
     );
     assert.deepEqual(unknown.attempts, [1, 2], "retried once, then failed at max_transient_attempts 2");
@@ -497,7 +498,7 @@ describe("worker runtime against a server", { skip }, () => {
 
   // Last: it stops the in-process worker so that the process is the only one serving conf-leaf.
   it("runs the conformance worker process: the running task's result is delivered on SIGTERM, exit 0", async () => {
-    await worker.stop();
+    await worker.shutdown();
     const dir = mkdtempSync(join(tmpdir(), "converge-ts-conformance-"));
     const log = join(dir, "log.jsonl");
     // Compiled next to this test: dist-test/src/conformance/worker.js.

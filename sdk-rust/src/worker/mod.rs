@@ -1,8 +1,8 @@
 //! The worker runtime: serve `(kind, kind_version)` pairs for a converge
 //! broker over `converge.worker.v1.WorkerService`.
 //!
-//! Implement a [`Provider`] per pair, register them on a [`Worker`] and run
-//! it:
+//! Implement a [`Provider`] per pair (or build one from a table of
+//! handlers with [`Reactions`]), register them on a [`Worker`] and run it:
 //!
 //! ```no_run
 //! use converge_sdk::worker::{HandlerError, KindVersion, Outcome, Provider, ReactionRequest, Worker};
@@ -66,6 +66,7 @@ mod config;
 pub mod convert;
 mod outcome;
 mod provider;
+mod reactions;
 mod request;
 mod runtime;
 mod session;
@@ -78,8 +79,9 @@ pub use config::{
     DEFAULT_HEALTHY_SESSION, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_PARALLEL, DEFAULT_READINESS_POLL_INTERVAL,
     DEFAULT_RESULT_BUFFER_CAPACITY, DEFAULT_RPC_TIMEOUT, WorkerBuilder,
 };
-pub use outcome::{DEADLINE_EXCEEDED_REASON, HandlerError, Outcome};
+pub use outcome::{DEADLINE_EXCEEDED_REASON, HandlerError, Outcome, UNKNOWN_REACTION_REASON};
 pub use provider::Provider;
+pub use reactions::{ReactionHandler, Reactions};
 pub use request::{ReactionRequest, merge_json};
 pub use runtime::{Worker, WorkerError, WorkerHandle, WorkerStats};
 pub use types::{

@@ -101,6 +101,10 @@ impl Outcome {
 /// attempt failed with it as DEADLINE_EXCEEDED.
 pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
 
+/// The reason of the failure [`HandlerError::unknown_reaction`] makes: a task
+/// named a reaction its provider has no handler for.
+pub const UNKNOWN_REACTION_REASON: &str = "UnknownReaction";
+
 /// A failed handler run.
 ///
 /// Transient errors are retried by the broker with backoff; terminal errors
@@ -143,11 +147,14 @@ impl HandlerError {
     }
 
     /// The transient failure a provider should return for a reaction name it
-    /// does not handle.
+    /// does not handle, with reason [`UNKNOWN_REACTION_REASON`]: a newer
+    /// worker for the pair may know the reaction, and the kind's
+    /// `max_transient_attempts` bounds the retries.
     pub fn unknown_reaction(reaction: &str, kind: &super::KindVersion) -> Self {
         Self::transient(format!(
             "reaction {reaction:?} is not handled by the provider of {kind}"
         ))
+        .with_reason(UNKNOWN_REACTION_REASON)
     }
 
     /// Sets an UpperCamelCase reason recorded on the resulting condition.

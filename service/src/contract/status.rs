@@ -598,6 +598,76 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
+    /// The proto enum `converge.v1.ErrorReason` (proto/converge/v1/error_reason.proto),
+    /// which the SDKs import, lists exactly the reasons the server sends: a
+    /// value per reason, named `ERROR_REASON_` + the reason, and no other
+    /// value than `ERROR_REASON_UNSPECIFIED`. Each value's comment opens with
+    /// the reason's status code.
+    #[test]
+    fn the_proto_enum_lists_every_reason_and_only_those() {
+        use prost::Message;
+        let set = prost_types::FileDescriptorSet::decode(converge_proto::FILE_DESCRIPTOR_SET).expect("descriptor set");
+        let values: Vec<(String, i32)> = set
+            .file
+            .iter()
+            .filter(|f| f.package() == "converge.v1")
+            .flat_map(|f| &f.enum_type)
+            .filter(|e| e.name() == "ErrorReason")
+            .flat_map(|e| &e.value)
+            .map(|v| (v.name().to_owned(), v.number()))
+            .collect();
+        assert!(
+            values
+                .iter()
+                .any(|(name, n)| name == "ERROR_REASON_UNSPECIFIED" && *n == 0),
+            "converge.v1.ErrorReason is in the contract and opens with ERROR_REASON_UNSPECIFIED = 0: {values:?}"
+        );
+        let mut problems = Vec::new();
+        for (name, _) in &values {
+            let Some(reason) = name.strip_prefix("ERROR_REASON_") else {
+                problems.push(format!("ErrorReason value {name} lacks the ERROR_REASON_ prefix"));
+                continue;
+            };
+            if reason != "UNSPECIFIED" && !Reason::ALL.iter().any(|r| r.as_str() == reason) {
+                problems.push(format!(
+                    "ErrorReason value {name} is not a reason the server sends (Reason)"
+                ));
+            }
+        }
+        let source = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto/converge/v1/error_reason.proto"),
+        )
+        .expect("proto/converge/v1/error_reason.proto");
+        for reason in Reason::ALL {
+            let name = format!("ERROR_REASON_{}", reason.as_str());
+            if !values.iter().any(|(value, _)| *value == name) {
+                problems.push(format!(
+                    "Reason `{}` has no value {name} in converge.v1.ErrorReason",
+                    reason.as_str()
+                ));
+                continue;
+            }
+            // The comment just above the value opens with its code.
+            let above: Vec<&str> = source
+                .lines()
+                .take_while(|line| !line.trim_start().starts_with(&format!("{name} =")))
+                .collect();
+            let comment_start = above
+                .iter()
+                .rev()
+                .take_while(|line| line.trim_start().starts_with("//"))
+                .last()
+                .map(|line| line.trim_start().trim_start_matches("//").trim());
+            let want = code_name(reason.code());
+            if !comment_start.is_some_and(|c| c.starts_with(&format!("{want},"))) {
+                problems.push(format!(
+                    "the comment of {name} should open with \"{want},\": {comment_start:?}"
+                ));
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
     #[test]
     fn catalogue_rows_take_codes_from_columns_or_headings() {
         let rows = catalogue_rows(

@@ -339,7 +339,7 @@ func kindToProto(k KindVersion) *workerv1.KindVersion {
 }
 
 // requestFromTask decodes a task into what a handler sees.
-func requestFromTask(t *workerv1.StageTask, defaultConfig *ProviderConfig, deadline time.Time) (*Request, error) {
+func requestFromTask(t *workerv1.StageTask, defaultConfig *ProviderConfig, deadline time.Time) (*ReactionRequest, error) {
 	stage, ok := stageFromProto(t.GetStage())
 	if !ok {
 		return nil, fmt.Errorf("unsupported stage %d", t.GetStage())
@@ -347,7 +347,7 @@ func requestFromTask(t *workerv1.StageTask, defaultConfig *ProviderConfig, deadl
 	if t.GetResource() == nil {
 		return nil, errNoResource
 	}
-	req := &Request{
+	req := &ReactionRequest{
 		Reaction:       t.GetReaction(),
 		Stage:          stage,
 		Trigger:        triggerFromProto(t.GetTrigger()),

@@ -5,7 +5,7 @@
 // Register a Provider per pair and run the worker until a signal:
 //
 //	leaf := worker.Reactions{
-//		"work": func(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+//		"work": func(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 //			return &worker.Outcome{Status: map[string]any{"observedGeneration": req.Generation}}, nil
 //		},
 //	}
@@ -41,8 +41,8 @@
 //     has arrived (readiness is re-announced the moment a config change
 //     lands, not at the next poll);
 //   - hands each task the cached default config and the resource's override;
-//     Request.EffectiveConfig merges them (the override wins per key) and
-//     Request.EffectiveBundle picks the bundle;
+//     ReactionRequest.EffectiveConfig merges them (the override wins per key) and
+//     ReactionRequest.EffectiveBundle picks the bundle;
 //   - reconnects with exponential backoff and jitter, resetting the backoff
 //     only after a healthy session (open for the healthy threshold, 10 s by
 //     default, or one that received a task);
@@ -50,7 +50,7 @@
 //     fails tasks that still arrive (transiently), waits up to the drain
 //     timeout for in-flight handlers, sends their results (reconnecting if
 //     needed), closes the stream and returns; handlers still running then
-//     are cancelled and Run returns a *DrainError.
+//     are cancelled and Run returns a *DrainIncompleteError.
 //
 // Errors: a handler's error is a transient failure unless it is marked with
 // Terminal (or is an *Error with Terminal set); WithReason, Terminalf and

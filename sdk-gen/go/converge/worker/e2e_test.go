@@ -133,7 +133,7 @@ func find(runs []*convergev1.ResourceEvent, category, reason string) *convergev1
 func TestEventsAndLivenessReachTheServer(t *testing.T) {
 	c, addr := e2eServer(t)
 	runWorker(t, addr, worker.Provider{Kind: observedKind, Handler: worker.Reactions{
-		"work": func(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+		"work": func(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 			if req.Attempt == 1 {
 				return nil, worker.WithEvents(worker.Transientf("NotYet", "first attempt fails"),
 					worker.Event{Type: worker.EventWarning, Reason: "FirstTryFailed", Message: "will retry",
@@ -193,7 +193,7 @@ func TestEventsAndLivenessReachTheServer(t *testing.T) {
 func TestAnUnknownReactionIsRetriedUpToMaxTransientAttempts(t *testing.T) {
 	c, addr := e2eServer(t)
 	runWorker(t, addr, worker.Provider{Kind: unknownKind, Handler: worker.Reactions{
-		"other": func(context.Context, *worker.Request) (*worker.Outcome, error) { return &worker.Outcome{}, nil },
+		"other": func(context.Context, *worker.ReactionRequest) (*worker.Outcome, error) { return &worker.Outcome{}, nil },
 	}})
 	name := uniqueName("go-unknown")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -21,7 +21,7 @@ const UnknownReactionReason = "UnknownReaction"
 // kind's max_transient_attempts bounds the retries.
 var ErrUnknownReaction = errors.New("unknown reaction")
 
-// ErrDrainIncomplete is matched (errors.Is) by the *DrainError Run returns
+// ErrDrainIncomplete is matched (errors.Is) by the *DrainIncompleteError Run returns
 // when the drain timeout passed with work left.
 var ErrDrainIncomplete = errors.New("drain incomplete")
 
@@ -145,19 +145,25 @@ func eventsOf(err error) []Event {
 	return nil
 }
 
-// DrainError is returned by Run when the drain timeout passed before every
+// DrainIncompleteError is returned by Run when the drain timeout passed before every
 // in-flight handler finished and every result was delivered. The broker
 // re-runs those tasks once their leases are released or go stale.
-type DrainError struct {
+type DrainIncompleteError struct {
 	// Running is the number of handlers still running (they were cancelled).
 	Running int
 	// Undelivered is the number of results computed but never sent.
 	Undelivered int
 }
 
-func (e *DrainError) Error() string {
+func (e *DrainIncompleteError) Error() string {
 	return fmt.Sprintf("drain timed out with %d handlers still running and %d results undelivered", e.Running, e.Undelivered)
 }
 
 // Is makes errors.Is(err, ErrDrainIncomplete) match.
-func (e *DrainError) Is(target error) bool { return target == ErrDrainIncomplete }
+func (e *DrainIncompleteError) Is(target error) bool { return target == ErrDrainIncomplete }
+
+// DrainError is the former name of DrainIncompleteError.
+//
+// Deprecated: use DrainIncompleteError, the name every converge SDK uses
+// (0.1 called it DrainError).
+type DrainError = DrainIncompleteError

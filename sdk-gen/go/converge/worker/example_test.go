@@ -21,7 +21,7 @@ func Example() {
 		Replicas int `json:"replicas"`
 	}
 	reactions := worker.Reactions{
-		"work": func(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+		"work": func(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 			var s spec
 			if err := req.Resource.DecodeSpec(&s); err != nil {
 				return nil, worker.Terminal(err) // retrying cannot fix a bad spec
@@ -40,7 +40,7 @@ func Example() {
 				Conditions: []worker.Condition{{Type: "Ready", Status: worker.ConditionTrue, Reason: "Deployed"}},
 			}, nil
 		},
-		"teardown": func(context.Context, *worker.Request) (*worker.Outcome, error) {
+		"teardown": func(context.Context, *worker.ReactionRequest) (*worker.Outcome, error) {
 			return &worker.Outcome{}, nil // success clears the finalizer
 		},
 	}
@@ -73,7 +73,7 @@ func ExampleWithEvents() {
 		}
 		return want, nil
 	}
-	work := func(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+	work := func(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 		want := int(req.Resource.Spec["buckets"].(float64))
 		created, err := createBuckets(want)
 		progress := worker.Event{
@@ -93,7 +93,7 @@ func ExampleWithEvents() {
 	}
 
 	for _, buckets := range []float64{2, 3} {
-		req := &worker.Request{Reaction: "work", Resource: worker.Resource{Spec: map[string]any{"buckets": buckets}}}
+		req := &worker.ReactionRequest{Reaction: "work", Resource: worker.Resource{Spec: map[string]any{"buckets": buckets}}}
 		out, err := work(context.Background(), req)
 		var failure *worker.Error
 		switch {

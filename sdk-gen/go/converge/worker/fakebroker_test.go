@@ -266,7 +266,7 @@ func newGate() *gate {
 	return &gate{started: make(chan string, 100), release: make(chan struct{})}
 }
 
-func (g *gate) Handle(ctx context.Context, req *Request) (*Outcome, error) {
+func (g *gate) Handle(ctx context.Context, req *ReactionRequest) (*Outcome, error) {
 	g.started <- req.Resource.Name
 	select {
 	case <-g.release:

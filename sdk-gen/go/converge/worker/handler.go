@@ -6,7 +6,7 @@ import "context"
 // concurrently (up to the worker's max parallel), so implementations must be
 // safe for concurrent use.
 //
-// ctx carries the task deadline (Request.Deadline) and is cancelled when the
+// ctx carries the task deadline (ReactionRequest.Deadline) and is cancelled when the
 // deadline passes or when a shutdown's drain timeout runs out; a handler that
 // waits must watch ctx.Done(). It is not cancelled when the stream to the
 // broker drops: the result is buffered and delivered on the next stream.
@@ -16,18 +16,18 @@ import "context"
 // with the failure. A panic is recovered and fails only its task,
 // transiently.
 type Handler interface {
-	Handle(ctx context.Context, req *Request) (*Outcome, error)
+	Handle(ctx context.Context, req *ReactionRequest) (*Outcome, error)
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, req *Request) (*Outcome, error)
+type HandlerFunc func(ctx context.Context, req *ReactionRequest) (*Outcome, error)
 
 // Handle calls f.
-func (f HandlerFunc) Handle(ctx context.Context, req *Request) (*Outcome, error) {
+func (f HandlerFunc) Handle(ctx context.Context, req *ReactionRequest) (*Outcome, error) {
 	return f(ctx, req)
 }
 
-// Reactions is a Handler that dispatches on Request.Reaction. A reaction with
+// Reactions is a Handler that dispatches on ReactionRequest.Reaction. A reaction with
 // no entry fails transiently with UnknownReaction (matching
 // ErrUnknownReaction, reason UnknownReaction): a newer worker for the pair may
 // know it, and the kind's max_transient_attempts bounds the retries. To fail
@@ -36,7 +36,7 @@ func (f HandlerFunc) Handle(ctx context.Context, req *Request) (*Outcome, error)
 type Reactions map[string]HandlerFunc
 
 // Handle runs the handler registered for req.Reaction.
-func (r Reactions) Handle(ctx context.Context, req *Request) (*Outcome, error) {
+func (r Reactions) Handle(ctx context.Context, req *ReactionRequest) (*Outcome, error) {
 	h, ok := r[req.Reaction]
 	if !ok || h == nil {
 		return nil, UnknownReaction(req.Reaction, req.Kind)

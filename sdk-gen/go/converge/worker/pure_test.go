@@ -89,7 +89,7 @@ func TestMergeIsDeepOverrideWinsAndInputsStayUntouched(t *testing.T) {
 }
 
 func TestEffectiveConfigAndBundle(t *testing.T) {
-	r := &Request{}
+	r := &ReactionRequest{}
 	if r.EffectiveConfig() != nil || r.EffectiveBundle() != nil {
 		t.Error("no config and no override should give nothing")
 	}
@@ -215,8 +215,8 @@ func TestErrorClassification(t *testing.T) {
 	if e := f.GetError(); e.GetTerminal() || e.GetReason() != "Later" || e.GetMessage() != "try 2" {
 		t.Errorf("Transientf = %v", e)
 	}
-	if !errors.Is(&DrainError{Running: 1}, ErrDrainIncomplete) {
-		t.Error("DrainError should match ErrDrainIncomplete")
+	if !errors.Is(&DrainIncompleteError{Running: 1}, ErrDrainIncomplete) {
+		t.Error("DrainIncompleteError should match ErrDrainIncomplete")
 	}
 }
 

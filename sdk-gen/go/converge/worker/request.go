@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Request is one task, decoded: run reaction Reaction of Kind for Resource.
+// ReactionRequest is one task, decoded: run reaction Reaction of Kind for Resource.
 //
 // Handlers must be idempotent: the same task can run more than once (after a
 // lost lease or a broker restart).
-type Request struct {
+type ReactionRequest struct {
 	// Reaction is the name of the reaction to run, chosen by the broker from
 	// the manifest (e.g. "work", "compose", "rollup", "teardown").
 	Reaction string
@@ -51,7 +51,13 @@ type Request struct {
 
 // EffectiveConfig is the override deep-merged over the default spec (the
 // override wins per key); nil when neither exists. The result is a fresh copy.
-func (r *Request) EffectiveConfig() map[string]any {
+// Request is the former name of ReactionRequest.
+//
+// Deprecated: use ReactionRequest, the name every converge SDK uses (0.1
+// called it Request).
+type Request = ReactionRequest
+
+func (r *ReactionRequest) EffectiveConfig() map[string]any {
 	var base map[string]any
 	if r.DefaultConfig != nil {
 		base = r.DefaultConfig.Spec
@@ -64,7 +70,7 @@ func (r *Request) EffectiveConfig() map[string]any {
 
 // EffectiveBundle is the bundle override when non-empty (it wins wholesale),
 // else the default config's bundle. Empty = none.
-func (r *Request) EffectiveBundle() []byte {
+func (r *ReactionRequest) EffectiveBundle() []byte {
 	if len(r.BundleOverride) > 0 {
 		return r.BundleOverride
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func TestSubscribeFirstAndACompletionEchoesTheFence(t *testing.T) {
-	h := Reactions{"work": func(_ context.Context, req *Request) (*Outcome, error) {
+	h := Reactions{"work": func(_ context.Context, req *ReactionRequest) (*Outcome, error) {
 		return &Outcome{
 			Status:     map[string]any{"seen": req.Resource.Name, "generation": req.Generation},
 			Conditions: []Condition{{Type: "Ready", Status: ConditionTrue, Reason: "Done"}},
@@ -77,10 +77,10 @@ func TestResultsAreBufferedAcrossAReconnectAndRedeliveredFirst(t *testing.T) {
 	g.waitStarted(t)
 	r.broker.setReject(true)
 	s1.end <- status.Error(codes.Unavailable, "broker restarting")
-	waitStats(t, r.w, func(st Stats) bool { return st.Reconnects == 1 })
+	waitStats(t, r.w, func(st WorkerStats) bool { return st.Reconnects == 1 })
 	// The handler outlives the stream; its result waits in the buffer.
 	close(g.release)
-	waitStats(t, r.w, func(st Stats) bool { return st.Buffered == 1 })
+	waitStats(t, r.w, func(st WorkerStats) bool { return st.Buffered == 1 })
 	r.broker.setReject(false)
 	s2 := r.session()
 	if res := s2.subscribe.GetResumed(); len(res) != 1 || res[0].GetLeaseToken() != "keep" || res[0].GetClaimEpoch() != 7 {
@@ -126,7 +126,7 @@ func TestDrainAnnouncesUnreadyRefusesNewTasksAndDeliversRunningResults(t *testin
 func TestDrainTimeoutCancelsHandlersAndReportsThem(t *testing.T) {
 	cancelled := make(chan error, 1)
 	started := make(chan struct{})
-	h := HandlerFunc(func(ctx context.Context, _ *Request) (*Outcome, error) {
+	h := HandlerFunc(func(ctx context.Context, _ *ReactionRequest) (*Outcome, error) {
 		close(started)
 		<-ctx.Done()
 		cancelled <- context.Cause(ctx)
@@ -137,9 +137,9 @@ func TestDrainTimeoutCancelsHandlersAndReportsThem(t *testing.T) {
 	s.task(t, workTask("stuck", "work"))
 	<-started
 	err := r.stop()
-	var de *DrainError
+	var de *DrainIncompleteError
 	if !errors.As(err, &de) || !errors.Is(err, ErrDrainIncomplete) || de.Running != 1 {
-		t.Fatalf("Run = %v, want a DrainError with 1 running", err)
+		t.Fatalf("Run = %v, want a DrainIncompleteError with 1 running", err)
 	}
 	select {
 	case cause := <-cancelled:
@@ -153,7 +153,7 @@ func TestDrainTimeoutCancelsHandlersAndReportsThem(t *testing.T) {
 
 func TestConcurrencyIsBoundedByMaxParallel(t *testing.T) {
 	var running, peak atomic.Int32
-	h := HandlerFunc(func(context.Context, *Request) (*Outcome, error) {
+	h := HandlerFunc(func(context.Context, *ReactionRequest) (*Outcome, error) {
 		n := running.Add(1)
 		for {
 			p := peak.Load()
@@ -182,7 +182,7 @@ func TestConcurrencyIsBoundedByMaxParallel(t *testing.T) {
 
 func TestTheDeadlineCancelsTheHandler(t *testing.T) {
 	var sawDeadline atomic.Bool
-	h := HandlerFunc(func(ctx context.Context, req *Request) (*Outcome, error) {
+	h := HandlerFunc(func(ctx context.Context, req *ReactionRequest) (*Outcome, error) {
 		d, ok := ctx.Deadline()
 		sawDeadline.Store(ok && d.Equal(req.Deadline))
 		<-ctx.Done()
@@ -205,8 +205,8 @@ func TestTheDeadlineCancelsTheHandler(t *testing.T) {
 
 func TestAPanicFailsOnlyItsTask(t *testing.T) {
 	h := Reactions{
-		"boom": func(context.Context, *Request) (*Outcome, error) { panic("kaboom") },
-		"work": func(context.Context, *Request) (*Outcome, error) { return nil, nil },
+		"boom": func(context.Context, *ReactionRequest) (*Outcome, error) { panic("kaboom") },
+		"work": func(context.Context, *ReactionRequest) (*Outcome, error) { return nil, nil },
 	}
 	r := newRig(t, nil, WithHandler(testKind, h))
 	s := r.session()
@@ -223,10 +223,12 @@ func TestAPanicFailsOnlyItsTask(t *testing.T) {
 
 func TestErrorsAreClassified(t *testing.T) {
 	h := Reactions{
-		"plain":    func(context.Context, *Request) (*Outcome, error) { return nil, errBoom },
-		"terminal": func(context.Context, *Request) (*Outcome, error) { return nil, WithReason(Terminal(errBoom), "Bad") },
-		"badstat":  func(context.Context, *Request) (*Outcome, error) { return &Outcome{Status: []int{1}}, nil },
-		"evented": func(context.Context, *Request) (*Outcome, error) {
+		"plain": func(context.Context, *ReactionRequest) (*Outcome, error) { return nil, errBoom },
+		"terminal": func(context.Context, *ReactionRequest) (*Outcome, error) {
+			return nil, WithReason(Terminal(errBoom), "Bad")
+		},
+		"badstat": func(context.Context, *ReactionRequest) (*Outcome, error) { return &Outcome{Status: []int{1}}, nil },
+		"evented": func(context.Context, *ReactionRequest) (*Outcome, error) {
 			return nil, WithEvents(Terminal(errBoom), WarningEvent("HalfDone", "created 1 of 2"))
 		},
 	}
@@ -266,7 +268,7 @@ func TestReadinessChangesAreAnnounced(t *testing.T) {
 	var ready atomic.Bool
 	r := newRig(t, nil, WithProvider(Provider{
 		Kind:    testKind,
-		Handler: HandlerFunc(func(context.Context, *Request) (*Outcome, error) { return nil, nil }),
+		Handler: HandlerFunc(func(context.Context, *ReactionRequest) (*Outcome, error) { return nil, nil }),
 		Ready:   ready.Load,
 	}))
 	s := r.session()
@@ -284,11 +286,11 @@ func TestReadinessChangesAreAnnounced(t *testing.T) {
 }
 
 func TestDefaultConfigGatesReadinessAndMergesWithTheOverride(t *testing.T) {
-	var seen atomic.Pointer[Request]
+	var seen atomic.Pointer[ReactionRequest]
 	var configs atomic.Int32
 	r := newRig(t, nil, WithProvider(Provider{
 		Kind: testKind,
-		Handler: HandlerFunc(func(_ context.Context, req *Request) (*Outcome, error) {
+		Handler: HandlerFunc(func(_ context.Context, req *ReactionRequest) (*Outcome, error) {
 			seen.Store(req)
 			return nil, nil
 		}),
@@ -331,7 +333,7 @@ func TestDefaultConfigGatesReadinessAndMergesWithTheOverride(t *testing.T) {
 }
 
 // waitStats polls the worker's counters until ok holds.
-func waitStats(t *testing.T, w *Worker, ok func(Stats) bool) {
+func waitStats(t *testing.T, w *Worker, ok func(WorkerStats) bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !ok(w.Stats()) {

@@ -269,8 +269,8 @@ func (sh *shared) setConfig(kind KindVersion, c *ProviderConfig) {
 	signal(sh.configsChanged)
 }
 
-// Stats is a snapshot of a worker's counters.
-type Stats struct {
+// WorkerStats is a snapshot of a worker's counters.
+type WorkerStats struct {
 	// Completed counts tasks whose handler succeeded.
 	Completed uint64
 	// Failed counts tasks that failed for any reason (handler error, panic,
@@ -288,9 +288,15 @@ type Stats struct {
 	Buffered int
 }
 
-func (sh *shared) stats() Stats {
+// Stats is the former name of WorkerStats.
+//
+// Deprecated: use WorkerStats, the name every converge SDK uses (0.1 called
+// it Stats).
+type Stats = WorkerStats
+
+func (sh *shared) stats() WorkerStats {
 	running, buffered := sh.outstanding()
-	return Stats{
+	return WorkerStats{
 		Completed:       sh.completed.Load(),
 		Failed:          sh.failed.Load(),
 		BufferedDropped: sh.bufferedDropped.Load(),

@@ -86,7 +86,7 @@ type handlerResult struct {
 
 // execute runs the handler in a slot, bounded by the task deadline, with a
 // panic turned into a transient failure.
-func (r *run) execute(p *Provider, req *Request) (*Outcome, error) {
+func (r *run) execute(p *Provider, req *ReactionRequest) (*Outcome, error) {
 	ctx, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
 	if !req.Deadline.IsZero() {

@@ -111,7 +111,7 @@ func TestMutualTLSWithFiles(t *testing.T) {
 		KeyFile:    writeFile(t, dir, "client.key", clientKey),
 		ServerName: "broker.test",
 	}
-	h := HandlerFunc(func(context.Context, *Request) (*Outcome, error) { return nil, nil })
+	h := HandlerFunc(func(context.Context, *ReactionRequest) (*Outcome, error) { return nil, nil })
 	r := newRigWithServer(t, []grpc.ServerOption{grpc.Creds(serverTLS)}, nil, WithHandler(testKind, h), WithTLS(files))
 	s := r.session()
 	s.task(t, workTask("tls", "work"))

@@ -74,7 +74,7 @@ func New(address string, opts ...Option) (*Worker, error) {
 func (w *Worker) Kinds() []KindVersion { return append([]KindVersion(nil), w.sh.kinds...) }
 
 // Stats returns a snapshot of the counters; safe to call while Run goes.
-func (w *Worker) Stats() Stats { return w.sh.stats() }
+func (w *Worker) Stats() WorkerStats { return w.sh.stats() }
 
 // Run serves until ctx is cancelled, then drains: announces every pair
 // unready, fails tasks that still arrive (transiently), waits up to the drain
@@ -83,7 +83,7 @@ func (w *Worker) Stats() Stats { return w.sh.stats() }
 // are retried with backoff. Cancelling ctx does not cancel the handlers; the
 // drain timeout does.
 //
-// It returns nil after a clean drain and a *DrainError (matching
+// It returns nil after a clean drain and a *DrainIncompleteError (matching
 // ErrDrainIncomplete) if the drain timed out with work left. A Worker runs
 // once; the connection New dialed is closed when Run returns.
 func (w *Worker) Run(ctx context.Context) error {
@@ -184,7 +184,7 @@ func (r *run) drainError() error {
 	if running == 0 && undelivered == 0 {
 		return nil
 	}
-	return &DrainError{Running: running, Undelivered: undelivered}
+	return &DrainIncompleteError{Running: running, Undelivered: undelivered}
 }
 
 // prime fills the config cache, retrying until the broker answers; false if

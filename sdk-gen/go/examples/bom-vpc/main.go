@@ -79,8 +79,8 @@ func decodeSpec(spec map[string]any) (vpcSpec, error) {
 	return s, nil
 }
 
-func work(baseMS int) func(context.Context, *worker.Request) (*worker.Outcome, error) {
-	return func(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+func work(baseMS int) func(context.Context, *worker.ReactionRequest) (*worker.Outcome, error) {
+	return func(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 		spec, err := decodeSpec(req.Resource.Spec)
 		if err != nil {
 			return nil, err

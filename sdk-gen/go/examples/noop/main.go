@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	work := func(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+	work := func(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 		return &worker.Outcome{Status: map[string]any{"observed_generation": req.Generation}}, nil
 	}
 	options := []worker.Option{worker.WithHandler(worker.KindVersion{Kind: "noop", Version: 1}, worker.Reactions{"work": work})}

@@ -55,7 +55,7 @@ type leafSpec struct {
 
 // logged writes the start line, runs body and writes the end line when body
 // returns (success or failure, not on a panic).
-func (h *handlers) logged(req *worker.Request, body func() (*worker.Outcome, error)) (*worker.Outcome, error) {
+func (h *handlers) logged(req *worker.ReactionRequest, body func() (*worker.Outcome, error)) (*worker.Outcome, error) {
 	if err := h.log.Write(EventStart, req); err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (h *handlers) logged(req *worker.Request, body func() (*worker.Outcome, err
 	return o, err
 }
 
-func (h *handlers) work(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+func (h *handlers) work(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 	return h.logged(req, func() (*worker.Outcome, error) {
 		var spec leafSpec
 		if err := req.Resource.DecodeSpec(&spec); err != nil {
@@ -133,7 +133,7 @@ func (h *handlers) work(ctx context.Context, req *worker.Request) (*worker.Outco
 	})
 }
 
-func (h *handlers) teardown(ctx context.Context, req *worker.Request) (*worker.Outcome, error) {
+func (h *handlers) teardown(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 	var spec leafSpec
 	if err := req.Resource.DecodeSpec(&spec); err != nil {
 		return nil, worker.Terminal(err)
@@ -161,7 +161,7 @@ type compositeSpec struct {
 	} `json:"children"`
 }
 
-func (h *handlers) compose(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+func (h *handlers) compose(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 	return h.logged(req, func() (*worker.Outcome, error) {
 		var spec compositeSpec
 		if err := req.Resource.DecodeSpec(&spec); err != nil {
@@ -203,7 +203,7 @@ func (h *handlers) compose(_ context.Context, req *worker.Request) (*worker.Outc
 	})
 }
 
-func (h *handlers) rollup(_ context.Context, req *worker.Request) (*worker.Outcome, error) {
+func (h *handlers) rollup(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 	return h.logged(req, func() (*worker.Outcome, error) {
 		if req.Rollup == nil {
 			return nil, worker.Terminal(errors.New("rollup task without rollup input"))

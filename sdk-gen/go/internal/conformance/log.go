@@ -55,7 +55,7 @@ func (l *Log) Close() error {
 // an O_APPEND file, so lines of concurrent handlers (and processes) never
 // interleave. A write error is returned to the handler, which fails its task:
 // a missing line would make the runner's checks lie.
-func (l *Log) Write(event string, req *worker.Request) error {
+func (l *Log) Write(event string, req *worker.ReactionRequest) error {
 	if l == nil {
 		return nil
 	}

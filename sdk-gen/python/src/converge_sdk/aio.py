@@ -36,8 +36,10 @@ from typing import (
 import grpc
 from google.protobuf import json_format, struct_pb2
 
+from converge_sdk import _operator
 from converge_sdk.errors import ConvergeError
 from converge_sdk.gen.converge.v1 import (
+    admin_service_pb2,
     admin_service_pb2_grpc,
     cluster_service_pb2_grpc,
     kind_pb2,
@@ -45,6 +47,7 @@ from converge_sdk.gen.converge.v1 import (
     kind_service_pb2_grpc,
     operation_service_pb2_grpc,
     provider_config_service_pb2_grpc,
+    reactor_binding_service_pb2,
     reactor_binding_service_pb2_grpc,
     resource_pb2,
     resource_service_pb2,
@@ -281,6 +284,197 @@ class AsyncConvergeClient:
         )
         return ResourceWatch(self.resource, request, max_resumes=max_resumes)
 
+    async def explain_resource(self, kind: str, name: str) -> resource_service_pb2.ExplainResourceResponse:
+        """What holds a resource back from READY (or, while it is deleted,
+        from being removed): ``resource``, ``waiting_for`` (most decisive
+        first), ``next_due_time`` and ``read_time``."""
+        request = _operator.explain(kind, name)
+        response: resource_service_pb2.ExplainResourceResponse = await _call(
+            lambda: self.resource.ExplainResource(request, timeout=self.timeout)
+        )
+        return response
+
+    async def get_fleet_summary(
+        self,
+        *,
+        kind: Optional[str] = None,
+        label_selector: str = "",
+        fresh: bool = False,
+        top_failures: int = 0,
+    ) -> admin_service_pb2.GetFleetSummaryResponse:
+        """Counts of resources by kind, kind version and phase, the most
+        common failure reasons, the oldest resource of each unsettled phase
+        and the tasks no connected worker serves (``AdminService``)."""
+        request = _operator.fleet_summary(kind, label_selector, fresh, top_failures)
+        response: admin_service_pb2.GetFleetSummaryResponse = await _call(
+            lambda: self.admin.GetFleetSummary(request, timeout=self.timeout)
+        )
+        return response
+
+    async def act_on_resources(
+        self,
+        action: "admin_service_pb2.ResourceAction",
+        kind: str,
+        *,
+        reason: str,
+        name: str = "",
+        label_selector: str = "",
+        phases: Iterable["resource_pb2.Phase"] = (),
+        validate_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+        request_id: str = "",
+    ) -> admin_service_pb2.ActOnResourcesResponse:
+        """One call of ``ActOnResources``: ``action`` on one resource
+        (``name``) or on at most ``page_size`` of those the filters match;
+        ``next_page_token`` continues the run (see
+        :meth:`act_on_all_resources`). ``reason`` is recorded on each
+        resource's event and in the audit log."""
+        request = _operator.act(
+            action,
+            kind,
+            reason=reason,
+            name=name,
+            label_selector=label_selector,
+            phases=phases,
+            validate_only=validate_only,
+            page_size=page_size,
+            page_token=page_token,
+            request_id=request_id,
+        )
+        response: admin_service_pb2.ActOnResourcesResponse = await _call(
+            lambda: self.admin.ActOnResources(request, timeout=self.timeout)
+        )
+        return response
+
+    async def act_on_all_resources(
+        self,
+        action: "admin_service_pb2.ResourceAction",
+        kind: str,
+        *,
+        reason: str,
+        label_selector: str = "",
+        phases: Iterable["resource_pb2.Phase"] = (),
+        validate_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+        request_id: str = "",
+    ) -> AsyncIterator[admin_service_pb2.ActOnResourcesResponse]:
+        """Runs ``action`` on every resource the filters match, one call per
+        ``page_size`` resources, following ``next_page_token`` until it is
+        empty, and yields each call's answer (``acted_count`` and ``names``
+        of that page; ``matched_count`` on the first). With ``request_id``
+        the first call uses it and call *n* (from 2) ``request_id + "/n"``,
+        so running the same loop again replays the pages already done."""
+        phases = list(phases)
+        page = 1
+        while True:
+            response = await self.act_on_resources(
+                action,
+                kind,
+                reason=reason,
+                label_selector=label_selector,
+                phases=phases,
+                validate_only=validate_only,
+                page_size=page_size,
+                page_token=page_token,
+                request_id=_operator.page_request_id(request_id, page),
+            )
+            yield response
+            if not response.next_page_token:
+                return
+            page_token = response.next_page_token
+            page += 1
+
+    async def list_reactor_deliveries(
+        self,
+        *,
+        binding: Optional[str] = None,
+        resource: Optional[Tuple[str, str]] = None,
+        resource_uid: Optional[str] = None,
+        only_given_up: bool = False,
+        page_size: int = 0,
+    ) -> AsyncIterator[reactor_binding_service_pb2.ReactorDelivery]:
+        """Every recorded reactor delivery (pending and given up) matching
+        the filters, oldest first, fetching pages as the iteration reaches
+        them. ``resource`` is a ``(kind, name)`` pair."""
+        request = _operator.list_deliveries(binding, resource, resource_uid, only_given_up, page_size)
+        while True:
+            page: reactor_binding_service_pb2.ListReactorDeliveriesResponse = await _call(
+                lambda: self.reactor_binding.ListReactorDeliveries(request, timeout=self.timeout)
+            )
+            for delivery in page.reactor_deliveries:
+                yield delivery
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    async def redrive_reactor_deliveries(
+        self,
+        *,
+        reason: str,
+        delivery_id: Optional[str] = None,
+        binding: Optional[str] = None,
+        resources: Optional[Tuple[str, str]] = None,
+        validate_only: bool = False,
+        limit: int = 0,
+        page_token: str = "",
+        request_id: str = "",
+    ) -> reactor_binding_service_pb2.RedriveReactorDeliveriesResponse:
+        """One call of ``RedriveReactorDeliveries`` on exactly one target:
+        ``delivery_id``, every given-up delivery of ``binding``, or of the
+        resources ``(kind, label_selector)`` selects; at most ``limit`` per
+        call, ``next_page_token`` continues (see
+        :meth:`redrive_all_reactor_deliveries`). One delivery that has not
+        given up raises with ``ErrorReason.DELIVERY_NOT_GIVEN_UP``."""
+        request = _operator.redrive(
+            reason=reason,
+            delivery_id=delivery_id,
+            binding=binding,
+            resources=resources,
+            validate_only=validate_only,
+            limit=limit,
+            page_token=page_token,
+            request_id=request_id,
+        )
+        response: reactor_binding_service_pb2.RedriveReactorDeliveriesResponse = await _call(
+            lambda: self.reactor_binding.RedriveReactorDeliveries(request, timeout=self.timeout)
+        )
+        return response
+
+    async def redrive_all_reactor_deliveries(
+        self,
+        *,
+        reason: str,
+        binding: Optional[str] = None,
+        resources: Optional[Tuple[str, str]] = None,
+        validate_only: bool = False,
+        limit: int = 0,
+        page_token: str = "",
+        request_id: str = "",
+    ) -> AsyncIterator[reactor_binding_service_pb2.RedriveReactorDeliveriesResponse]:
+        """Redrives every given-up delivery of ``binding`` or ``resources``,
+        one call per ``limit`` deliveries, following ``next_page_token``
+        until it is empty, and yields each call's answer (``count``,
+        ``first``). Request ids are derived per page as in
+        :meth:`act_on_all_resources`."""
+        page = 1
+        while True:
+            response = await self.redrive_reactor_deliveries(
+                reason=reason,
+                binding=binding,
+                resources=resources,
+                validate_only=validate_only,
+                limit=limit,
+                page_token=page_token,
+                request_id=_operator.page_request_id(request_id, page),
+            )
+            yield response
+            if not response.next_page_token:
+                return
+            page_token = response.next_page_token
+            page += 1
+
 
 class ResourceWatch:
     """An async iterator of ``WatchResourcesResponse`` messages that resumes
@@ -292,7 +486,7 @@ class ResourceWatch:
     slowly) it reopens the watch from that position, with no gap, no overlap
     and no new snapshot, after a short jittered backoff; up to
     ``max_resumes`` times in a row (a message received resets the count).
-    Any other error, notably OUT_OF_RANGE (``RESOURCE_VERSION_TOO_OLD``: the
+    Any other error, notably OUT_OF_RANGE (``ErrorReason.RESOURCE_VERSION_TOO_OLD``: the
     position left the retained log; start over without a position), ends the
     iteration with :class:`ConvergeError`. Persist :attr:`resource_version`
     to resume in a later process with ``watch_resources(resource_version=...)``.

@@ -4,16 +4,21 @@ converge answers a failed call with a ``google.rpc.Status`` in the
 ``grpc-status-details-bin`` trailer holding exactly one ``ErrorInfo``
 (domain ``converge.dev``, an UPPER_SNAKE reason, metadata) and, for schema
 and field errors, a ``BadRequest`` with one violation per JSON pointer.
-:class:`ConvergeError` carries all of it.
+:class:`ConvergeError` carries all of it. Reasons are compared as
+:class:`~converge_sdk.reasons.ErrorReason` members (the proto enum
+``converge.v1.ErrorReason``), never as hand-written strings: see
+:func:`has_reason`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+
+from converge_sdk.reasons import ErrorReason
 
 #: Domain of the google.rpc.ErrorInfo that converge attaches to its errors.
 ERROR_DOMAIN = "converge.dev"
@@ -70,7 +75,7 @@ class ConvergeError(Exception):
         code: grpc.StatusCode,
         message: str,
         *,
-        reason: str = "",
+        reason: Union[ErrorReason, str] = ErrorReason.UNSPECIFIED,
         domain: str = "",
         metadata: Optional[Dict[str, str]] = None,
         field_violations: Optional[List[FieldViolation]] = None,
@@ -81,8 +86,11 @@ class ConvergeError(Exception):
         self.code = code
         #: The server's message.
         self.message = message
-        #: ErrorInfo reason, e.g. ``RESOURCE_NOT_FOUND``; empty when absent.
-        self.reason = reason
+        #: ErrorInfo reason: the :class:`ErrorReason` member when this SDK
+        #: knows it (``err.reason is ErrorReason.RESOURCE_NOT_FOUND``), else
+        #: the string as sent; ``ErrorReason.UNSPECIFIED`` (``""``) when absent.
+        known = ErrorReason.parse(reason)
+        self.reason: str = known if known is not ErrorReason.UNSPECIFIED or not reason else str(reason)
         #: ErrorInfo domain (``converge.dev`` for converge's own errors).
         self.domain = domain
         #: ErrorInfo metadata.
@@ -91,6 +99,12 @@ class ConvergeError(Exception):
         self.field_violations: List[FieldViolation] = list(field_violations or [])
         #: Seconds to wait before retrying (RetryInfo), when the server said.
         self.retry_delay = retry_delay
+
+    @property
+    def error_reason(self) -> ErrorReason:
+        """The reason as an :class:`ErrorReason`; ``UNSPECIFIED`` when there
+        is none or this SDK does not know it."""
+        return ErrorReason.parse(self.reason)
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> "ConvergeError":
@@ -127,3 +141,28 @@ class ConvergeError(Exception):
         )
         error.__cause__ = err
         return error
+
+
+def error_reason(err: BaseException) -> ErrorReason:
+    """The :class:`ErrorReason` of a failed call: a :class:`ConvergeError`,
+    a raw ``grpc.RpcError`` (sync or ``grpc.aio``), or an exception raised
+    from one (its ``__cause__`` chain is followed). ``UNSPECIFIED`` when
+    none carries a reason this SDK knows."""
+    seen: Optional[BaseException] = err
+    for _ in range(32):  # a cause chain is short; never loop forever
+        if seen is None:
+            break
+        if isinstance(seen, ConvergeError):
+            return seen.error_reason
+        info = error_info(seen)
+        if info is not None:
+            return ErrorReason.parse(info.reason)
+        seen = seen.__cause__
+    return ErrorReason.UNSPECIFIED
+
+
+def has_reason(err: BaseException, reason: ErrorReason) -> bool:
+    """Whether a failed call (see :func:`error_reason`) carries ``reason``,
+    e.g. ``has_reason(err, ErrorReason.RESOURCE_NOT_FOUND)``. Always false
+    for ``ErrorReason.UNSPECIFIED``."""
+    return reason is not ErrorReason.UNSPECIFIED and error_reason(err) is reason

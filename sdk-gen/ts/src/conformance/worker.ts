@@ -109,7 +109,7 @@ async function main(): Promise<number> {
     );
     return 2;
   }
-  const stop = () => void worker.stop().catch(() => {});
+  const stop = () => void worker.shutdown().catch(() => {});
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);
   try {

@@ -10,6 +10,9 @@ import { type WorkerEvent, type KindVersion, formatKindVersion } from "./types.j
  */
 export const DEADLINE_EXCEEDED_REASON = "DeadlineExceeded";
 
+/** The reason of an {@link UnknownReactionError}: a task named a reaction its provider has no handler for. */
+export const UNKNOWN_REACTION_REASON = "UnknownReaction";
+
 /** Options of a {@link HandlerError}. */
 export interface HandlerErrorOptions {
   /** UpperCamelCase reason recorded on the resulting condition and event; absent = a server default. */
@@ -62,7 +65,7 @@ export class TransientError extends HandlerError {
 
 /**
  * What {@link defineProvider}'s dispatcher throws for a reaction name it has
- * no handler for. Transient, reason `UnknownReaction`: the manifest may have
+ * no handler for. A {@link TransientError}, reason {@link UNKNOWN_REACTION_REASON}: the manifest may have
  * been applied before every worker was upgraded, and a newer worker may know
  * the reaction; the kind's `max_transient_attempts` bounds the retries before
  * the generation is marked failed.
@@ -72,7 +75,7 @@ export class UnknownReactionError extends TransientError {
 
   constructor(reaction: string, kind: KindVersion) {
     super(`reaction ${JSON.stringify(reaction)} is not handled by the provider of ${formatKindVersion(kind)}`, {
-      reason: "UnknownReaction",
+      reason: UNKNOWN_REACTION_REASON,
     });
   }
 }

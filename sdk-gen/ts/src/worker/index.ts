@@ -19,7 +19,13 @@ export {
   type TlsOptions,
   type WorkerOptions,
 } from "./options.js";
-export { type Provider, type ProviderDefinition, type ReactionHandler, defineProvider } from "./provider.js";
+export {
+  type Provider,
+  type ProviderDefinition,
+  type ReactionHandler,
+  type Reactions,
+  defineProvider,
+} from "./provider.js";
 export { ReactionRequest } from "./request.js";
 export type { Outcome } from "./outcome.js";
 export {
@@ -29,6 +35,7 @@ export {
   type HandlerErrorOptions,
   TerminalError,
   TransientError,
+  UNKNOWN_REACTION_REASON,
   UnknownReactionError,
   WorkerConfigError,
 } from "./errors.js";

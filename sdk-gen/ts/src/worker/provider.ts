@@ -43,16 +43,23 @@ export interface Provider {
   onConfig?(config: ProviderConfig | undefined): void;
 }
 
+/**
+ * The reaction table: one handler per reaction name (`work`, `compose`,
+ * `rollup`, `teardown`, `operate:<verb>`, ...), as `Reactions` in every
+ * converge SDK; {@link defineProvider} turns it into a provider.
+ */
+export type Reactions = Readonly<Record<string, ReactionHandler>>;
+
 /** What {@link defineProvider} takes. */
 export interface ProviderDefinition extends Omit<Provider, "handle"> {
-  /** One handler per reaction name (`work`, `compose`, `rollup`, `teardown`, `operate:<verb>`, ...). */
-  readonly reactions: Readonly<Record<string, ReactionHandler>>;
+  /** The reaction table. */
+  readonly reactions: Reactions;
 }
 
 /**
  * A provider that dispatches each task to the handler registered for its
  * reaction name. A reaction without a handler fails transiently with an
- * {@link UnknownReactionError} (reason `UnknownReaction`): a newer worker may
+ * {@link UnknownReactionError} (reason `UnknownReaction`), a transient error: a newer worker may
  * know it, and the kind's `max_transient_attempts` bounds the retries.
  */
 export function defineProvider(definition: ProviderDefinition): Provider {

@@ -32,7 +32,7 @@ async function pause(ms: number, signal?: AbortSignal): Promise<boolean> {
  *
  * ```ts
  * const worker = new Worker({ address: "127.0.0.1:50051", providers: [myProvider] });
- * process.once("SIGTERM", () => void worker.stop());
+ * process.once("SIGTERM", () => void worker.shutdown());
  * await worker.run(); // resolves after a clean drain
  * ```
  */
@@ -41,7 +41,7 @@ export class Worker {
   private readonly state: WorkerState;
   private readonly options: WorkerOptions;
   /** Aborted when shutdown starts: interrupts priming and backoff sleeps. */
-  private readonly shutdown = new AbortController();
+  private readonly shuttingDown = new AbortController();
   /** Aborted when the drain gives up: cancels the handlers still running. */
   private readonly cancel = new AbortController();
   private readonly drainStarted = new Signal();
@@ -74,7 +74,7 @@ export class Worker {
   }
 
   /**
-   * Serves until stopped (by {@link stop} or `signal`), then drains: stops
+   * Serves until shut down (by {@link shutdown} or `signal`), then drains: stops
    * taking tasks, waits up to the drain timeout for in-flight handlers,
    * sends their results, closes the stream. Broker failures never end it:
    * they are retried with backoff.
@@ -102,9 +102,17 @@ export class Worker {
    * Starts the graceful drain and resolves when the run has ended (rejecting
    * as {@link run} does). Idempotent; resolves at once if the worker never ran.
    */
-  async stop(): Promise<void> {
+  async shutdown(): Promise<void> {
     this.beginDrain();
     await this.running;
+  }
+
+  /**
+   * The former name of {@link shutdown}.
+   * @deprecated Use {@link shutdown}, the name every converge SDK uses (0.1 called it `stop`).
+   */
+  stop(): Promise<void> {
+    return this.shutdown();
   }
 
   private beginDrain(): void {
@@ -113,7 +121,7 @@ export class Worker {
     }
     this.settings.logger.info("shutdown requested; draining", { timeoutMs: this.settings.drainTimeoutMs });
     this.drainDeadline = Date.now() + this.settings.drainTimeoutMs;
-    this.shutdown.abort();
+    this.shuttingDown.abort();
     this.drainStarted.emit();
   }
 
@@ -153,19 +161,19 @@ export class Worker {
   private async prime(client: Client<typeof WorkerService>): Promise<boolean> {
     const backoff = new Backoff(this.settings.backoffBaseMs, this.settings.backoffMaxMs);
     for (;;) {
-      if (this.shutdown.signal.aborted) {
+      if (this.shuttingDown.signal.aborted) {
         return false;
       }
       try {
-        await fetchConfigs(this.state, client, this.shutdown.signal);
+        await fetchConfigs(this.state, client, this.shuttingDown.signal);
         return true;
       } catch (err) {
-        if (this.shutdown.signal.aborted) {
+        if (this.shuttingDown.signal.aborted) {
           return false;
         }
         this.settings.logger.warn("cannot fetch provider configs; retrying", { error: errorText(err) });
       }
-      if (!(await pause(backoff.nextDelayMs(), this.shutdown.signal))) {
+      if (!(await pause(backoff.nextDelayMs(), this.shuttingDown.signal))) {
         return false;
       }
     }
@@ -207,7 +215,7 @@ export class Worker {
       this.settings.logger.debug("reconnecting after backoff", { delayMs: Math.round(delay) });
       if (this.drainDeadline === undefined) {
         // Shutdown cuts the wait short: the loop then re-checks what is left.
-        await pause(delay, this.shutdown.signal);
+        await pause(delay, this.shuttingDown.signal);
       } else {
         await pause(Math.min(delay, Math.max(0, this.drainDeadline - Date.now())));
       }

@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 from converge_sdk import __version__
 from converge_sdk.conformance.handlers import composite_provider, leaf_provider
 from converge_sdk.conformance.log import EventLog
-from converge_sdk.worker import DrainIncomplete, TlsConfig, Worker, WorkerSettings
+from converge_sdk.worker import DrainIncompleteError, TlsConfig, Worker, WorkerOptions
 
 log = logging.getLogger("converge_sdk.conformance")
 
@@ -53,9 +53,9 @@ def _positive_int(env: Mapping[str, str], name: str, default: Optional[int]) -> 
     return value
 
 
-def settings_from_env(env: Mapping[str, str]) -> WorkerSettings:
+def settings_from_env(env: Mapping[str, str]) -> WorkerOptions:
     """The worker settings the environment asks for."""
-    settings = WorkerSettings(agent=f"converge-sdk-python/{__version__} (conformance)")
+    settings = WorkerOptions(agent=f"converge-sdk-python/{__version__} (conformance)")
     max_parallel = _positive_int(env, "CONFORMANCE_MAX_PARALLEL", 4)
     drain_ms = _positive_int(env, "CONFORMANCE_DRAIN_TIMEOUT_MS", 10_000)
     heartbeat_ms = _positive_int(env, "CONFORMANCE_HEARTBEAT_MS", None)
@@ -87,7 +87,7 @@ async def _serve(worker: Worker) -> int:
         loop.add_signal_handler(signum, worker.shutdown)
     try:
         await worker.run()
-    except DrainIncomplete as exc:
+    except DrainIncompleteError as exc:
         log.error("%s", exc)
         return 1
     log.info("drained cleanly")
@@ -106,7 +106,7 @@ def main() -> int:
         events = EventLog(env.get("CONFORMANCE_LOG") or None, "python")
         tls = tls_from_env(env)
         worker = Worker(
-            [leaf_provider(events), composite_provider(events)], address=address, tls=tls, settings=settings
+            [leaf_provider(events), composite_provider(events)], address=address, tls=tls, options=settings
         )
     except (ConfigError, ValueError, OSError) as exc:
         log.error("bad configuration: %s", exc)

@@ -56,8 +56,10 @@ What the runtime does (the same as the Rust SDK's ``converge_sdk::worker``):
   their results (reconnecting if needed), closes the stream and returns.
 """
 
+from converge_sdk import _deprecated
 from converge_sdk.worker.outcome import (
     DEADLINE_EXCEEDED_REASON,
+    UNKNOWN_REACTION_REASON,
     HandlerError,
     Outcome,
     TerminalError,
@@ -66,7 +68,7 @@ from converge_sdk.worker.outcome import (
 )
 from converge_sdk.worker.provider import Handler, HandlerResult, Provider, Reactions
 from converge_sdk.worker.request import ReactionRequest, merge_json
-from converge_sdk.worker.runtime import DrainIncomplete, Worker
+from converge_sdk.worker.runtime import DrainIncompleteError, Worker
 from converge_sdk.worker.settings import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_MAX,
@@ -79,7 +81,7 @@ from converge_sdk.worker.settings import (
     DEFAULT_RESULT_BUFFER_CAPACITY,
     DEFAULT_RPC_TIMEOUT,
     TlsConfig,
-    WorkerSettings,
+    WorkerOptions,
 )
 from converge_sdk.worker.state import WorkerStats
 from converge_sdk.worker.types import (
@@ -121,13 +123,14 @@ __all__ = [
     "DEFAULT_READINESS_POLL_INTERVAL",
     "DEFAULT_RESULT_BUFFER_CAPACITY",
     "DEFAULT_RPC_TIMEOUT",
+    "UNKNOWN_REACTION_REASON",
     "ChildSpec",
     "ComposeInput",
     "Condition",
     "ConditionStatus",
     "DeleteInput",
     "DepEdge",
-    "DrainIncomplete",
+    "DrainIncompleteError",
     "Event",
     "EventType",
     "Handler",
@@ -158,7 +161,13 @@ __all__ = [
     "ValueFlow",
     "WorkInput",
     "Worker",
-    "WorkerSettings",
+    "WorkerOptions",
     "WorkerStats",
     "merge_json",
 ]
+
+# Names of 0.1, renamed so that every converge SDK uses the same ones
+# (sdk-gen/README.md, "One naming table"); deprecated.
+__getattr__ = _deprecated.aliases(
+    __name__, {"DrainIncomplete": lambda: DrainIncompleteError, "WorkerSettings": lambda: WorkerOptions}
+)

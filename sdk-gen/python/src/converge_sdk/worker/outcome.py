@@ -22,6 +22,10 @@ from converge_sdk.worker.types import (
 #: attempt failed with it as DEADLINE_EXCEEDED.
 DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
 
+#: The reason of an :class:`UnknownReactionError`: a task named a reaction its
+#: provider has no handler for.
+UNKNOWN_REACTION_REASON = "UnknownReaction"
+
 _E = TypeVar("_E", bound="HandlerError")
 
 
@@ -114,18 +118,19 @@ class TerminalError(HandlerError):
     terminal = True
 
 
-class UnknownReactionError(HandlerError):
+class UnknownReactionError(TransientError):
     """A task named a reaction the provider does not handle (reason
-    ``UnknownReaction``).
+    :data:`UNKNOWN_REACTION_REASON`).
 
-    Transient by default, like the Rust SDK: during a rolling upgrade another
-    worker (or a newer build of this one) may know the reaction, and the
-    kind's ``maxTransientAttempts`` bounds the retries. Pass ``terminal=True``
-    to fail the generation at once instead (an explicit opt-in).
+    A :class:`TransientError`, as in every converge SDK: during a rolling
+    upgrade another worker (or a newer build of this one) may know the
+    reaction, and the kind's ``maxTransientAttempts`` bounds the retries.
+    Pass ``terminal=True`` to fail the generation at once instead (an
+    explicit opt-in).
     """
 
     def __init__(self, reaction: str, kind: KindVersion, *, terminal: bool = False) -> None:
-        super().__init__(f"reaction {reaction!r} is not handled by the provider of {kind}", reason="UnknownReaction")
+        super().__init__(f"reaction {reaction!r} is not handled by the provider of {kind}", reason=UNKNOWN_REACTION_REASON)
         self.reaction = reaction
         self.kind = kind
         self.terminal = terminal

@@ -10,23 +10,25 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Ty
 
 import grpc
 
+from converge_sdk import _deprecated
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.gen.converge.worker.v1 import worker_pb2_grpc
 from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.convert import kind_to_proto, provider_config
 from converge_sdk.worker.provider import Provider
 from converge_sdk.worker.session import Session, SessionEnd
-from converge_sdk.worker.settings import MAX_MESSAGE_BYTES, TlsConfig, WorkerSettings, parse_address
+from converge_sdk.worker.settings import MAX_MESSAGE_BYTES, TlsConfig, WorkerOptions, parse_address
 from converge_sdk.worker.state import SharedState, WorkerStats
 from converge_sdk.worker.types import KindVersion
 
 log = logging.getLogger("converge_sdk.worker")
 
 
-class DrainIncomplete(Exception):
+class DrainIncompleteError(Exception):
     """Shutdown's drain timeout passed before every in-flight handler
     finished and every result was delivered. The broker re-runs those tasks
-    once their leases are released or go stale."""
+    once their leases are released or go stale. Called ``DrainIncomplete``
+    in 0.1 (still importable, deprecated)."""
 
     def __init__(self, running: int, undelivered: int) -> None:
         super().__init__(f"drain timed out with {running} handlers still running and {undelivered} results undelivered")
@@ -89,10 +91,16 @@ class Worker:
         address: Optional[str] = None,
         channel: Optional[grpc.aio.Channel] = None,
         tls: Optional[TlsConfig] = None,
-        settings: Optional[WorkerSettings] = None,
+        options: Optional[WorkerOptions] = None,
         channel_options: Sequence[Tuple[str, Any]] = (),
+        settings: Optional[WorkerOptions] = None,
     ) -> None:
-        self._settings = settings if settings is not None else WorkerSettings()
+        if settings is not None:
+            if options is not None:
+                raise ValueError("give options, not both options and settings")
+            _deprecated.warn("Worker(settings=...) is deprecated (renamed in 0.2): use options=")
+            options = settings
+        self._settings = options if options is not None else WorkerOptions()
         self._settings.validate()
         by_kind: Dict[KindVersion, Provider] = {}
         for provider in providers:
@@ -123,8 +131,14 @@ class Worker:
         return sorted(self._providers)
 
     @property
-    def settings(self) -> WorkerSettings:
-        """The worker's settings."""
+    def options(self) -> WorkerOptions:
+        """The worker's options."""
+        return self._settings
+
+    @property
+    def settings(self) -> WorkerOptions:
+        """The worker's options (deprecated name: use :attr:`options`)."""
+        _deprecated.warn("Worker.settings is deprecated (renamed in 0.2): use Worker.options")
         return self._settings
 
     def stats(self) -> WorkerStats:
@@ -154,7 +168,7 @@ class Worker:
         """Serves until :meth:`shutdown`, then drains and returns. Broker
         failures never end it: they are retried with backoff.
 
-        Raises :class:`DrainIncomplete` if the drain timed out with work left.
+        Raises :class:`DrainIncompleteError` if the drain timed out with work left.
         """
         if self._run is not None:
             raise RuntimeError("a worker runs once")
@@ -249,12 +263,12 @@ class Worker:
                 if running == 0 and undelivered == 0:
                     return
                 if time.monotonic() >= run.drain_deadline:
-                    raise DrainIncomplete(running, undelivered)
+                    raise DrainIncompleteError(running, undelivered)
             end = await Session(run).run()
             if end is SessionEnd.CLOSED:
                 running, undelivered = state.outstanding()
                 if running or undelivered:
-                    raise DrainIncomplete(running, undelivered)
+                    raise DrainIncompleteError(running, undelivered)
                 return
             if end in (SessionEnd.LOST, SessionEnd.LOST_HEALTHY):
                 state.counters.reconnects += 1
@@ -312,3 +326,6 @@ async def _fetch_configs(run: Run) -> None:
             fetched[kind] = provider_config(entry.spec if entry.HasField("spec") else None, entry.data)
     for kind in configs:
         state.apply_fetched_config(kind, fetched.get(kind), epoch)
+
+
+__getattr__ = _deprecated.aliases(__name__, {"DrainIncomplete": lambda: DrainIncompleteError})

@@ -1,4 +1,4 @@
-"""Worker settings, TLS options and the broker address."""
+"""Worker options, TLS options and the broker address."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Optional, Tuple, Union
 
 import grpc
 
-from converge_sdk import __version__
+from converge_sdk import __version__, _deprecated
 
 #: Default number of handlers running at once (also sent as max_inflight).
 DEFAULT_MAX_PARALLEL = 16
@@ -41,9 +41,10 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class WorkerSettings:
+class WorkerOptions:
     """The tunables of a worker; every one has a default. Durations are in
-    seconds. Validated by :meth:`validate` (the worker calls it)."""
+    seconds. Validated by :meth:`validate` (the worker calls it). Called
+    ``WorkerSettings`` in 0.1 (still importable, deprecated)."""
 
     #: Most handlers running at once, also sent as ``max_inflight``.
     max_parallel: int = DEFAULT_MAX_PARALLEL
@@ -152,3 +153,6 @@ def parse_address(address: str) -> Tuple[str, bool]:
     if not target or "/" in target:
         raise ValueError(f"invalid broker address {address!r}: expected [http[s]://]host:port")
     return target, tls
+
+
+__getattr__ = _deprecated.aliases(__name__, {"WorkerSettings": lambda: WorkerOptions})

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.worker.buffer import ResultBuffer
 from converge_sdk.worker.provider import Provider
-from converge_sdk.worker.settings import WorkerSettings
+from converge_sdk.worker.settings import WorkerOptions
 from converge_sdk.worker.types import KindVersion, ProviderConfig
 
 log = logging.getLogger("converge_sdk.worker")
@@ -55,7 +55,7 @@ class SharedState:
     """Tasks in flight, undelivered results, the config cache and the wake-up
     signals between them."""
 
-    def __init__(self, providers: Mapping[KindVersion, Provider], settings: WorkerSettings) -> None:
+    def __init__(self, providers: Mapping[KindVersion, Provider], settings: WorkerOptions) -> None:
         self.providers: Dict[KindVersion, Provider] = dict(sorted(providers.items()))
         self.settings = settings
         #: One permit per handler slot.
