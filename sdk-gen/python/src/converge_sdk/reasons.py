@@ -87,6 +87,9 @@ class ErrorReason(str, enum.Enum):
     NOT_AUTHORIZED = enum.auto()
     SHUTTING_DOWN = enum.auto()
     INTERNAL = enum.auto()
+    CONVERSION_NOT_DECLARED = enum.auto()
+    MIGRATION_IN_PROGRESS = enum.auto()
+    MIGRATION_NOT_FOUND = enum.auto()
 
     def __str__(self) -> str:
         return str(self.value)

@@ -231,6 +231,15 @@ const (
 	// INTERNAL, when a fault no caller can cause (a bug); details are in the
 	// server log.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 50
+	// FAILED_PRECONDITION, when StartKindMigration names a target version whose
+	// manifest declares no SpecConversion from the source version; the message
+	// lists the versions it converts from.
+	ErrorReason_ERROR_REASON_CONVERSION_NOT_DECLARED ErrorReason = 51
+	// ABORTED, when StartKindMigration is called while another migration of the
+	// kind is running (one per kind at a time); wait for it or cancel it.
+	ErrorReason_ERROR_REASON_MIGRATION_IN_PROGRESS ErrorReason = 52
+	// NOT_FOUND, when a kind migration uid names no migration.
+	ErrorReason_ERROR_REASON_MIGRATION_NOT_FOUND ErrorReason = 53
 )
 
 // Enum value maps for ErrorReason.
@@ -287,6 +296,9 @@ var (
 		48: "ERROR_REASON_NOT_AUTHORIZED",
 		49: "ERROR_REASON_SHUTTING_DOWN",
 		50: "ERROR_REASON_INTERNAL",
+		51: "ERROR_REASON_CONVERSION_NOT_DECLARED",
+		52: "ERROR_REASON_MIGRATION_IN_PROGRESS",
+		53: "ERROR_REASON_MIGRATION_NOT_FOUND",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                       0,
@@ -340,6 +352,9 @@ var (
 		"ERROR_REASON_NOT_AUTHORIZED":                    48,
 		"ERROR_REASON_SHUTTING_DOWN":                     49,
 		"ERROR_REASON_INTERNAL":                          50,
+		"ERROR_REASON_CONVERSION_NOT_DECLARED":           51,
+		"ERROR_REASON_MIGRATION_IN_PROGRESS":             52,
+		"ERROR_REASON_MIGRATION_NOT_FOUND":               53,
 	}
 )
 
@@ -374,7 +389,7 @@ var File_converge_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_converge_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1econverge/v1/error_reason.proto\x12\vconverge.v1*\x86\x0f\n" +
+	"\x1econverge/v1/error_reason.proto\x12\vconverge.v1*\xfe\x0f\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_INVALID_FIELD\x10\x01\x12\x1d\n" +
@@ -427,7 +442,10 @@ const file_converge_v1_error_reason_proto_rawDesc = "" +
 	"!ERROR_REASON_IDENTITY_NOT_ALLOWED\x10/\x12\x1f\n" +
 	"\x1bERROR_REASON_NOT_AUTHORIZED\x100\x12\x1e\n" +
 	"\x1aERROR_REASON_SHUTTING_DOWN\x101\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x102B\xa0\x01\n" +
+	"\x15ERROR_REASON_INTERNAL\x102\x12(\n" +
+	"$ERROR_REASON_CONVERSION_NOT_DECLARED\x103\x12&\n" +
+	"\"ERROR_REASON_MIGRATION_IN_PROGRESS\x104\x12$\n" +
+	" ERROR_REASON_MIGRATION_NOT_FOUND\x105B\xa0\x01\n" +
 	"\x0fcom.converge.v1B\x10ErrorReasonProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (
