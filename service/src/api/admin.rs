@@ -78,7 +78,8 @@ fn verb_of(action: AdminAction) -> Verb {
     }
 }
 
-fn parse_selector(raw: &str) -> Result<LabelSelector, ApiError> {
+/// A request's `label_selector`, or INVALID_LABEL_SELECTOR naming it.
+pub(super) fn parse_selector(raw: &str) -> Result<LabelSelector, ApiError> {
     LabelSelector::parse(raw).map_err(|e| {
         ApiError::violations(
             Reason::InvalidLabelSelector,

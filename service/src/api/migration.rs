@@ -25,6 +25,7 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::ApiState;
+use super::admin::parse_selector;
 use super::pages::{decode_token, finish_page, invalid_token};
 use super::resource::apply::{Items, ResourceWrite, write_resources};
 use super::write::{self, WriteCall};
@@ -36,7 +37,7 @@ use crate::domain::labels::LabelSelector;
 use crate::domain::names::{validate_kind_name, validate_kind_version};
 use crate::domain::page_token::{PositionPart, filter_hash, page_size};
 use crate::domain::resource::ConditionInput;
-use crate::domain::violation::Violation;
+use crate::domain::violation::{Violation, clip};
 use crate::store::kinds;
 use crate::store::migrations::{self, Candidate, Failure, MAX_FIRST_FAILURES, Migration, NewMigration, Progress, Walk};
 use crate::store::resources;
@@ -111,15 +112,6 @@ fn not_found(uid: &str) -> ApiError {
 
 fn parse_uid(uid: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(uid).map_err(|_| Violation::new("/uid", "must be a UUID").into())
-}
-
-fn parse_selector(raw: &str) -> Result<LabelSelector, ApiError> {
-    LabelSelector::parse(raw).map_err(|e| {
-        ApiError::violations(
-            Reason::InvalidLabelSelector,
-            vec![Violation::new("/label_selector", e.to_string())],
-        )
-    })
 }
 
 /// The checks of a start that need no database.
@@ -600,7 +592,7 @@ async fn batch(conn: &mut PgConnection, state: &ApiState, migration: Migration) 
                 type_: CONVERTED.to_owned(),
                 status: "False",
                 reason: "ConversionFailed".to_owned(),
-                message: clip(&format!("{} to version {to}: {message}", walk.failed_mark)),
+                message: clip(format!("{} to version {to}: {message}", walk.failed_mark), 1024),
                 liveness_ms: None,
             };
             resources::set_conditions(
@@ -636,15 +628,4 @@ async fn abort(conn: &mut PgConnection, id: Uuid, mut progress: Progress, why: S
     progress.state = "failed";
     migrations::advance(conn, id, &progress).await?;
     Ok(())
-}
-
-/// A condition message of at most 1,024 characters.
-fn clip(message: &str) -> String {
-    const MAX: usize = 1024;
-    if message.chars().count() <= MAX {
-        return message.to_owned();
-    }
-    let mut clipped: String = message.chars().take(MAX - 1).collect();
-    clipped.push('…');
-    clipped
 }

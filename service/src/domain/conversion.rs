@@ -34,8 +34,8 @@ pub const MAX_LOOP_NESTING: usize = 2;
 pub const MAX_PATH_DEPTH: usize = 8;
 /// The variables an expression may use.
 pub const VARIABLES: [&str; 3] = ["self", "name", "labels"];
-/// Longest message of a failed evaluation, in characters.
-const MAX_ERROR_CHARS: usize = 512;
+/// Longest message of a failed evaluation, in bytes.
+const MAX_ERROR_BYTES: usize = 512;
 
 /// One declared conversion, as stored with the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -464,15 +464,9 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
+/// The first line of an interpreter's message, bounded.
 fn clip(text: &str) -> String {
-    let first_line = text.lines().next().unwrap_or_default();
-    if first_line.chars().count() <= MAX_ERROR_CHARS {
-        first_line.to_owned()
-    } else {
-        let mut clipped: String = first_line.chars().take(MAX_ERROR_CHARS).collect();
-        clipped.push('…');
-        clipped
-    }
+    super::violation::clip(text.lines().next().unwrap_or_default().to_owned(), MAX_ERROR_BYTES)
 }
 
 #[cfg(test)]
