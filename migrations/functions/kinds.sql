@@ -47,9 +47,13 @@ CREATE OR REPLACE FUNCTION sync_kind_config_from_manifest()
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_composes constant boolean := reactions_have(NEW.reactions, 'specChange', 'children');
-    v_rolls_up constant boolean := reactions_have(NEW.reactions, 'childrenSettled', 'status');
-    v_data_only constant boolean := jsonb_array_length(NEW.reactions) = 0;
+    -- A composition declared as data composes, and rolls up when it has a
+    -- rollup, exactly like the reactions it replaces (ADR 49).
+    v_composes constant boolean := reactions_have(NEW.reactions, 'specChange', 'children')
+                                   OR NEW.composition IS NOT NULL;
+    v_rolls_up constant boolean := reactions_have(NEW.reactions, 'childrenSettled', 'status')
+                                   OR COALESCE(NEW.composition ? 'rollup', false);
+    v_data_only constant boolean := jsonb_array_length(NEW.reactions) = 0 AND NEW.composition IS NULL;
 BEGIN
     INSERT INTO kind_config AS c (kind, kind_version, max_inflight, task_deadline_secs, resync_interval_secs,
                                   resync_recomposes, orphan_grace_secs, max_transient_attempts,

@@ -80,6 +80,47 @@ struct ManifestJson {
     policy: Option<PolicyJson>,
     #[serde(default)]
     conversions: Vec<ConversionJson>,
+    #[serde(default)]
+    composition: Option<CompositionJson>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompositionJson {
+    resources: Vec<ComposedResourceJson>,
+    #[serde(default)]
+    rollup: Option<RollupJson>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ComposedResourceJson {
+    id: String,
+    kind: String,
+    #[serde(alias = "kind_version")]
+    kind_version: i32,
+    name: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    spec: Option<Value>,
+    #[serde(default, alias = "for_each")]
+    for_each: String,
+    #[serde(default, alias = "include_when")]
+    include_when: String,
+    #[serde(default, alias = "provider_config")]
+    provider_config: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollupJson {
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    ready: String,
+    #[serde(default)]
+    message: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,7 +272,50 @@ fn manifest(file: &str, m: ManifestJson) -> Result<pb::KindManifest, ManifestErr
                     .collect(),
             })
             .collect(),
+        composition: m.composition.map(|c| composition(file, c)).transpose()?,
         ..Default::default()
+    })
+}
+
+fn composition(file: &str, c: CompositionJson) -> Result<pb::Composition, ManifestError> {
+    let object = |value: Option<Value>, field: &'static str| {
+        value
+            .map(|v| {
+                json_to_struct(v, field).map_err(|_| ManifestError::NotAnObject {
+                    file: file.to_owned(),
+                    field,
+                })
+            })
+            .transpose()
+    };
+    Ok(pb::Composition {
+        resources: c
+            .resources
+            .into_iter()
+            .map(|r| {
+                Ok(pb::ComposedResource {
+                    spec: object(r.spec, "composition.resources[].spec")?,
+                    id: r.id,
+                    kind: r.kind,
+                    kind_version: r.kind_version,
+                    name: r.name,
+                    labels: r.labels,
+                    for_each: r.for_each,
+                    include_when: r.include_when,
+                    provider_config: r.provider_config,
+                })
+            })
+            .collect::<Result<_, ManifestError>>()?,
+        rollup: c
+            .rollup
+            .map(|r| {
+                Ok::<_, ManifestError>(pb::CompositionRollup {
+                    status: object(r.status, "composition.rollup.status")?,
+                    ready: r.ready,
+                    message: r.message,
+                })
+            })
+            .transpose()?,
     })
 }
 

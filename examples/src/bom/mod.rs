@@ -22,6 +22,9 @@ use crate::sim::Latency;
 
 /// The composite kind.
 pub const BOM: &str = "bom";
+/// The same BOM declared as data: converge composes and rolls it up from
+/// the CEL of its manifest (examples/bom/bom-cel.json), no worker involved.
+pub const BOM_CEL: &str = "bom-cel";
 /// A team's (or the shared network's) account.
 pub const ACCOUNT: &str = "account";
 /// A team's VPC.
@@ -51,12 +54,13 @@ pub const ROTATE_CREDENTIALS_REACTION: &str = "operate:rotate_credentials";
 
 /// The manifest files, `(path under examples/, content)`, in the order to
 /// apply them.
-pub const MANIFEST_FILES: [(&str, &str); 5] = [
+pub const MANIFEST_FILES: [(&str, &str); 6] = [
     ("bom/account.json", include_str!("../../bom/account.json")),
     ("bom/tgw.json", include_str!("../../bom/tgw.json")),
     ("bom/vpc.json", include_str!("../../bom/vpc.json")),
     ("bom/route.json", include_str!("../../bom/route.json")),
     ("bom/bom.json", include_str!("../../bom/bom.json")),
+    ("bom/bom-cel.json", include_str!("../../bom/bom-cel.json")),
 ];
 
 /// The status field holding a demo kind's own id (what a listing shows).

@@ -8,6 +8,7 @@
 mod admin;
 mod authz;
 mod bad_input;
+mod cel_composition;
 mod cli;
 mod cluster_members;
 mod cluster_processes;

@@ -1,6 +1,7 @@
 //! The `converge.v1.KindService` API: kind manifests and live kind configuration.
 
 use crate::domain::authz::{Access, Object};
+use crate::domain::cel_composition::{self, ComposedResource, Composition, CompositionRollup};
 use crate::domain::conversion::{FieldConversion, SpecConversion};
 use std::sync::Arc;
 
@@ -111,7 +112,9 @@ fn non_empty(value: &str) -> Option<String> {
 }
 
 /// Converts the wire manifest, reporting enum values that are unset or unknown.
-fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifest, ApiError> {
+/// A manifest of the contract as the domain reads it; a field that has no
+/// domain form is refused as the API refuses it (also used by `converge render`).
+pub fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifest, ApiError> {
     let Some(m) = manifest else {
         return Err(ApiError::violations(
             Reason::InvalidKindManifest,
@@ -196,7 +199,128 @@ fn manifest_from_proto(manifest: Option<pb::KindManifest>) -> Result<KindManifes
                     .collect(),
             })
             .collect(),
+        composition: m.composition.map(composition_from_proto).transpose()?,
     })
+}
+
+fn composition_from_proto(c: pb::Composition) -> Result<Composition, ApiError> {
+    const AT: &str = cel_composition::AT;
+    let resources = c
+        .resources
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Ok(ComposedResource {
+                id: r.id,
+                kind: r.kind,
+                kind_version: r.kind_version,
+                name: r.name,
+                labels: r.labels.into_iter().collect(),
+                spec: optional_struct_to_json(&format!("{AT}/resources/{i}/spec"), r.spec)?
+                    .unwrap_or(serde_json::Value::Null),
+                for_each: r.for_each,
+                include_when: r.include_when,
+                provider_config: r.provider_config,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let rollup = c
+        .rollup
+        .map(|r| {
+            Ok::<_, ApiError>(CompositionRollup {
+                status: optional_struct_to_json(&format!("{AT}/rollup/status"), r.status)?
+                    .unwrap_or(serde_json::Value::Null),
+                ready: r.ready,
+                message: r.message,
+            })
+        })
+        .transpose()?;
+    Ok(Composition { resources, rollup })
+}
+
+fn composition_to_proto(c: Composition) -> pb::Composition {
+    pb::Composition {
+        resources: c
+            .resources
+            .into_iter()
+            .map(|r| pb::ComposedResource {
+                id: r.id,
+                kind: r.kind,
+                kind_version: r.kind_version,
+                name: r.name,
+                labels: r.labels.into_iter().collect(),
+                spec: json_to_struct(&r.spec),
+                for_each: r.for_each,
+                include_when: r.include_when,
+                provider_config: r.provider_config,
+            })
+            .collect(),
+        rollup: c.rollup.map(|r| pb::CompositionRollup {
+            status: json_to_struct(&r.status),
+            ready: r.ready,
+            message: r.message,
+        }),
+    }
+}
+
+/// Refuses a composition naming a child kind version that does not exist
+/// (or is a reactor kind, or is this very kind version), or reading a status
+/// field the child kind's status schema does not declare.
+async fn check_composition_kinds(conn: &mut PgConnection, compiled: &CompiledKind) -> Result<(), ApiError> {
+    let Some(composition) = &compiled.composition else {
+        return Ok(());
+    };
+    let own = (&compiled.manifest.kind, compiled.manifest.kind_version);
+    let mut problems = Vec::new();
+    let mut status_schemas = std::collections::HashMap::new();
+    for named in &composition.kinds {
+        if (&named.kind, named.kind_version) == own {
+            problems.push(Violation::new(
+                named.at.clone(),
+                "a composition cannot compose its own kind version",
+            ));
+            continue;
+        }
+        match kinds::get_manifest(conn, &named.kind, named.kind_version).await? {
+            None => problems.push(Violation::new(
+                named.at.clone(),
+                format!(
+                    "kind {} version {} does not exist; apply it first",
+                    named.kind, named.kind_version
+                ),
+            )),
+            Some(stored) if stored.manifest.reactions.iter().any(|r| r.trigger == Trigger::Reactor) => {
+                problems.push(Violation::new(
+                    named.at.clone(),
+                    format!("kind {} is a reactor kind and owns no resources", named.kind),
+                ));
+            }
+            Some(stored) => {
+                status_schemas.insert((named.kind.clone(), named.kind_version), stored.manifest.status_schema);
+            }
+        }
+    }
+    for read in &composition.status_reads {
+        let Some(Some(schema)) = status_schemas.get(&(read.kind.clone(), read.kind_version)) else {
+            continue;
+        };
+        if let Err(missing) = cel_composition::schema_has(schema, schema, &read.path) {
+            problems.push(Violation::new(
+                read.at.clone(),
+                format!(
+                    "reads status.{}, which the status schema of {} version {} does not declare",
+                    read.path[..=missing].join("."),
+                    read.kind,
+                    read.kind_version
+                ),
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::violations(Reason::InvalidKindManifest, problems))
+    }
 }
 
 /// The domain jitter of a proto value; an unknown number is refused.
@@ -275,6 +399,7 @@ fn manifest_to_proto(stored: StoredManifest) -> pb::KindManifest {
                     .collect(),
             })
             .collect(),
+        composition: m.composition.map(composition_to_proto),
     }
 }
 
@@ -562,6 +687,7 @@ async fn apply_manifest_in(
             unchanged: true,
         });
     }
+    check_composition_kinds(conn, compiled).await?;
     let schema_changed = existing
         .as_ref()
         .is_some_and(|stored| stored.manifest.spec_schema != compiled.manifest.spec_schema);

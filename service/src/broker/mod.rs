@@ -45,6 +45,19 @@ use crate::domain::violation::{Violation, clip};
 use registry::{BrokerLoad, SessionInfo, SessionRegistry};
 use session::Session;
 
+/// How converge's own sessions (the kinds no worker takes part in, ADR 49)
+/// are listed among the connected workers.
+const SERVER_IDENTITY: &str = "converge";
+/// Their agent string.
+const SERVER_AGENT: &str = "converge/compositions";
+/// How many of them each broker runs: each evaluates and applies one
+/// composition at a time.
+const SERVER_SESSIONS: usize = 2;
+/// Tasks each of them claims per kind and round.
+const SERVER_CLAIM: usize = 64;
+/// How often the kinds they serve are re-read without a notification.
+const SERVED_RECHECK: Duration = Duration::from_secs(30);
+
 /// Largest number of tasks one worker may hold at once.
 const MAX_WORKER_INFLIGHT: usize = 10_000;
 /// Most pairs one GetProviderConfig call may ask for.
@@ -199,7 +212,42 @@ impl Broker {
             notifications.subscribe(&[Channel::WorkReady]),
         ));
         tokio::spawn(wake_when_due(Arc::downgrade(&broker), broker.due.clone()));
+        broker.start_server_sessions(notifications);
         broker
+    }
+
+    /// Starts converge's own sessions, which claim the tasks of the kinds
+    /// whose every stage the server runs (a composition declared as data
+    /// and nothing a worker must do), and the loop that keeps their kinds
+    /// current. With no such kind they claim nothing and touch no table.
+    fn start_server_sessions(self: &Arc<Self>, notifications: &Notifications) {
+        let (served, feed) = watch::channel(BTreeSet::new());
+        tokio::spawn(refresh_served(
+            Arc::downgrade(self),
+            served,
+            notifications.subscribe(&[Channel::KindManifestChanged]),
+        ));
+        for _ in 0..SERVER_SESSIONS {
+            let (out, mut rx) = mpsc::channel(16);
+            // Nothing is sent to a worker; config pushes are dropped.
+            tokio::spawn(async move { while rx.recv().await.is_some() {} });
+            let listed = self.sessions.open(SessionInfo {
+                identity: SERVER_IDENTITY.to_owned(),
+                agent: SERVER_AGENT.to_owned(),
+                kinds: Vec::new(),
+                max_inflight: SERVER_CLAIM,
+            });
+            let session = Session::new(
+                self.clone(),
+                BTreeSet::new(),
+                SERVER_CLAIM,
+                format!("{SERVER_IDENTITY}:compositions"),
+                out,
+                listed,
+                crate::contract::authz::Principal::InProcess,
+            );
+            tokio::spawn(session.run(None, Some(feed.clone()), Vec::new()));
+        }
     }
 
     /// Notes that work falls due at `at`: every session is woken then.
@@ -225,6 +273,66 @@ impl Broker {
             sessions: self.sessions.clone(),
         })
     }
+}
+
+/// Keeps the set of server-only kinds current: on every manifest change,
+/// and every [`SERVED_RECHECK`] in case a notification was missed.
+async fn refresh_served(
+    broker: std::sync::Weak<Broker>,
+    served: watch::Sender<BTreeSet<(String, i32)>>,
+    mut changes: Subscription,
+) {
+    let mut tick = tokio::time::interval(SERVED_RECHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        {
+            let Some(broker) = broker.upgrade() else {
+                return;
+            };
+            match server_only_kinds(&broker).await {
+                Ok(kinds) => {
+                    served.send_if_modified(|current| {
+                        let changed = *current != kinds;
+                        *current = kinds;
+                        changed
+                    });
+                }
+                Err(e) => tracing::debug!(error = %e, "could not read the composed kinds"),
+            }
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            notice = changes.next() => if notice.is_none() {
+                return;
+            },
+        }
+    }
+}
+
+/// The kinds whose every stage the server runs, as their manifests stand
+/// now (compiled at exactly the stored version: the catalog's own refresh
+/// may not have seen the change yet).
+async fn server_only_kinds(broker: &Broker) -> Result<BTreeSet<(String, i32)>, crate::store::StoreError> {
+    let mut kinds = BTreeSet::new();
+    let composed = crate::store::kinds::composed_kinds(&broker.pool).await?;
+    if composed.is_empty() {
+        return Ok(kinds);
+    }
+    let mut conn = broker.pool.acquire().await.map_err(crate::store::StoreError::from)?;
+    for (kind, version, manifest_version) in composed {
+        match broker
+            .catalog
+            .compiled(&mut conn, &kind, version, manifest_version)
+            .await
+        {
+            Ok(compiled) if compiled.plan.server_only() => {
+                kinds.insert((kind, version));
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, kind, version, "could not compile a composed kind"),
+        }
+    }
+    Ok(kinds)
 }
 
 /// Forwards `work_ready` notifications (and possibly missed ones) to the
@@ -327,7 +435,7 @@ impl WorkerService for WorkerApi {
             .iter()
             .filter_map(|r| Uuid::parse_str(&r.lease_token).ok().map(|t| (t, r.claim_epoch)))
             .collect();
-        tokio::spawn(session.run(inbound, resumed));
+        tokio::spawn(session.run(Some(inbound), None, resumed));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -57,8 +57,13 @@ pub struct Document {
 /// Reads and parses every file named, in the order given; a bad file or
 /// document is an invalid-input error naming it.
 pub fn read(args: &ApplyArgs) -> Result<Vec<Document>, CliError> {
+    read_files(&args.files)
+}
+
+/// Reads and parses every file (or directory, or `-`) of `files`, in order.
+pub fn read_files(files: &[PathBuf]) -> Result<Vec<Document>, CliError> {
     let mut documents = Vec::new();
-    for path in &args.files {
+    for path in files {
         for file in expand(path)? {
             let (name, text) = if file == Path::new("-") {
                 let mut text = String::new();

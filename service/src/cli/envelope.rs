@@ -91,6 +91,8 @@ impl ObjectType {
                 "quarantined",
                 "orphanExpireTime",
                 "manifestVersion",
+                // What `converge render` adds to a composed child.
+                "dependsOn",
             ],
             ObjectType::ReactorBinding => &[
                 "createTime",
@@ -498,6 +500,9 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
         })
         .collect();
     put(&mut m, "conversions", json!(conversions));
+    if let Some(c) = &k.composition {
+        put(&mut m, "composition", composition_value(c));
+    }
     if let Some(p) = &k.policy {
         let mut pm = Map::new();
         put(&mut pm, "maxInflight", json!(p.max_inflight));
@@ -524,6 +529,41 @@ pub fn kind_manifest_value(k: &pb::KindManifest) -> Value {
     put(&mut m, "createTime", time(k.create_time.as_ref()));
     put(&mut m, "updateTime", time(k.update_time.as_ref()));
     Value::Object(m)
+}
+
+/// A composition declared as data, in the field names of the contract.
+fn composition_value(c: &pb::Composition) -> Value {
+    let resources: Vec<Value> = c
+        .resources
+        .iter()
+        .map(|r| {
+            let mut rm = Map::new();
+            put(&mut rm, "id", json!(r.id));
+            put(&mut rm, "kind", json!(r.kind));
+            put(&mut rm, "kindVersion", json!(r.kind_version));
+            put(&mut rm, "name", json!(r.name));
+            put(&mut rm, "labels", json!(r.labels));
+            put(&mut rm, "spec", r.spec.clone().map_or(Value::Null, struct_to_json));
+            put(&mut rm, "forEach", json!(r.for_each));
+            put(&mut rm, "includeWhen", json!(r.include_when));
+            put(&mut rm, "providerConfig", json!(r.provider_config));
+            Value::Object(rm)
+        })
+        .collect();
+    let mut cm = Map::new();
+    put(&mut cm, "resources", json!(resources));
+    if let Some(rollup) = &c.rollup {
+        let mut rm = Map::new();
+        put(
+            &mut rm,
+            "status",
+            rollup.status.clone().map_or(Value::Null, struct_to_json),
+        );
+        put(&mut rm, "ready", json!(rollup.ready));
+        put(&mut rm, "message", json!(rollup.message));
+        put(&mut cm, "rollup", Value::Object(rm));
+    }
+    Value::Object(cm)
 }
 
 /// A provider config as its envelope.

@@ -24,6 +24,7 @@ mod graph;
 mod migrate;
 mod output;
 mod policy;
+mod render;
 pub(crate) mod tree;
 mod verbs;
 mod watch;
@@ -143,6 +144,10 @@ pub enum ClientCommand {
     /// Print a resource's composition tree, as `converge dev` does.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
+    /// Evaluate a composition declared as data offline: print the children
+    /// a resource would compose, with their dependencies and value flows.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", render::EXAMPLES))]
+    Render(render::RenderArgs),
     /// Check an authorization policy file offline; with --as, say whether
     /// an identity may do something.
     #[command(name = "check-policy", after_help = format!("{}\n\n{EXIT_CODES}", policy::EXAMPLES))]
@@ -220,6 +225,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     if let ClientCommand::CheckPolicy(args) = &cli.command {
         return finish(policy::run(args));
     }
+    if let ClientCommand::Render(args) = &cli.command {
+        return finish(render::run(args));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -252,7 +260,10 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
     }
     let client = cli.connection.connect().await?;
     match cli.command {
-        ClientCommand::Apply(_) | ClientCommand::Completion(_) | ClientCommand::CheckPolicy(_) => Ok(()),
+        ClientCommand::Apply(_)
+        | ClientCommand::Completion(_)
+        | ClientCommand::CheckPolicy(_)
+        | ClientCommand::Render(_) => Ok(()),
         ClientCommand::Get(args) => get::run(&client, &args).await,
         ClientCommand::Describe(args) => describe::run(&client, &args).await,
         ClientCommand::Watch(args) => watch::run(&client, &args).await,

@@ -499,6 +499,7 @@ mod tests {
                     .collect(),
                 finalizer_name: None,
                 conversions: Vec::new(),
+                composition: None,
                 policy: domain::KindPolicy {
                     max_inflight: policy.max_inflight,
                     task_deadline_secs: policy.task_deadline_secs,

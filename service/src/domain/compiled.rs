@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::cel_composition::{self, CompiledComposition};
 use super::composition::StagePlan;
 use super::conversion::{self, Conversions};
 use super::manifest::{
-    KindManifest, REACTIONS, manifest_version, non_empty, validate_description, validate_policy, validate_reactions,
+    Emit, KindManifest, REACTIONS, Trigger, manifest_version, non_empty, validate_description, validate_policy,
+    validate_reactions,
 };
 use super::schema::{self, CompiledSchema};
 use super::violation::Violation;
@@ -33,6 +35,9 @@ pub struct CompiledKind {
     pub plan: Arc<StagePlan>,
     /// Its conversions from other versions, compiled (ADR 48).
     pub conversions: Conversions,
+    /// Its composition declared as data, compiled (ADR 49); the plan holds
+    /// it too.
+    pub composition: Option<Arc<CompiledComposition>>,
 }
 
 /// Runs every check on `m` and compiles its spec schema. Every violation found is returned:
@@ -76,11 +81,25 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
         out.extend(violations);
         Conversions::default()
     });
+    let composition = m.composition.as_ref().and_then(|c| {
+        check_composed_reactions(&m, c.rollup.is_some(), &mut out);
+        match cel_composition::compile(c, m.spec_schema.as_ref()) {
+            Ok(compiled) => Some(Arc::new(compiled)),
+            Err(violations) => {
+                out.extend(violations);
+                None
+            }
+        }
+    });
     if !out.is_empty() {
         return Err(out);
     }
     let manifest_version = manifest_version(&m);
-    let plan = Arc::new(StagePlan::of(&m.reactions, m.finalizer_name.as_deref()));
+    let mut plan = StagePlan::of(&m.reactions, m.finalizer_name.as_deref());
+    if let Some(composition) = &composition {
+        plan = plan.with_composition(composition.rolls_up());
+    }
+    let plan = Arc::new(plan);
     Ok(CompiledKind {
         manifest: m,
         manifest_version,
@@ -89,7 +108,28 @@ pub fn compile_manifest(m: KindManifest) -> Result<CompiledKind, Vec<Violation>>
         inputs,
         plan,
         conversions,
+        composition,
     })
+}
+
+/// A composition replaces the composer reaction, and its rollup the rollup
+/// reaction: a kind declares one or the other.
+fn check_composed_reactions(m: &KindManifest, rolls_up: bool, out: &mut Vec<Violation>) {
+    for (i, reaction) in m.reactions.iter().enumerate() {
+        let composes = reaction.trigger == Trigger::SpecChange && reaction.emits.contains(&Emit::Children);
+        let rollup = reaction.trigger == Trigger::ChildrenSettled;
+        if composes {
+            out.push(Violation::new(
+                format!("{REACTIONS}/{i}"),
+                "a kind with a composition declares no reaction emitting children: the composition composes",
+            ));
+        } else if rollup && rolls_up {
+            out.push(Violation::new(
+                format!("{REACTIONS}/{i}"),
+                "a kind whose composition has a rollup declares no childrenSettled reaction",
+            ));
+        }
+    }
 }
 
 /// Why a spec is not admitted for a kind.

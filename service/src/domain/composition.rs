@@ -26,6 +26,11 @@ pub const MAX_EDGES: usize = 50_000;
 /// Most value flows on one edge.
 pub const MAX_FLOWS_PER_EDGE: usize = 64;
 
+/// The reaction name the server's own compose stage goes by.
+pub const SERVER_COMPOSE: &str = "composition";
+/// The reaction name the server's own rollup stage goes by.
+pub const SERVER_ROLLUP: &str = "composition.rollup";
+
 /// A stage of the reconcile pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -76,6 +81,19 @@ pub struct StagePlan {
     pub react: Option<String>,
     /// The operation reactions, one per verb.
     pub verbs: Vec<VerbReaction>,
+    /// The stages of a composition declared as data, which the server
+    /// runs itself (ADR 49); the compiled composition is the kind's
+    /// (`CompiledKind::composition`).
+    pub server: ServerStages,
+}
+
+/// Which stages of a kind the server runs itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStages {
+    /// The kind has a composition declared as data.
+    pub compose: bool,
+    /// That composition has a rollup.
+    pub rollup: bool,
 }
 
 impl StagePlan {
@@ -107,7 +125,49 @@ impl StagePlan {
             rollup: find(&|r| r.trigger == Trigger::ChildrenSettled && r.emits.contains(&Emit::Status)),
             react: find(&|r| r.trigger == Trigger::Reactor),
             verbs: verbs_of(reactions),
+            server: ServerStages::default(),
         }
+    }
+
+    /// The plan with a composition declared as data: the server composes,
+    /// and rolls up when the composition declares a rollup.
+    pub fn with_composition(mut self, rolls_up: bool) -> Self {
+        self.server = ServerStages {
+            compose: true,
+            rollup: rolls_up,
+        };
+        self
+    }
+
+    /// Whether the server runs `stage` itself (a data-declared compose or
+    /// rollup) rather than a worker.
+    pub fn served_by_server(&self, stage: Stage) -> bool {
+        match stage {
+            Stage::Compose => self.server.compose && self.compose.is_none(),
+            Stage::Rollup => self.server.rollup && self.rollup.is_none(),
+            Stage::Work | Stage::Delete => false,
+        }
+    }
+
+    /// Whether no worker takes part in the kind's tasks: every reconcile
+    /// stage is the server's and nothing else needs a worker (no teardown,
+    /// verb or reactor reaction). Converge's own session claims these.
+    pub fn server_only(&self) -> bool {
+        self.server.compose
+            && self.compose.is_none()
+            && self.work.is_none()
+            && self.rollup.is_none()
+            && self.teardowns.is_empty()
+            && self.verbs.is_empty()
+            && self.react.is_none()
+    }
+
+    fn composes(&self) -> bool {
+        self.compose.is_some() || self.server.compose
+    }
+
+    fn rolls_up(&self) -> bool {
+        self.rollup.is_some() || self.server.rollup
     }
 
     /// The operation reaction of `verb`, if the kind declares one.
@@ -118,7 +178,7 @@ impl StagePlan {
     /// The first stage of a reconcile: compose when the spec moved past the
     /// last composition, else the first stage after it.
     pub fn first(&self, needs_compose: bool) -> Option<Stage> {
-        if needs_compose && self.compose.is_some() {
+        if needs_compose && self.composes() {
             Some(Stage::Compose)
         } else {
             self.after(Stage::Compose)
@@ -129,7 +189,7 @@ impl StagePlan {
     pub fn after(&self, stage: Stage) -> Option<Stage> {
         match stage {
             Stage::Compose if self.work.is_some() => Some(Stage::Work),
-            Stage::Compose | Stage::Work if self.rollup.is_some() => Some(Stage::Rollup),
+            Stage::Compose | Stage::Work if self.rolls_up() => Some(Stage::Rollup),
             _ => None,
         }
     }
@@ -137,6 +197,8 @@ impl StagePlan {
     /// The reaction a stage runs (for [`Stage::Delete`], the first teardown).
     pub fn reaction(&self, stage: Stage) -> Option<&str> {
         match stage {
+            Stage::Compose if self.served_by_server(stage) => Some(SERVER_COMPOSE),
+            Stage::Rollup if self.served_by_server(stage) => Some(SERVER_ROLLUP),
             Stage::Compose => self.compose.as_deref(),
             Stage::Work => self.work.as_deref(),
             Stage::Rollup => self.rollup.as_deref(),

@@ -13,29 +13,20 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::objects::{Key, Map};
-use cel::{Context, Program};
+use cel::Context;
 use serde_json::Value;
 
+use super::cel::{self as expr, Budget, Expression, kind_of};
 use super::violation::Violation;
 
 /// Most conversions one manifest may declare.
 pub const MAX_CONVERSIONS: usize = 16;
 /// Most field edits one conversion may carry.
 pub const MAX_FIELD_EDITS: usize = 64;
-/// Longest expression, in bytes.
-pub const MAX_EXPRESSION_BYTES: usize = 4096;
-/// Deepest nesting of comprehension macros (`map`, `filter`, `all`, ...):
-/// two nested loops over a spec of at most 256 KiB stay cheap, three would
-/// not.
-pub const MAX_LOOP_NESTING: usize = 2;
 /// Most keys in a field path.
 pub const MAX_PATH_DEPTH: usize = 8;
 /// The variables an expression may use.
 pub const VARIABLES: [&str; 3] = ["self", "name", "labels"];
-/// Longest message of a failed evaluation, in bytes.
-const MAX_ERROR_BYTES: usize = 512;
 
 /// One declared conversion, as stored with the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -66,13 +57,13 @@ pub struct FieldConversion {
 /// A checked conversion, its expressions compiled.
 #[derive(Debug)]
 pub struct CompiledConversion {
-    spec: Option<Program>,
+    spec: Option<Expression>,
     edits: Vec<(Vec<String>, Edit)>,
 }
 
 #[derive(Debug)]
 enum Edit {
-    Set(Program),
+    Set(Expression),
     Remove,
 }
 
@@ -178,104 +169,8 @@ pub fn compile(own_version: i32, conversions: &[SpecConversion]) -> Result<Conve
 }
 
 /// Parses, then checks the variables and loop nesting of one expression.
-fn program(at: &str, source: &str, out: &mut Vec<Violation>) -> Option<Program> {
-    if source.len() > MAX_EXPRESSION_BYTES {
-        out.push(Violation::new(
-            at,
-            format!("must be at most {MAX_EXPRESSION_BYTES} bytes"),
-        ));
-        return None;
-    }
-    let program = match Program::compile(source) {
-        Ok(program) => program,
-        Err(e) => {
-            out.push(Violation::new(
-                at,
-                format!("does not parse as CEL: {}", clip(&e.to_string())),
-            ));
-            return None;
-        }
-    };
-    let mut scan = Scan::default();
-    scan.walk(program.expression(), &mut Vec::new(), 0);
-    if scan.nesting > MAX_LOOP_NESTING {
-        out.push(Violation::new(
-            at,
-            format!("nests {} loop macros; at most {MAX_LOOP_NESTING}", scan.nesting),
-        ));
-        return None;
-    }
-    if let Some(unknown) = scan.unknown.iter().next() {
-        out.push(Violation::new(
-            at,
-            format!("uses the unknown variable {unknown:?}; the variables are self, name and labels"),
-        ));
-        return None;
-    }
-    Some(program)
-}
-
-/// What a walk of an expression found.
-#[derive(Default)]
-struct Scan {
-    nesting: usize,
-    unknown: std::collections::BTreeSet<String>,
-}
-
-impl Scan {
-    fn walk(&mut self, e: &IdedExpr, bound: &mut Vec<String>, depth: usize) {
-        match &e.expr {
-            Expr::Ident(name) => {
-                if !VARIABLES.contains(&name.as_str()) && !bound.iter().any(|b| b == name) {
-                    self.unknown.insert(name.clone());
-                }
-            }
-            Expr::Call(call) => {
-                if let Some(target) = &call.target {
-                    self.walk(target, bound, depth);
-                }
-                for arg in &call.args {
-                    self.walk(arg, bound, depth);
-                }
-            }
-            Expr::Select(select) => self.walk(&select.operand, bound, depth),
-            Expr::List(list) => {
-                for element in &list.elements {
-                    self.walk(element, bound, depth);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    if let EntryExpr::MapEntry(entry) = &entry.expr {
-                        self.walk(&entry.key, bound, depth);
-                        self.walk(&entry.value, bound, depth);
-                    }
-                }
-            }
-            Expr::Struct(s) => {
-                for entry in &s.entries {
-                    if let EntryExpr::StructField(field) = &entry.expr {
-                        self.walk(&field.value, bound, depth);
-                    }
-                }
-            }
-            Expr::Comprehension(c) => {
-                self.walk(&c.iter_range, bound, depth);
-                self.walk(&c.accu_init, bound, depth);
-                let inner = depth + 1;
-                self.nesting = self.nesting.max(inner);
-                let before = bound.len();
-                bound.push(c.iter_var.clone());
-                bound.extend(c.iter_var2.clone());
-                bound.push(c.accu_var.clone());
-                self.walk(&c.loop_cond, bound, inner);
-                self.walk(&c.loop_step, bound, inner);
-                self.walk(&c.result, bound, inner);
-                bound.truncate(before);
-            }
-            Expr::Literal(_) | Expr::Unspecified => {}
-        }
-    }
+fn program(at: &str, source: &str, out: &mut Vec<Violation>) -> Option<Expression> {
+    Expression::compile(at, source, &VARIABLES, out)
 }
 
 fn parse_path(path: &str) -> Result<Vec<String>, String> {
@@ -320,18 +215,15 @@ impl CompiledConversion {
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<Value, ConversionError> {
-        let mut context = Context::default();
-        context.add_variable_from_value("self", to_cel(old));
+        let mut context = expr::context();
+        context.add_variable_from_value("self", expr::to_cel(old));
         context.add_variable_from_value("name", name.to_owned());
-        let labels: HashMap<Key, cel::Value> = labels
-            .iter()
-            .map(|(k, v)| (Key::from(k.clone()), cel::Value::from(v.clone())))
-            .collect();
-        context.add_variable_from_value("labels", cel::Value::Map(Map { map: Arc::new(labels) }));
+        context.add_variable_from_value("labels", expr::string_map(labels));
+        let budget = Budget::over([old]);
 
         let mut spec = match &self.spec {
             None => old.clone(),
-            Some(program) => evaluate(program, &context, "spec")?,
+            Some(program) => evaluate(program, &context, &budget, "spec")?,
         };
         if !spec.is_object() {
             return Err(ConversionError {
@@ -344,7 +236,7 @@ impl CompiledConversion {
             match edit {
                 Edit::Remove => remove_at(&mut spec, path),
                 Edit::Set(program) => {
-                    let value = evaluate(program, &context, &at)?;
+                    let value = evaluate(program, &context, &budget, &at)?;
                     set_at(&mut spec, path, value).map_err(|message| ConversionError { at, message })?;
                 }
             }
@@ -353,12 +245,13 @@ impl CompiledConversion {
     }
 }
 
-fn evaluate(program: &Program, context: &Context<'_, '_>, at: &str) -> Result<Value, ConversionError> {
-    let value = program.execute(context).map_err(|e| ConversionError {
-        at: at.to_owned(),
-        message: clip(&e.to_string()),
-    })?;
-    from_cel(&value).map_err(|message| ConversionError {
+fn evaluate(
+    program: &Expression,
+    context: &Context<'_, '_>,
+    budget: &Budget,
+    at: &str,
+) -> Result<Value, ConversionError> {
+    program.evaluate(context, budget).map_err(|message| ConversionError {
         at: at.to_owned(),
         message,
     })
@@ -404,69 +297,6 @@ fn remove_at(spec: &mut Value, path: &[String]) {
     if let Value::Object(object) = here {
         object.remove(last);
     }
-}
-
-/// JSON to CEL: integral numbers become ints (so `self.replicas * 2` works
-/// as a person reads it), others doubles.
-fn to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-            (Some(i), _, _) => cel::Value::Int(i),
-            (None, Some(u), _) => cel::Value::UInt(u),
-            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => cel::Value::Int(f as i64),
-            (_, _, f) => cel::Value::Float(f.unwrap_or(0.0)),
-        },
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(object) => {
-            let map: HashMap<Key, cel::Value> = object.iter().map(|(k, v)| (Key::from(k.clone()), to_cel(v))).collect();
-            cel::Value::Map(Map { map: Arc::new(map) })
-        }
-    }
-}
-
-/// CEL to JSON: only what a spec can hold.
-fn from_cel(value: &cel::Value) -> Result<Value, String> {
-    Ok(match value {
-        cel::Value::Null => Value::Null,
-        cel::Value::Bool(b) => Value::Bool(*b),
-        cel::Value::Int(i) => Value::from(*i),
-        cel::Value::UInt(u) => Value::from(*u),
-        cel::Value::Float(f) => serde_json::Number::from_f64(*f)
-            .map(Value::Number)
-            .ok_or_else(|| format!("yields {f}, which JSON cannot hold"))?,
-        cel::Value::String(s) => Value::String(s.as_ref().clone()),
-        cel::Value::List(items) => Value::Array(items.iter().map(from_cel).collect::<Result<_, _>>()?),
-        cel::Value::Map(map) => {
-            let mut object = serde_json::Map::new();
-            for (key, value) in map.map.iter() {
-                let Key::String(key) = key else {
-                    return Err("yields a map with a non-string key".into());
-                };
-                object.insert(key.as_ref().clone(), from_cel(value)?);
-            }
-            Value::Object(object)
-        }
-        other => return Err(format!("yields a {}, which a spec cannot hold", other.type_of())),
-    })
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a bool",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
-
-/// The first line of an interpreter's message, bounded.
-fn clip(text: &str) -> String {
-    super::violation::clip(text.lines().next().unwrap_or_default().to_owned(), MAX_ERROR_BYTES)
 }
 
 #[cfg(test)]

@@ -206,6 +206,9 @@ pub struct KindManifest {
     /// How specs of other versions become specs of this one (ADR 48); not
     /// part of the content hash: workers never see them.
     pub conversions: Vec<super::conversion::SpecConversion>,
+    /// The composition declared as data, if any (ADR 49); part of the
+    /// content hash.
+    pub composition: Option<super::cel_composition::Composition>,
 }
 
 /// Longest accepted description, in bytes.
@@ -584,6 +587,13 @@ pub fn manifest_version(m: &KindManifest) -> i64 {
     content.insert("config_schema".into(), m.config_schema.clone().unwrap_or(Value::Null));
     content.insert("reactions".into(), Value::Array(reactions));
     content.insert("finalizer_name".into(), optional_string(m.finalizer_name.as_deref()));
+    // Only when present, so manifests without one keep their versions.
+    if let Some(composition) = &m.composition {
+        content.insert(
+            "composition".into(),
+            serde_json::to_value(composition).unwrap_or(Value::Null),
+        );
+    }
 
     let mut canonical = b"converge.kind_manifest.v1\n".to_vec();
     write_canonical(&Value::Object(content), &mut canonical);
@@ -684,6 +694,7 @@ mod tests {
                 ..KindPolicy::default()
             },
             conversions: Vec::new(),
+            composition: None,
         }
     }
 
@@ -1213,6 +1224,7 @@ mod tests {
                 ..KindPolicy::default()
             },
             conversions: Vec::new(),
+            composition: None,
         };
         let got: Vec<String> = compile_manifest(bad)
             .err()

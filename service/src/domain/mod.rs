@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod authz;
+pub mod cel;
+pub mod cel_composition;
 pub mod compiled;
 pub mod composition;
 pub mod conversion;
@@ -18,6 +20,7 @@ pub mod position;
 pub mod provider_config;
 pub mod reactor;
 pub mod resource;
+pub mod rules;
 pub mod schema;
 pub mod shard;
 pub mod violation;

@@ -24,6 +24,7 @@ use jsonschema::error::ValidationErrorKind;
 use jsonschema::{Draft, ReferencingError, ValidationError, Validator};
 use serde_json::Value;
 
+use super::rules::Rules;
 use super::violation::Violation;
 
 /// Largest accepted schema document, measured as its compact JSON serialization (1 MiB).
@@ -42,6 +43,8 @@ const MAX_DESCRIPTION_BYTES: usize = 512;
 #[derive(Clone)]
 pub struct CompiledSchema {
     validator: Arc<Validator>,
+    /// Its `x-converge-validations` rules (ADR 49); empty for most schemas.
+    rules: Arc<Rules>,
 }
 
 impl fmt::Debug for CompiledSchema {
@@ -87,12 +90,12 @@ pub fn compile(field: &str, schema: &Value) -> Result<CompiledSchema, Vec<Violat
         .with_draft(Draft::Draft202012)
         .offline()
         .build(&forced);
-    match built {
-        Ok(validator) => Ok(CompiledSchema {
-            validator: Arc::new(validator),
-        }),
-        Err(error) => Err(vec![compile_violation(field, schema, &error)]),
-    }
+    let validator = built.map_err(|error| vec![compile_violation(field, schema, &error)])?;
+    let rules = Rules::compile(field, schema)?;
+    Ok(CompiledSchema {
+        validator: Arc::new(validator),
+        rules: Arc::new(rules),
+    })
 }
 
 impl CompiledSchema {
@@ -101,18 +104,37 @@ impl CompiledSchema {
     /// Returns one violation per failed keyword, located at `field` + the pointer into the
     /// instance, at most [`MAX_VIOLATIONS`] of them followed by one saying how many were omitted.
     pub fn validate(&self, field: &str, instance: &Value) -> Result<(), Vec<Violation>> {
-        let violations = collect_capped(field, self.validator.iter_errors(instance), |error| {
+        let mut violations = collect_capped(field, self.validator.iter_errors(instance), |error| {
             Violation::new(
                 join(field, error.instance_path().as_str()),
                 shorten(format!("{} ({})", message(&error), error.kind().keyword())),
             )
         });
+        // Rules judge documents of the schema's shape only.
+        if violations.is_empty() && !self.rules.is_empty() {
+            violations = self.rules.check(field, instance);
+        }
         if violations.is_empty() { Ok(()) } else { Err(violations) }
+    }
+
+    /// Judges an update of `old` to `instance` by the schema's transition
+    /// rules (those that read `oldSelf`).
+    pub fn validate_transition(&self, field: &str, instance: &Value, old: &Value) -> Result<(), Vec<Violation>> {
+        if !self.rules.has_transitions() {
+            return Ok(());
+        }
+        let violations = self.rules.check_transition(field, instance, old);
+        if violations.is_empty() { Ok(()) } else { Err(violations) }
+    }
+
+    /// Whether the schema has transition rules.
+    pub fn has_transition_rules(&self) -> bool {
+        self.rules.has_transitions()
     }
 
     /// Whether `instance` satisfies the schema; cheaper than [`CompiledSchema::validate`].
     pub fn is_valid(&self, instance: &Value) -> bool {
-        self.validator.is_valid(instance)
+        self.validator.is_valid(instance) && (self.rules.is_empty() || self.rules.check("", instance).is_empty())
     }
 }
 

@@ -7,6 +7,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::StoreResult;
+use crate::domain::cel_composition::Composition;
 use crate::domain::conversion::SpecConversion;
 use crate::domain::manifest::{KindManifest, KindPolicy, Reaction, RetryJitter, RetryPolicy};
 
@@ -14,7 +15,7 @@ use crate::domain::manifest::{KindManifest, KindPolicy, Reaction, RetryJitter, R
 const MANIFEST_COLUMNS: &str = "kind, kind_version::int4 AS kind_version, description, spec_schema, status_schema, \
      config_schema, reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, \
      resync_recomposes, orphan_grace_secs, max_transient_attempts, unserved_condition_after_secs, retry_base_ms, \
-     retry_cap_ms, retry_jitter, conversions, manifest_version, created_at, updated_at";
+     retry_cap_ms, retry_jitter, conversions, composition, manifest_version, created_at, updated_at";
 
 /// A stored manifest with its bookkeeping.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +51,7 @@ struct ManifestRow {
     retry_cap_ms: i32,
     retry_jitter: String,
     conversions: Json<Vec<SpecConversion>>,
+    composition: Option<Json<Composition>>,
     manifest_version: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -82,6 +84,7 @@ impl ManifestRow {
                     },
                 },
                 conversions: self.conversions.0,
+                composition: self.composition.map(|c| c.0),
             },
             manifest_version: self.manifest_version,
             created_at: self.created_at,
@@ -137,8 +140,8 @@ pub async fn upsert_manifest(
             "INSERT INTO kind_manifest (kind, kind_version, description, spec_schema, status_schema, config_schema,
                  reactions, finalizer_name, max_inflight, task_deadline_secs, resync_interval_secs, resync_recomposes,
                  orphan_grace_secs, max_transient_attempts, manifest_version, unserved_condition_after_secs,
-                 retry_base_ms, retry_cap_ms, retry_jitter, conversions)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+                 retry_base_ms, retry_cap_ms, retry_jitter, conversions, composition)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
              ON CONFLICT (kind, kind_version) DO UPDATE SET
                  description = EXCLUDED.description, spec_schema = EXCLUDED.spec_schema,
                  status_schema = EXCLUDED.status_schema, config_schema = EXCLUDED.config_schema,
@@ -149,7 +152,8 @@ pub async fn upsert_manifest(
                  manifest_version = EXCLUDED.manifest_version,
                  unserved_condition_after_secs = EXCLUDED.unserved_condition_after_secs,
                  retry_base_ms = EXCLUDED.retry_base_ms, retry_cap_ms = EXCLUDED.retry_cap_ms,
-                 retry_jitter = EXCLUDED.retry_jitter, conversions = EXCLUDED.conversions, updated_at = now()
+                 retry_jitter = EXCLUDED.retry_jitter, conversions = EXCLUDED.conversions,
+                 composition = EXCLUDED.composition, updated_at = now()
              RETURNING {MANIFEST_COLUMNS}"
         );
         let policy = &manifest.policy;
@@ -174,6 +178,7 @@ pub async fn upsert_manifest(
             .bind(policy.retry.cap_ms)
             .bind(policy.retry.jitter.as_db())
             .bind(Json(&manifest.conversions))
+            .bind(manifest.composition.as_ref().map(Json))
             .fetch_one(conn)
             .await?;
         Ok(row.into_stored())
@@ -216,6 +221,20 @@ pub async fn list_manifests(
             .fetch_all(pool)
             .await?;
         Ok(rows.into_iter().map(ManifestRow::into_stored).collect())
+    })
+    .await
+}
+
+/// The kind versions whose manifest declares a composition (ADR 49), with
+/// their manifest versions.
+pub async fn composed_kinds(pool: &PgPool) -> StoreResult<Vec<(String, i32, i64)>> {
+    measured("kinds.composed_kinds", async move {
+        sqlx::query_as(
+            "SELECT kind, kind_version::int4, manifest_version FROM kind_manifest WHERE composition IS NOT NULL",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Into::into)
     })
     .await
 }

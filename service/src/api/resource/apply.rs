@@ -5,6 +5,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use converge_proto::v1::{ApplyResourceRequest, CreateResourceRequest};
 use serde_json::Value;
@@ -16,7 +17,7 @@ use crate::api::ApiState;
 use crate::api::keys::resource_not_found;
 use crate::contract::convert::struct_to_json;
 use crate::contract::status::{ApiError, Reason};
-use crate::domain::compiled::Refusal;
+use crate::domain::compiled::{CompiledKind, Refusal};
 use crate::domain::event::NewEvent;
 use crate::domain::labels::validate_labels;
 use crate::domain::names::{validate_kind_name, validate_kind_version, validate_resource_name};
@@ -277,7 +278,7 @@ pub(crate) async fn write_resources(
         }
     }
     let kind_states = lock_kinds(conn, inputs, items).await?;
-    validate_specs(conn, state, inputs, &kind_states, items).await?;
+    let compiled = validate_specs(conn, state, inputs, &kind_states, items).await?;
 
     let mut written: Vec<Option<Slot>> = inputs.iter().map(|_| None).collect();
     let mut to_schedule: Vec<Uuid> = Vec::new();
@@ -302,6 +303,7 @@ pub(crate) async fn write_resources(
             match existing.remove(&key) {
                 Some(current) => {
                     check_writable(&current, input, kind_state.retired).map_err(|e| items.at(i, e))?;
+                    check_transition(&compiled, input, &current).map_err(|e| items.at(i, e))?;
                     updates.push((i, current));
                 }
                 None if input.etag.is_some() => {
@@ -479,15 +481,38 @@ async fn check_references(conn: &mut PgConnection, inputs: &[ResourceWrite], ite
     Ok(())
 }
 
+/// Judges an update by the transition rules of its kind version's spec
+/// schema (ADR 49), the stored spec as `oldSelf`; a change of version is
+/// not a transition of one schema and is not judged.
+fn check_transition(
+    compiled: &HashMap<(String, i32), Arc<CompiledKind>>,
+    input: &ResourceWrite,
+    current: &Resource,
+) -> Result<(), ApiError> {
+    if current.kind_version != input.kind_version {
+        return Ok(());
+    }
+    let Some(schema) = compiled
+        .get(&(input.kind.clone(), input.kind_version))
+        .and_then(|c| c.spec.as_ref())
+        .filter(|s| s.has_transition_rules())
+    else {
+        return Ok(());
+    };
+    schema
+        .validate_transition("/spec", &input.spec, &current.spec)
+        .map_err(|violations| ApiError::violations(Reason::SpecSchemaViolation, violations))
+}
+
 /// Checks every spec against its kind version's schema, as of the manifest
-/// version read under the lock.
+/// version read under the lock; returns the compiled kinds it used.
 async fn validate_specs(
     conn: &mut PgConnection,
     state: &ApiState,
     inputs: &[ResourceWrite],
     kind_states: &HashMap<(String, i32), KindState>,
     items: Items,
-) -> Result<(), ApiError> {
+) -> Result<HashMap<(String, i32), Arc<CompiledKind>>, ApiError> {
     let mut compiled = HashMap::new();
     for (i, input) in inputs.iter().enumerate() {
         let key = (input.kind.clone(), input.kind_version);
@@ -510,7 +535,7 @@ async fn validate_specs(
             }
         }
     }
-    Ok(())
+    Ok(compiled)
 }
 
 /// Writes the user-owned fields of existing resources (`(input index,

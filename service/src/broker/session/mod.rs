@@ -62,6 +62,29 @@ const MAX_ROLLUP_DESCENDANTS: i64 = 10_000;
 /// Most children handed to a composer as observed.
 const MAX_OBSERVED_CHILDREN: i64 = 10_000;
 
+/// The next message of a worker's stream; never for converge's own session.
+async fn next_message(
+    inbound: &mut Option<Streaming<wpb::WorkStreamRequest>>,
+) -> Result<Option<wpb::WorkStreamRequest>, Status> {
+    match inbound {
+        Some(stream) => stream.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The kinds converge's own session serves, when they change; never for a
+/// worker's session (or once the feed is gone).
+async fn served_changed(
+    served: &mut Option<watch::Receiver<BTreeSet<(String, i32)>>>,
+) -> Option<BTreeSet<(String, i32)>> {
+    let feed = served.as_mut()?;
+    if feed.changed().await.is_err() {
+        *served = None;
+        return None;
+    }
+    Some(feed.borrow_and_update().clone())
+}
+
 /// Resolves when the policy changes; never without a policy.
 async fn policy_changed(policy: &mut Option<watch::Receiver<u64>>) -> Option<()> {
     match policy {
@@ -159,6 +182,22 @@ impl Session {
         }
     }
 
+    /// Serves `kinds` from now on (converge's own session, whose kinds follow
+    /// the manifests), listed anew for the heartbeat.
+    fn serve(&mut self, kinds: BTreeSet<(String, i32)>) {
+        if kinds == self.kinds {
+            return;
+        }
+        self.listed = self.broker.sessions.open(super::registry::SessionInfo {
+            identity: super::SERVER_IDENTITY.to_owned(),
+            agent: super::SERVER_AGENT.to_owned(),
+            kinds: kinds.iter().cloned().collect(),
+            max_inflight: self.max,
+        });
+        self.ready = kinds.clone();
+        self.kinds = kinds;
+    }
+
     /// Drops the kinds the policy no longer lets this worker serve (what it
     /// holds of them finishes: those were given under the grant). False
     /// when nothing is left, after telling the worker why.
@@ -194,7 +233,15 @@ impl Session {
         true
     }
 
-    pub(super) async fn run(mut self, mut inbound: Streaming<wpb::WorkStreamRequest>, resumed: Vec<(Uuid, i64)>) {
+    /// Serves the stream until it ends. `inbound` is the worker's stream;
+    /// `None` for converge's own session, which has no worker and serves the
+    /// kinds `served` says (ADR 49).
+    pub(super) async fn run(
+        mut self,
+        mut inbound: Option<Streaming<wpb::WorkStreamRequest>>,
+        mut served: Option<watch::Receiver<BTreeSet<(String, i32)>>>,
+        resumed: Vec<(Uuid, i64)>,
+    ) {
         let pool = self.broker.pool.clone();
         if let Err(e) = self.adopt(&resumed).await {
             tracing::warn!(error = %e, "could not adopt resumed leases");
@@ -233,7 +280,7 @@ impl Session {
                 CLAIM_POLL
             };
             tokio::select! {
-                message = inbound.message() => {
+                message = next_message(&mut inbound) => {
                     let mut next = message;
                     // Handle whatever else already arrived, then write the
                     // results of the whole batch at once.
@@ -254,7 +301,7 @@ impl Session {
                                 break 'session;
                             }
                         }
-                        match inbound.message().now_or_never() {
+                        match next_message(&mut inbound).now_or_never() {
                             Some(message) => next = message,
                             None => break,
                         }
@@ -284,6 +331,7 @@ impl Session {
                 Some(()) = policy_changed(&mut policy) => if !self.apply_policy().await {
                     break;
                 },
+                Some(kinds) = served_changed(&mut served) => self.serve(kinds),
                 // The sender goes only with the process's background tasks.
                 changed = closing.changed() => if changed.is_err() {
                     break;
@@ -376,10 +424,10 @@ impl Session {
     /// stream holds, until it holds nothing, the worker stops sending or
     /// [`CLOSE_GRACE`] passes. What is still held then is resumed by the
     /// worker on its next stream.
-    async fn take_last_results(&mut self, inbound: &mut Streaming<wpb::WorkStreamRequest>) {
+    async fn take_last_results(&mut self, inbound: &mut Option<Streaming<wpb::WorkStreamRequest>>) {
         let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
         while self.held() > 0 {
-            let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, inbound.message()).await else {
+            let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, next_message(inbound)).await else {
                 break;
             };
             if !self.handle_logged(message).await {

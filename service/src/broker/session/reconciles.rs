@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{Held, MAX_OBSERVED_CHILDREN, MAX_ROLLUP_DESCENDANTS, Session, SessionError, refused};
 use crate::broker::wire::{self, Composition, Input, StageResult, WorkerFailure};
+use crate::domain::cel_composition::Member;
 use crate::domain::compiled::Refusal;
 use crate::domain::composition::{ChildSpec, ConfigSpec, Edge, Stage, StagePlan, validate_composition};
 use crate::domain::event::ReportedEvent;
@@ -176,7 +177,13 @@ impl Session {
     }
 
     /// Sends the task for `stage` (loading its input); false if the stream is gone.
+    /// A stage the server runs itself (a data-declared composition's compose
+    /// or rollup, ADR 49) is evaluated here instead, with no round trip.
     pub(super) async fn send_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<bool, StoreError> {
+        if flight.plan.served_by_server(stage) {
+            Box::pin(self.run_server_stage(flight, stage)).await?;
+            return Ok(true);
+        }
         let pool = &self.broker.pool;
         let id = flight.task.resource_id;
         let so_far = flight
@@ -214,6 +221,114 @@ impl Session {
         }
         self.broker.stats.dispatched.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Runs a stage of a data-declared composition: the compose is applied
+    /// exactly as a composer worker's result would be; the rollup ends the
+    /// task with the status and health it derives. An evaluation error
+    /// fails the generation terminally (the expressions are a function of
+    /// the spec and the children: running again changes nothing until one
+    /// of them does).
+    async fn run_server_stage(&mut self, mut flight: InFlight, stage: Stage) -> Result<(), StoreError> {
+        let task = &flight.task;
+        let compiled = self
+            .broker
+            .catalog
+            .current(&self.broker.pool, &task.kind, task.kind_version)
+            .await;
+        let composition = match compiled.map(|c| c.composition.clone()) {
+            Some(Some(composition)) => composition,
+            // The manifest lost its composition since the claim: what this
+            // task would compose is no longer declared.
+            Some(None) => {
+                self.evaluation_failed(&flight, "the kind no longer declares a composition".to_owned());
+                return Ok(());
+            }
+            // The manifest could not be read now: retried with backoff.
+            None => {
+                self.results.push(TaskResult {
+                    error: Some("the kind's manifest could not be read; retrying".to_owned()),
+                    reason: Some("ManifestUnavailable".to_owned()),
+                    ..result_of(&flight)
+                });
+                return Ok(());
+            }
+        };
+        if let Some(m) = telemetry::metrics() {
+            m.stages.add(
+                1,
+                &[
+                    KeyValue::new("converge.kind", task.kind.clone()),
+                    KeyValue::new("converge.stage", stage.name()),
+                    KeyValue::new("converge.outcome", "server"),
+                ],
+            );
+        }
+        match stage {
+            Stage::Compose => match composition.compose(&task.name, &task.labels.0, &task.spec.0) {
+                Ok(composed) => {
+                    let composition = Composition {
+                        children: composed.children,
+                        edges: composed.edges,
+                        configs: Vec::new(),
+                        unstorable: Vec::new(),
+                    };
+                    self.composed(flight, composition, None).await
+                }
+                Err(message) => {
+                    self.evaluation_failed(&flight, message);
+                    Ok(())
+                }
+            },
+            Stage::Rollup => {
+                let children = pipeline::children(&self.broker.pool, task.resource_id, MAX_OBSERVED_CHILDREN).await?;
+                let members: Vec<Member> = children
+                    .into_iter()
+                    .filter(|c| c.deletion_requested_at.is_none())
+                    .map(|c| Member {
+                        ready: c.is_ready,
+                        synced: c.synced_gen >= c.generation,
+                        healthy: c.health_ok,
+                        status: c.status.map_or(Value::Object(serde_json::Map::new()), |s| s.0),
+                        kind: c.kind,
+                        name: c.name,
+                    })
+                    .collect();
+                match composition.rollup(&task.name, &task.labels.0, &task.spec.0, &members) {
+                    Ok(rolled) => {
+                        if rolled.status.is_some() {
+                            flight.status = rolled.status;
+                        }
+                        if let Some(healthy) = rolled.healthy {
+                            flight.conditions.push(ConditionInput {
+                                type_: "Ready".to_owned(),
+                                status: if healthy { "True" } else { "False" },
+                                reason: if healthy { "ChildrenReady" } else { "ChildrenNotReady" }.to_owned(),
+                                message: crate::domain::violation::clip(rolled.message, 1024),
+                                liveness_ms: None,
+                            });
+                        }
+                        self.finish(&flight, rolled.healthy, true);
+                    }
+                    Err(message) => self.evaluation_failed(&flight, message),
+                }
+                Ok(())
+            }
+            Stage::Work | Stage::Delete => {
+                self.finish(&flight, None, true);
+                Ok(())
+            }
+        }
+    }
+
+    /// Fails the generation for an expression that did not evaluate.
+    fn evaluation_failed(&mut self, flight: &InFlight, message: String) {
+        self.results.push(TaskResult {
+            error: Some(crate::domain::violation::clip(message, 1024)),
+            reason: Some("CompositionEvaluationFailed".to_owned()),
+            terminal: true,
+            ..result_of(flight)
+        });
     }
 
     /// Applies the completion of the stage `flight` ran (matched to its

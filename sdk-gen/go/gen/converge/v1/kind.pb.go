@@ -538,7 +538,15 @@ type KindManifest struct {
 	// from_version A. Conversions are evaluated in the server (CEL), need no
 	// worker, and are not part of manifest_version: editing them fences no
 	// task.
-	Conversions   []*SpecConversion `protobuf:"bytes,13,rep,name=conversions,proto3" json:"conversions,omitempty"`
+	Conversions []*SpecConversion `protobuf:"bytes,13,rep,name=conversions,proto3" json:"conversions,omitempty"`
+	// Optional. The kind's composition declared as data: converge evaluates it
+	// in the server, with no composer worker (ADR 49). A kind with a
+	// composition declares no SPEC_CHANGE reaction emitting children, and no
+	// CHILDREN_SETTLED reaction when the composition has a rollup. A kind
+	// whose only stages are the composition's is served by converge itself;
+	// otherwise its workers serve its other reactions. Part of
+	// manifest_version.
+	Composition   *Composition `protobuf:"bytes,14,opt,name=composition,proto3" json:"composition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,6 +672,282 @@ func (x *KindManifest) GetConversions() []*SpecConversion {
 	return nil
 }
 
+func (x *KindManifest) GetComposition() *Composition {
+	if x != nil {
+		return x.Composition
+	}
+	return nil
+}
+
+// Children declared as templates. A template string is text in which each
+// `${expression}` is a CEL expression (https://cel.dev); a string that is
+// exactly one `${...}` takes the expression's value with its type, others
+// interpolate the values as text (`$${` is a literal `${`). Expressions see
+// `spec` (the parent's spec, a map; JSON numbers without a fraction are CEL
+// ints) and `metadata` (`metadata.name`, `metadata.labels`); in a
+// collection also `each` (the item; for a map, `{key, value}`) and `index`
+// (its position from 0). Expressions are checked when the manifest is
+// applied (syntax, variables, fields the spec schema declares, at most 4096
+// bytes and two nested loop macros each) and evaluated within a budget
+// estimated from the inputs; a failed evaluation fails the parent's
+// generation with reason CompositionEvaluationFailed, never the server.
+type Composition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The child templates, in order (1 to 64).
+	Resources []*ComposedResource `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	// Optional. How the parent's status and health derive from its children,
+	// once they have settled. Absent = no rollup stage (unless a
+	// CHILDREN_SETTLED reaction declares one for a worker).
+	Rollup        *CompositionRollup `protobuf:"bytes,2,opt,name=rollup,proto3" json:"rollup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Composition) Reset() {
+	*x = Composition{}
+	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Composition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Composition) ProtoMessage() {}
+
+func (x *Composition) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Composition.ProtoReflect.Descriptor instead.
+func (*Composition) Descriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Composition) GetResources() []*ComposedResource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Composition) GetRollup() *CompositionRollup {
+	if x != nil {
+		return x.Rollup
+	}
+	return nil
+}
+
+// One child, or with for_each one child per item.
+type ComposedResource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. Identifier in the composition: 1-63 letters, digits or '_',
+	// starting with a lower-case letter; not spec, metadata, each, index or
+	// self. Other templates and the rollup refer to the template by it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Required. Kind of the child; the kind version must exist when the
+	// manifest is applied.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Required. Kind version of the child (>= 1).
+	KindVersion int32 `protobuf:"varint,3,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	// Required. Name of the child (a template string), e.g.
+	// `${metadata.name}-${each}`.
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Optional. Labels of the child; values are template strings.
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Optional. Spec of the child: a template object. A field whose whole
+	// value is `${id.status.field}` (another template's status) is a value
+	// flow: it is filled from that child's status once it has it, and this
+	// child waits for that one (a dependency edge). A collection reads
+	// another collection over the same for_each position by position. That
+	// is the only place another child may be read; the flows must not form a
+	// cycle.
+	Spec *structpb.Struct `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Optional. CEL over spec and metadata yielding a list or a map: one child
+	// per item. Empty = a single child.
+	ForEach string `protobuf:"bytes,7,opt,name=for_each,json=forEach,proto3" json:"for_each,omitempty"`
+	// Optional. CEL yielding a bool: the child exists only when true (sees
+	// each and index in a collection). Empty = always.
+	IncludeWhen string `protobuf:"bytes,8,opt,name=include_when,json=includeWhen,proto3" json:"include_when,omitempty"`
+	// Optional. Name of the provider config attached to the child as its
+	// override (a template string; empty result = none).
+	ProviderConfig string `protobuf:"bytes,9,opt,name=provider_config,json=providerConfig,proto3" json:"provider_config,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ComposedResource) Reset() {
+	*x = ComposedResource{}
+	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComposedResource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComposedResource) ProtoMessage() {}
+
+func (x *ComposedResource) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComposedResource.ProtoReflect.Descriptor instead.
+func (*ComposedResource) Descriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ComposedResource) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ComposedResource) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ComposedResource) GetKindVersion() int32 {
+	if x != nil {
+		return x.KindVersion
+	}
+	return 0
+}
+
+func (x *ComposedResource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ComposedResource) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ComposedResource) GetSpec() *structpb.Struct {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ComposedResource) GetForEach() string {
+	if x != nil {
+		return x.ForEach
+	}
+	return ""
+}
+
+func (x *ComposedResource) GetIncludeWhen() string {
+	if x != nil {
+		return x.IncludeWhen
+	}
+	return ""
+}
+
+func (x *ComposedResource) GetProviderConfig() string {
+	if x != nil {
+		return x.ProviderConfig
+	}
+	return ""
+}
+
+// The rollup of a composition. Its expressions also see each template by
+// id: a single template as `{kind, name, ready, synced, healthy, status}`,
+// a collection as a list of those.
+type CompositionRollup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. The parent's status: a template object. Absent = the status
+	// is left as it is.
+	Status *structpb.Struct `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// Optional. CEL yielding whether the parent is healthy: false makes it
+	// Degraded with a Ready=False condition (reason ChildrenNotReady). Empty
+	// = not judged.
+	Ready string `protobuf:"bytes,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Optional. The condition's message when ready is false (a template
+	// string).
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompositionRollup) Reset() {
+	*x = CompositionRollup{}
+	mi := &file_converge_v1_kind_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompositionRollup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompositionRollup) ProtoMessage() {}
+
+func (x *CompositionRollup) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_kind_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompositionRollup.ProtoReflect.Descriptor instead.
+func (*CompositionRollup) Descriptor() ([]byte, []int) {
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CompositionRollup) GetStatus() *structpb.Struct {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *CompositionRollup) GetReady() string {
+	if x != nil {
+		return x.Ready
+	}
+	return ""
+}
+
+func (x *CompositionRollup) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // How a spec of version from_version becomes a spec of the manifest's
 // version. Every expression is CEL (https://cel.dev) over the variables
 // `self` (the old spec, a map), `name` (the resource's name) and `labels`
@@ -688,7 +972,7 @@ type SpecConversion struct {
 
 func (x *SpecConversion) Reset() {
 	*x = SpecConversion{}
-	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	mi := &file_converge_v1_kind_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +984,7 @@ func (x *SpecConversion) String() string {
 func (*SpecConversion) ProtoMessage() {}
 
 func (x *SpecConversion) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_kind_proto_msgTypes[3]
+	mi := &file_converge_v1_kind_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +997,7 @@ func (x *SpecConversion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecConversion.ProtoReflect.Descriptor instead.
 func (*SpecConversion) Descriptor() ([]byte, []int) {
-	return file_converge_v1_kind_proto_rawDescGZIP(), []int{3}
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SpecConversion) GetFromVersion() int32 {
@@ -758,7 +1042,7 @@ type FieldConversion struct {
 
 func (x *FieldConversion) Reset() {
 	*x = FieldConversion{}
-	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	mi := &file_converge_v1_kind_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1054,7 @@ func (x *FieldConversion) String() string {
 func (*FieldConversion) ProtoMessage() {}
 
 func (x *FieldConversion) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_kind_proto_msgTypes[4]
+	mi := &file_converge_v1_kind_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1067,7 @@ func (x *FieldConversion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldConversion.ProtoReflect.Descriptor instead.
 func (*FieldConversion) Descriptor() ([]byte, []int) {
-	return file_converge_v1_kind_proto_rawDescGZIP(), []int{4}
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FieldConversion) GetPath() string {
@@ -859,7 +1143,7 @@ type KindConfig struct {
 
 func (x *KindConfig) Reset() {
 	*x = KindConfig{}
-	mi := &file_converge_v1_kind_proto_msgTypes[5]
+	mi := &file_converge_v1_kind_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1155,7 @@ func (x *KindConfig) String() string {
 func (*KindConfig) ProtoMessage() {}
 
 func (x *KindConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_kind_proto_msgTypes[5]
+	mi := &file_converge_v1_kind_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1168,7 @@ func (x *KindConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KindConfig.ProtoReflect.Descriptor instead.
 func (*KindConfig) Descriptor() ([]byte, []int) {
-	return file_converge_v1_kind_proto_rawDescGZIP(), []int{5}
+	return file_converge_v1_kind_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KindConfig) GetKind() string {
@@ -1023,7 +1307,7 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"\rretry_base_ms\x18\x11 \x01(\x05R\vretryBaseMs\x12 \n" +
 	"\fretry_cap_ms\x18\x12 \x01(\x05R\n" +
 	"retryCapMs\x12;\n" +
-	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter\"\xdc\x05\n" +
+	"\fretry_jitter\x18\x13 \x01(\x0e2\x18.converge.v1.RetryJitterR\vretryJitter\"\x9e\x06\n" +
 	"\fKindManifest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12&\n" +
@@ -1041,7 +1325,28 @@ const file_converge_v1_kind_proto_rawDesc = "" +
 	"createTime\x12A\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12C\n" +
-	"\vconversions\x18\r \x03(\v2\x1b.converge.v1.SpecConversionB\x04\xe2A\x01\x01R\vconversions\"\x8f\x01\n" +
+	"\vconversions\x18\r \x03(\v2\x1b.converge.v1.SpecConversionB\x04\xe2A\x01\x01R\vconversions\x12@\n" +
+	"\vcomposition\x18\x0e \x01(\v2\x18.converge.v1.CompositionB\x04\xe2A\x01\x01R\vcomposition\"\x8e\x01\n" +
+	"\vComposition\x12A\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.converge.v1.ComposedResourceB\x04\xe2A\x01\x02R\tresources\x12<\n" +
+	"\x06rollup\x18\x02 \x01(\v2\x1e.converge.v1.CompositionRollupB\x04\xe2A\x01\x01R\x06rollup\"\xb5\x03\n" +
+	"\x10ComposedResource\x12\x14\n" +
+	"\x02id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x02id\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
+	"\fkind_version\x18\x03 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
+	"\x04name\x18\x04 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12G\n" +
+	"\x06labels\x18\x05 \x03(\v2).converge.v1.ComposedResource.LabelsEntryB\x04\xe2A\x01\x01R\x06labels\x121\n" +
+	"\x04spec\x18\x06 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x04spec\x12\x1f\n" +
+	"\bfor_each\x18\a \x01(\tB\x04\xe2A\x01\x01R\aforEach\x12'\n" +
+	"\finclude_when\x18\b \x01(\tB\x04\xe2A\x01\x01R\vincludeWhen\x12-\n" +
+	"\x0fprovider_config\x18\t \x01(\tB\x04\xe2A\x01\x01R\x0eproviderConfig\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x11CompositionRollup\x125\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x01R\x06status\x12\x1a\n" +
+	"\x05ready\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\x05ready\x12\x1e\n" +
+	"\amessage\x18\x03 \x01(\tB\x04\xe2A\x01\x01R\amessage\"\x8f\x01\n" +
 	"\x0eSpecConversion\x12'\n" +
 	"\ffrom_version\x18\x01 \x01(\x05B\x04\xe2A\x01\x02R\vfromVersion\x12\x18\n" +
 	"\x04spec\x18\x02 \x01(\tB\x04\xe2A\x01\x01R\x04spec\x12:\n" +
@@ -1110,7 +1415,7 @@ func file_converge_v1_kind_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_v1_kind_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_converge_v1_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_converge_v1_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_converge_v1_kind_proto_goTypes = []any{
 	(Trigger)(0),                  // 0: converge.v1.Trigger
 	(Emit)(0),                     // 1: converge.v1.Emit
@@ -1118,33 +1423,43 @@ var file_converge_v1_kind_proto_goTypes = []any{
 	(*Reaction)(nil),              // 3: converge.v1.Reaction
 	(*KindPolicy)(nil),            // 4: converge.v1.KindPolicy
 	(*KindManifest)(nil),          // 5: converge.v1.KindManifest
-	(*SpecConversion)(nil),        // 6: converge.v1.SpecConversion
-	(*FieldConversion)(nil),       // 7: converge.v1.FieldConversion
-	(*KindConfig)(nil),            // 8: converge.v1.KindConfig
-	(*structpb.Struct)(nil),       // 9: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*Composition)(nil),           // 6: converge.v1.Composition
+	(*ComposedResource)(nil),      // 7: converge.v1.ComposedResource
+	(*CompositionRollup)(nil),     // 8: converge.v1.CompositionRollup
+	(*SpecConversion)(nil),        // 9: converge.v1.SpecConversion
+	(*FieldConversion)(nil),       // 10: converge.v1.FieldConversion
+	(*KindConfig)(nil),            // 11: converge.v1.KindConfig
+	nil,                           // 12: converge.v1.ComposedResource.LabelsEntry
+	(*structpb.Struct)(nil),       // 13: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_converge_v1_kind_proto_depIdxs = []int32{
 	0,  // 0: converge.v1.Reaction.trigger:type_name -> converge.v1.Trigger
 	1,  // 1: converge.v1.Reaction.emits:type_name -> converge.v1.Emit
-	9,  // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
+	13, // 2: converge.v1.Reaction.input_schema:type_name -> google.protobuf.Struct
 	2,  // 3: converge.v1.KindPolicy.retry_jitter:type_name -> converge.v1.RetryJitter
-	9,  // 4: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
-	9,  // 5: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
-	9,  // 6: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
+	13, // 4: converge.v1.KindManifest.spec_schema:type_name -> google.protobuf.Struct
+	13, // 5: converge.v1.KindManifest.status_schema:type_name -> google.protobuf.Struct
+	13, // 6: converge.v1.KindManifest.config_schema:type_name -> google.protobuf.Struct
 	3,  // 7: converge.v1.KindManifest.reactions:type_name -> converge.v1.Reaction
 	4,  // 8: converge.v1.KindManifest.policy:type_name -> converge.v1.KindPolicy
-	10, // 9: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
-	10, // 10: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 11: converge.v1.KindManifest.conversions:type_name -> converge.v1.SpecConversion
-	7,  // 12: converge.v1.SpecConversion.fields:type_name -> converge.v1.FieldConversion
-	10, // 13: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
-	2,  // 14: converge.v1.KindConfig.retry_jitter:type_name -> converge.v1.RetryJitter
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 9: converge.v1.KindManifest.create_time:type_name -> google.protobuf.Timestamp
+	14, // 10: converge.v1.KindManifest.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 11: converge.v1.KindManifest.conversions:type_name -> converge.v1.SpecConversion
+	6,  // 12: converge.v1.KindManifest.composition:type_name -> converge.v1.Composition
+	7,  // 13: converge.v1.Composition.resources:type_name -> converge.v1.ComposedResource
+	8,  // 14: converge.v1.Composition.rollup:type_name -> converge.v1.CompositionRollup
+	12, // 15: converge.v1.ComposedResource.labels:type_name -> converge.v1.ComposedResource.LabelsEntry
+	13, // 16: converge.v1.ComposedResource.spec:type_name -> google.protobuf.Struct
+	13, // 17: converge.v1.CompositionRollup.status:type_name -> google.protobuf.Struct
+	10, // 18: converge.v1.SpecConversion.fields:type_name -> converge.v1.FieldConversion
+	14, // 19: converge.v1.KindConfig.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 20: converge.v1.KindConfig.retry_jitter:type_name -> converge.v1.RetryJitter
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_kind_proto_init() }
@@ -1158,7 +1473,7 @@ func file_converge_v1_kind_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_kind_proto_rawDesc), len(file_converge_v1_kind_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

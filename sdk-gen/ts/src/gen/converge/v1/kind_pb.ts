@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/kind.proto.
  */
 export const file_converge_v1_kind: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASK2AgoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIivAQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNgoLY29udmVyc2lvbnMYDSADKAsyGy5jb252ZXJnZS52MS5TcGVjQ29udmVyc2lvbkIE4kEBASJ0Cg5TcGVjQ29udmVyc2lvbhIaCgxmcm9tX3ZlcnNpb24YASABKAVCBOJBAQISEgoEc3BlYxgCIAEoCUIE4kEBARIyCgZmaWVsZHMYAyADKAsyHC5jb252ZXJnZS52MS5GaWVsZENvbnZlcnNpb25CBOJBAQEiUAoPRmllbGRDb252ZXJzaW9uEhIKBHBhdGgYASABKAlCBOJBAQISEwoFdmFsdWUYAiABKAlCBOJBAQESFAoGcmVtb3ZlGAMgASgIQgTiQQEBIsgDCgpLaW5kQ29uZmlnEgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEhQKDG1heF9pbmZsaWdodBgDIAEoBRIaChJ0YXNrX2RlYWRsaW5lX3NlY3MYBCABKAUSHAoUcmVzeW5jX2ludGVydmFsX3NlY3MYBSABKAUSGQoRcmVzeW5jX3JlY29tcG9zZXMYBiABKAgSGQoRb3JwaGFuX2dyYWNlX3NlY3MYByABKAUSHgoWbWF4X3RyYW5zaWVudF9hdHRlbXB0cxgIIAEoBRIPCgdyZXRpcmVkGAkgASgIEjUKC3VwZGF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxIMCgRldGFnGAsgASgJEhYKDnJldmlzaW9uX2xpbWl0GAwgASgFEiUKHXVuc2VydmVkX2NvbmRpdGlvbl9hZnRlcl9zZWNzGBAgASgFEhUKDXJldHJ5X2Jhc2VfbXMYESABKAUSFAoMcmV0cnlfY2FwX21zGBIgASgFEi4KDHJldHJ5X2ppdHRlchgTIAEoDjIYLmNvbnZlcmdlLnYxLlJldHJ5Sml0dGVyKrcBCgdUcmlnZ2VyEhcKE1RSSUdHRVJfVU5TUEVDSUZJRUQQABIXChNUUklHR0VSX1NQRUNfQ0hBTkdFEAESHAoYVFJJR0dFUl9DSElMRFJFTl9TRVRUTEVEEAISHAoYVFJJR0dFUl9ERUxFVEVfUkVRVUVTVEVEEAMSFQoRVFJJR0dFUl9PUEVSQVRJT04QBBITCg9UUklHR0VSX1JFQUNUT1IQBRISCg5UUklHR0VSX1JFU1lOQxAGKrwBCgRFbWl0EhQKEEVNSVRfVU5TUEVDSUZJRUQQABIRCg1FTUlUX0NISUxEUkVOEAESDgoKRU1JVF9FREdFUxACEhAKDEVNSVRfQ09ORklHUxADEg8KC0VNSVRfU1RBVFVTEAQSEwoPRU1JVF9DT05ESVRJT05TEAUSEgoORU1JVF9GSU5BTElaRVIQBhIZChVFTUlUX09QRVJBVElPTl9PVVRQVVQQBxIUChBFTUlUX1NJREVfRUZGRUNUEAgqcQoLUmV0cnlKaXR0ZXISHAoYUkVUUllfSklUVEVSX1VOU1BFQ0lGSUVEEAASFQoRUkVUUllfSklUVEVSX05PTkUQARIVChFSRVRSWV9KSVRURVJfRlVMTBACEhYKElJFVFJZX0pJVFRFUl9FUVVBTBADQpkBCg9jb20uY29udmVyZ2UudjFCCUtpbmRQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZjb252ZXJnZS92MS9raW5kLnByb3RvEgtjb252ZXJnZS52MSLJAQoIUmVhY3Rpb24SEgoEbmFtZRgBIAEoCUIE4kEBAhIrCgd0cmlnZ2VyGAIgASgOMhQuY29udmVyZ2UudjEuVHJpZ2dlckIE4kEBAhImCgVlbWl0cxgDIAMoDjIRLmNvbnZlcmdlLnYxLkVtaXRCBOJBAQISDAoEdmVyYhgEIAEoCRIRCglmaW5hbGl6ZXIYBSABKAkSMwoMaW5wdXRfc2NoZW1hGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASK2AgoKS2luZFBvbGljeRIUCgxtYXhfaW5mbGlnaHQYASABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAIgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAMgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAQgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAUgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYBiABKAUSJQoddW5zZXJ2ZWRfY29uZGl0aW9uX2FmdGVyX3NlY3MYECABKAUSFQoNcmV0cnlfYmFzZV9tcxgRIAEoBRIUCgxyZXRyeV9jYXBfbXMYEiABKAUSLgoMcmV0cnlfaml0dGVyGBMgASgOMhguY29udmVyZ2UudjEuUmV0cnlKaXR0ZXIi8QQKDEtpbmRNYW5pZmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhIZCgtkZXNjcmlwdGlvbhgDIAEoCUIE4kEBARIyCgtzcGVjX3NjaGVtYRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNc3RhdHVzX3NjaGVtYRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESNAoNY29uZmlnX3NjaGVtYRgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESLgoJcmVhY3Rpb25zGAcgAygLMhUuY29udmVyZ2UudjEuUmVhY3Rpb25CBOJBAQISHAoOZmluYWxpemVyX25hbWUYCCABKAlCBOJBAQESLQoGcG9saWN5GAkgASgLMhcuY29udmVyZ2UudjEuS2luZFBvbGljeUIE4kEBARIeChBtYW5pZmVzdF92ZXJzaW9uGAogASgDQgTiQQEDEjUKC2NyZWF0ZV90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBAxI1Cgt1cGRhdGVfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSNgoLY29udmVyc2lvbnMYDSADKAsyGy5jb252ZXJnZS52MS5TcGVjQ29udmVyc2lvbkIE4kEBARIzCgtjb21wb3NpdGlvbhgOIAEoCzIYLmNvbnZlcmdlLnYxLkNvbXBvc2l0aW9uQgTiQQEBInsKC0NvbXBvc2l0aW9uEjYKCXJlc291cmNlcxgBIAMoCzIdLmNvbnZlcmdlLnYxLkNvbXBvc2VkUmVzb3VyY2VCBOJBAQISNAoGcm9sbHVwGAIgASgLMh4uY29udmVyZ2UudjEuQ29tcG9zaXRpb25Sb2xsdXBCBOJBAQEi2AIKEENvbXBvc2VkUmVzb3VyY2USEAoCaWQYASABKAlCBOJBAQISEgoEa2luZBgCIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAyABKAVCBOJBAQISEgoEbmFtZRgEIAEoCUIE4kEBAhI/CgZsYWJlbHMYBSADKAsyKS5jb252ZXJnZS52MS5Db21wb3NlZFJlc291cmNlLkxhYmVsc0VudHJ5QgTiQQEBEisKBHNwZWMYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgTiQQEBEhYKCGZvcl9lYWNoGAcgASgJQgTiQQEBEhoKDGluY2x1ZGVfd2hlbhgIIAEoCUIE4kEBARIdCg9wcm92aWRlcl9jb25maWcYCSABKAlCBOJBAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJuChFDb21wb3NpdGlvblJvbGx1cBItCgZzdGF0dXMYASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgTiQQEBEhMKBXJlYWR5GAIgASgJQgTiQQEBEhUKB21lc3NhZ2UYAyABKAlCBOJBAQEidAoOU3BlY0NvbnZlcnNpb24SGgoMZnJvbV92ZXJzaW9uGAEgASgFQgTiQQECEhIKBHNwZWMYAiABKAlCBOJBAQESMgoGZmllbGRzGAMgAygLMhwuY29udmVyZ2UudjEuRmllbGRDb252ZXJzaW9uQgTiQQEBIlAKD0ZpZWxkQ29udmVyc2lvbhISCgRwYXRoGAEgASgJQgTiQQECEhMKBXZhbHVlGAIgASgJQgTiQQEBEhQKBnJlbW92ZRgDIAEoCEIE4kEBASLIAwoKS2luZENvbmZpZxIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIUCgxtYXhfaW5mbGlnaHQYAyABKAUSGgoSdGFza19kZWFkbGluZV9zZWNzGAQgASgFEhwKFHJlc3luY19pbnRlcnZhbF9zZWNzGAUgASgFEhkKEXJlc3luY19yZWNvbXBvc2VzGAYgASgIEhkKEW9ycGhhbl9ncmFjZV9zZWNzGAcgASgFEh4KFm1heF90cmFuc2llbnRfYXR0ZW1wdHMYCCABKAUSDwoHcmV0aXJlZBgJIAEoCBI1Cgt1cGRhdGVfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBOJBAQMSDAoEZXRhZxgLIAEoCRIWCg5yZXZpc2lvbl9saW1pdBgMIAEoBRIlCh11bnNlcnZlZF9jb25kaXRpb25fYWZ0ZXJfc2VjcxgQIAEoBRIVCg1yZXRyeV9iYXNlX21zGBEgASgFEhQKDHJldHJ5X2NhcF9tcxgSIAEoBRIuCgxyZXRyeV9qaXR0ZXIYEyABKA4yGC5jb252ZXJnZS52MS5SZXRyeUppdHRlciq3AQoHVHJpZ2dlchIXChNUUklHR0VSX1VOU1BFQ0lGSUVEEAASFwoTVFJJR0dFUl9TUEVDX0NIQU5HRRABEhwKGFRSSUdHRVJfQ0hJTERSRU5fU0VUVExFRBACEhwKGFRSSUdHRVJfREVMRVRFX1JFUVVFU1RFRBADEhUKEVRSSUdHRVJfT1BFUkFUSU9OEAQSEwoPVFJJR0dFUl9SRUFDVE9SEAUSEgoOVFJJR0dFUl9SRVNZTkMQBiq8AQoERW1pdBIUChBFTUlUX1VOU1BFQ0lGSUVEEAASEQoNRU1JVF9DSElMRFJFThABEg4KCkVNSVRfRURHRVMQAhIQCgxFTUlUX0NPTkZJR1MQAxIPCgtFTUlUX1NUQVRVUxAEEhMKD0VNSVRfQ09ORElUSU9OUxAFEhIKDkVNSVRfRklOQUxJWkVSEAYSGQoVRU1JVF9PUEVSQVRJT05fT1VUUFVUEAcSFAoQRU1JVF9TSURFX0VGRkVDVBAIKnEKC1JldHJ5Sml0dGVyEhwKGFJFVFJZX0pJVFRFUl9VTlNQRUNJRklFRBAAEhUKEVJFVFJZX0pJVFRFUl9OT05FEAESFQoRUkVUUllfSklUVEVSX0ZVTEwQAhIWChJSRVRSWV9KSVRURVJfRVFVQUwQA0KZAQoPY29tLmNvbnZlcmdlLnYxQglLaW5kUHJvdG9QAVouY29udmVyZ2UuZGV2L3Nkay9nby9nZW4vY29udmVyZ2UvdjE7Y29udmVyZ2V2MaICA0NYWKoCC0NvbnZlcmdlLlYxygILQ29udmVyZ2VcVjHiAhdDb252ZXJnZVxWMVxHUEJNZXRhZGF0YeoCDENvbnZlcmdlOjpWMWIGcHJvdG8z", [file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One (trigger, emits) pair of a kind: when trigger fires, the broker sends
@@ -309,6 +309,19 @@ export type KindManifest = Message<"converge.v1.KindManifest"> & {
    * @generated from field: repeated converge.v1.SpecConversion conversions = 13;
    */
   conversions: SpecConversion[];
+
+  /**
+   * Optional. The kind's composition declared as data: converge evaluates it
+   * in the server, with no composer worker (ADR 49). A kind with a
+   * composition declares no SPEC_CHANGE reaction emitting children, and no
+   * CHILDREN_SETTLED reaction when the composition has a rollup. A kind
+   * whose only stages are the composition's is served by converge itself;
+   * otherwise its workers serve its other reactions. Part of
+   * manifest_version.
+   *
+   * @generated from field: converge.v1.Composition composition = 14;
+   */
+  composition?: Composition | undefined;
 };
 
 /**
@@ -317,6 +330,178 @@ export type KindManifest = Message<"converge.v1.KindManifest"> & {
  */
 export const KindManifestSchema: GenMessage<KindManifest> = /*@__PURE__*/
   messageDesc(file_converge_v1_kind, 2);
+
+/**
+ * Children declared as templates. A template string is text in which each
+ * `${expression}` is a CEL expression (https://cel.dev); a string that is
+ * exactly one `${...}` takes the expression's value with its type, others
+ * interpolate the values as text (`$${` is a literal `${`). Expressions see
+ * `spec` (the parent's spec, a map; JSON numbers without a fraction are CEL
+ * ints) and `metadata` (`metadata.name`, `metadata.labels`); in a
+ * collection also `each` (the item; for a map, `{key, value}`) and `index`
+ * (its position from 0). Expressions are checked when the manifest is
+ * applied (syntax, variables, fields the spec schema declares, at most 4096
+ * bytes and two nested loop macros each) and evaluated within a budget
+ * estimated from the inputs; a failed evaluation fails the parent's
+ * generation with reason CompositionEvaluationFailed, never the server.
+ *
+ * @generated from message converge.v1.Composition
+ */
+export type Composition = Message<"converge.v1.Composition"> & {
+  /**
+   * Required. The child templates, in order (1 to 64).
+   *
+   * @generated from field: repeated converge.v1.ComposedResource resources = 1;
+   */
+  resources: ComposedResource[];
+
+  /**
+   * Optional. How the parent's status and health derive from its children,
+   * once they have settled. Absent = no rollup stage (unless a
+   * CHILDREN_SETTLED reaction declares one for a worker).
+   *
+   * @generated from field: converge.v1.CompositionRollup rollup = 2;
+   */
+  rollup?: CompositionRollup | undefined;
+};
+
+/**
+ * Describes the message converge.v1.Composition.
+ * Use `create(CompositionSchema)` to create a new message.
+ */
+export const CompositionSchema: GenMessage<Composition> = /*@__PURE__*/
+  messageDesc(file_converge_v1_kind, 3);
+
+/**
+ * One child, or with for_each one child per item.
+ *
+ * @generated from message converge.v1.ComposedResource
+ */
+export type ComposedResource = Message<"converge.v1.ComposedResource"> & {
+  /**
+   * Required. Identifier in the composition: 1-63 letters, digits or '_',
+   * starting with a lower-case letter; not spec, metadata, each, index or
+   * self. Other templates and the rollup refer to the template by it.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Required. Kind of the child; the kind version must exist when the
+   * manifest is applied.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * Required. Kind version of the child (>= 1).
+   *
+   * @generated from field: int32 kind_version = 3;
+   */
+  kindVersion: number;
+
+  /**
+   * Required. Name of the child (a template string), e.g.
+   * `${metadata.name}-${each}`.
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+
+  /**
+   * Optional. Labels of the child; values are template strings.
+   *
+   * @generated from field: map<string, string> labels = 5;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * Optional. Spec of the child: a template object. A field whose whole
+   * value is `${id.status.field}` (another template's status) is a value
+   * flow: it is filled from that child's status once it has it, and this
+   * child waits for that one (a dependency edge). A collection reads
+   * another collection over the same for_each position by position. That
+   * is the only place another child may be read; the flows must not form a
+   * cycle.
+   *
+   * @generated from field: google.protobuf.Struct spec = 6;
+   */
+  spec?: JsonObject | undefined;
+
+  /**
+   * Optional. CEL over spec and metadata yielding a list or a map: one child
+   * per item. Empty = a single child.
+   *
+   * @generated from field: string for_each = 7;
+   */
+  forEach: string;
+
+  /**
+   * Optional. CEL yielding a bool: the child exists only when true (sees
+   * each and index in a collection). Empty = always.
+   *
+   * @generated from field: string include_when = 8;
+   */
+  includeWhen: string;
+
+  /**
+   * Optional. Name of the provider config attached to the child as its
+   * override (a template string; empty result = none).
+   *
+   * @generated from field: string provider_config = 9;
+   */
+  providerConfig: string;
+};
+
+/**
+ * Describes the message converge.v1.ComposedResource.
+ * Use `create(ComposedResourceSchema)` to create a new message.
+ */
+export const ComposedResourceSchema: GenMessage<ComposedResource> = /*@__PURE__*/
+  messageDesc(file_converge_v1_kind, 4);
+
+/**
+ * The rollup of a composition. Its expressions also see each template by
+ * id: a single template as `{kind, name, ready, synced, healthy, status}`,
+ * a collection as a list of those.
+ *
+ * @generated from message converge.v1.CompositionRollup
+ */
+export type CompositionRollup = Message<"converge.v1.CompositionRollup"> & {
+  /**
+   * Optional. The parent's status: a template object. Absent = the status
+   * is left as it is.
+   *
+   * @generated from field: google.protobuf.Struct status = 1;
+   */
+  status?: JsonObject | undefined;
+
+  /**
+   * Optional. CEL yielding whether the parent is healthy: false makes it
+   * Degraded with a Ready=False condition (reason ChildrenNotReady). Empty
+   * = not judged.
+   *
+   * @generated from field: string ready = 2;
+   */
+  ready: string;
+
+  /**
+   * Optional. The condition's message when ready is false (a template
+   * string).
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message converge.v1.CompositionRollup.
+ * Use `create(CompositionRollupSchema)` to create a new message.
+ */
+export const CompositionRollupSchema: GenMessage<CompositionRollup> = /*@__PURE__*/
+  messageDesc(file_converge_v1_kind, 5);
 
 /**
  * How a spec of version from_version becomes a spec of the manifest's
@@ -360,7 +545,7 @@ export type SpecConversion = Message<"converge.v1.SpecConversion"> & {
  * Use `create(SpecConversionSchema)` to create a new message.
  */
 export const SpecConversionSchema: GenMessage<SpecConversion> = /*@__PURE__*/
-  messageDesc(file_converge_v1_kind, 3);
+  messageDesc(file_converge_v1_kind, 6);
 
 /**
  * One edit of a converted spec: set the field at `path` to the value of a
@@ -401,7 +586,7 @@ export type FieldConversion = Message<"converge.v1.FieldConversion"> & {
  * Use `create(FieldConversionSchema)` to create a new message.
  */
 export const FieldConversionSchema: GenMessage<FieldConversion> = /*@__PURE__*/
-  messageDesc(file_converge_v1_kind, 4);
+  messageDesc(file_converge_v1_kind, 7);
 
 /**
  * The live operational settings of one (kind, kind_version). Seeded from the
@@ -538,7 +723,7 @@ export type KindConfig = Message<"converge.v1.KindConfig"> & {
  * Use `create(KindConfigSchema)` to create a new message.
  */
 export const KindConfigSchema: GenMessage<KindConfig> = /*@__PURE__*/
-  messageDesc(file_converge_v1_kind, 5);
+  messageDesc(file_converge_v1_kind, 8);
 
 /**
  * What makes a reaction fire. The set is closed.

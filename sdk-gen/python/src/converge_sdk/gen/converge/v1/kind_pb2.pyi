@@ -102,7 +102,7 @@ class KindPolicy(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., task_deadline_secs: _Optional[int] = ..., resync_interval_secs: _Optional[int] = ..., resync_recomposes: _Optional[bool] = ..., orphan_grace_secs: _Optional[int] = ..., max_transient_attempts: _Optional[int] = ..., unserved_condition_after_secs: _Optional[int] = ..., retry_base_ms: _Optional[int] = ..., retry_cap_ms: _Optional[int] = ..., retry_jitter: _Optional[_Union[RetryJitter, str]] = ...) -> None: ...
 
 class KindManifest(_message.Message):
-    __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time", "conversions")
+    __slots__ = ("kind", "kind_version", "description", "spec_schema", "status_schema", "config_schema", "reactions", "finalizer_name", "policy", "manifest_version", "create_time", "update_time", "conversions", "composition")
     KIND_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,7 @@ class KindManifest(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     CONVERSIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPOSITION_FIELD_NUMBER: _ClassVar[int]
     kind: str
     kind_version: int
     description: str
@@ -129,7 +130,55 @@ class KindManifest(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     conversions: _containers.RepeatedCompositeFieldContainer[SpecConversion]
-    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., conversions: _Optional[_Iterable[_Union[SpecConversion, _Mapping]]] = ...) -> None: ...
+    composition: Composition
+    def __init__(self, kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., description: _Optional[str] = ..., spec_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., status_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., config_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., reactions: _Optional[_Iterable[_Union[Reaction, _Mapping]]] = ..., finalizer_name: _Optional[str] = ..., policy: _Optional[_Union[KindPolicy, _Mapping]] = ..., manifest_version: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., conversions: _Optional[_Iterable[_Union[SpecConversion, _Mapping]]] = ..., composition: _Optional[_Union[Composition, _Mapping]] = ...) -> None: ...
+
+class Composition(_message.Message):
+    __slots__ = ("resources", "rollup")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ROLLUP_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[ComposedResource]
+    rollup: CompositionRollup
+    def __init__(self, resources: _Optional[_Iterable[_Union[ComposedResource, _Mapping]]] = ..., rollup: _Optional[_Union[CompositionRollup, _Mapping]] = ...) -> None: ...
+
+class ComposedResource(_message.Message):
+    __slots__ = ("id", "kind", "kind_version", "name", "labels", "spec", "for_each", "include_when", "provider_config")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    FOR_EACH_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_WHEN_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: str
+    kind_version: int
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    spec: _struct_pb2.Struct
+    for_each: str
+    include_when: str
+    provider_config: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., for_each: _Optional[str] = ..., include_when: _Optional[str] = ..., provider_config: _Optional[str] = ...) -> None: ...
+
+class CompositionRollup(_message.Message):
+    __slots__ = ("status", "ready", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: _struct_pb2.Struct
+    ready: str
+    message: str
+    def __init__(self, status: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., ready: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SpecConversion(_message.Message):
     __slots__ = ("from_version", "spec", "fields")
