@@ -31,6 +31,7 @@ CREATE OR REPLACE FUNCTION claim_range(p_broker text, p_kind text, p_kind_versio
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$

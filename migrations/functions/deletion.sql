@@ -316,6 +316,7 @@ CREATE OR REPLACE FUNCTION sweep_expired_orphans(p_max integer, p_lo smallint, p
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
 AS $function$
 DECLARE
     v_orphan record;
@@ -403,6 +404,7 @@ CREATE OR REPLACE FUNCTION drop_orphaned_work(p_kind text, p_kind_version smalli
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
 AS $function$
 DECLARE

@@ -18,6 +18,7 @@ CREATE OR REPLACE FUNCTION fence_results(p_results jsonb)
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$

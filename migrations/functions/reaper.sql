@@ -6,6 +6,7 @@ CREATE OR REPLACE FUNCTION reap_stale_work(p_stale_secs double precision, p_limi
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
 AS $function$
 DECLARE
@@ -40,6 +41,7 @@ CREATE OR REPLACE FUNCTION expire_overdue_work(p_limit integer)
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
 AS $function$
 DECLARE

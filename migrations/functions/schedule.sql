@@ -181,13 +181,17 @@ $function$;
 -- resources and compared every row with the ids), without hash or merge
 -- joins and with sequential scans off, so a table believed tiny is still
 -- probed through its index. Duplicate ids are folded so the upsert sees
--- each id once.
+-- each id once. JIT is off here and in every function that turns plan
+-- types off: the settings last for the statements it calls, where a scan
+-- with no alternative (enqueue_tasks' probe of kind_config) is then costed
+-- at 10^10, past jit_above_cost, and each call compiled for ~90 ms.
 CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[])
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -307,6 +311,7 @@ CREATE OR REPLACE FUNCTION requeue_lagging(p_after uuid, p_scan integer, p_quiet
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
  SET enable_bitmapscan TO 'off'
  SET enable_sort TO 'off'
  SET max_parallel_workers_per_gather TO '0'
