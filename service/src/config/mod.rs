@@ -575,6 +575,12 @@ pub struct DevArgs {
           value_parser = ["bom", "account", "tgw", "vpc", "route"])]
     pub external_kinds: Vec<String>,
 
+    /// Apply the BOM as `bom-cel`, composed and rolled up by converge itself
+    /// from the CEL of its manifest (ADR 49), instead of as `bom`, whose
+    /// composer is a Rust worker: the same children either way.
+    #[arg(long, env = "CONVERGE_DEV_CEL")]
+    pub cel: bool,
+
     /// With `--exit-when-ready`: seconds to wait for the BOM to settle.
     #[arg(long = "timeout", env = "CONVERGE_DEV_TIMEOUT_SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]

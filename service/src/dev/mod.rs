@@ -90,13 +90,14 @@ async fn demo(
     apply_configs(&client, args).await?;
     *worker = DemoWorker::start(&endpoint, Latency::from_millis(args.delay_ms), &args.external_kinds)?;
     let bom = pb::ResourceRef {
-        kind: bom::BOM.to_owned(),
+        kind: bom_kind(args).to_owned(),
         name: args.bom_name.clone(),
     };
     let created = apply_bom(&client, args).await?;
     println!(
-        "converge dev: serving on {addr}; {} bom/{} with teams {} (provider latency ~{} ms)",
+        "converge dev: serving on {addr}; {} {}/{} with teams {} (provider latency ~{} ms)",
         if created { "created" } else { "applied" },
+        bom_kind(args),
         args.bom_name,
         args.teams.join(", "),
         args.delay_ms
@@ -183,20 +184,25 @@ fn bom_spec(args: &DevArgs) -> serde_json::Value {
     spec
 }
 
+/// The kind the demo's BOM is applied as: `bom-cel` with `--cel`.
+fn bom_kind(args: &DevArgs) -> &'static str {
+    if args.cel { bom::BOM_CEL } else { bom::BOM }
+}
+
 /// Applies the demo BOM; true when it was created.
 async fn apply_bom(client: &Client, args: &DevArgs) -> anyhow::Result<bool> {
     let spec = json_to_struct(bom_spec(args), "spec").context("building the BOM spec")?;
     let response = client
         .resources()
         .apply_resource(pb::ApplyResourceRequest {
-            kind: bom::BOM.to_owned(),
+            kind: bom_kind(args).to_owned(),
             kind_version: bom::KIND_VERSION,
             name: args.bom_name.clone(),
             spec: Some(spec),
             ..Default::default()
         })
         .await
-        .with_context(|| format!("applying bom/{}", args.bom_name))?;
+        .with_context(|| format!("applying {}/{}", bom_kind(args), args.bom_name))?;
     Ok(response.into_inner().created)
 }
 
@@ -275,7 +281,10 @@ async fn follow(
         }) {
             Ok(Some(snap)) => Some(snap),
             Ok(None) => {
-                progress.show(&format!("bom/{} does not exist (deleted?)", bom.name), "missing");
+                progress.show(
+                    &format!("{}/{} does not exist (deleted?)", bom.kind, bom.name),
+                    "missing",
+                );
                 None
             }
             Err(status) => {
@@ -325,7 +334,8 @@ async fn follow(
         {
             progress.clear();
             bail!(
-                "bom/{} did not settle within {}s (use --timeout to wait longer)",
+                "{}/{} did not settle within {}s (use --timeout to wait longer)",
+                bom.kind,
                 bom.name,
                 args.timeout().as_secs()
             );
@@ -352,7 +362,7 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
     // One-line JSON documents are YAML documents: `apply -f -` reads them.
     let apply = json!({
         "apiVersion": "converge.dev/v1", "type": "Resource",
-        "kind": bom::BOM, "kindVersion": bom::KIND_VERSION, "name": bom_name, "spec": spec
+        "kind": bom_kind(args), "kindVersion": bom::KIND_VERSION, "name": bom_name, "spec": spec
     });
     let retag = json!({
         "apiVersion": "converge.dev/v1", "type": "ProviderConfig",
@@ -365,7 +375,7 @@ fn hints(args: &DevArgs, addr: SocketAddr) -> String {
         .cloned()
         .unwrap_or_else(|| bom::NETWORK_TEAM.to_owned());
     let account = format!("{bom_name}-{first_team}");
-    let (kind, verb) = (bom::BOM, bom::ROTATE_CREDENTIALS);
+    let (kind, verb) = (bom_kind(args), bom::ROTATE_CREDENTIALS);
     format!(
         "\nconverge keeps serving on {addr} (Ctrl-C stops it). Talk to it:\n\
          \x20 converge get resources{server} -o wide\n\
