@@ -606,3 +606,94 @@ async fn render_shows_the_worker_boms_children_offline() -> anyhow::Result<()> {
     assert!(String::from_utf8_lossy(&alone.stderr).contains("no KindManifest of bom-cel"));
     Ok(())
 }
+
+/// A converge process SIGKILLed while it composes (its own sessions hold
+/// CEL compose tasks) and its queue lost as in a PostgreSQL crash: after a
+/// restart every root composes exactly its children, once, and is Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cel_compositions_survive_a_sigkilled_server() -> anyhow::Result<()> {
+    use converge_integration::TestDatabase;
+    use converge_integration::api::count;
+    use converge_integration::processes::{
+        connect_when_up, converge_process, crash_postgres_state, free_local_addr, signal,
+    };
+    use converge_proto::v1::BatchApplyResourcesRequest;
+    use nix::sys::signal::Signal;
+    const ROOTS: usize = 300;
+    const CHILDREN: usize = 5;
+
+    let scratch = tempfile::tempdir()?;
+    let database = TestDatabase::new().await?;
+    let (url, pool) = (database.url()?, database.pool().clone());
+    let addr = free_local_addr()?;
+    let address = format!("http://{addr}");
+    let mut server = converge_process(&url, &addr, &scratch.path().join("first.log"))?;
+    let client = connect_when_up(&address).await?;
+    apply_manifest(&client, leaf()).await?;
+    apply_manifest(&client, pick()).await?;
+    let _worker = noop_worker_of(&address, "leaf:1", 32, &scratch.path().join("worked"))?;
+    let items: Vec<Value> = (0..CHILDREN)
+        .map(|i| json!({"name": format!("c{i}"), "enabled": true, "div": 1}))
+        .collect();
+    for batch in (0..ROOTS).collect::<Vec<_>>().chunks(100) {
+        let requests = batch
+            .iter()
+            .map(|i| apply("pick", &format!("k{i}"), json!({"items": items})))
+            .collect();
+        client
+            .resources()
+            .batch_apply_resources(BatchApplyResourcesRequest {
+                requests,
+                ..Default::default()
+            })
+            .await?;
+    }
+    eventually(Duration::from_secs(60), || async {
+        let composed = count(
+            &pool,
+            "SELECT count(*) FROM resources WHERE kind = 'pick' AND composed_gen > 0",
+        )
+        .await?;
+        Ok((composed > 0).then_some(()))
+    })
+    .await?;
+    let pending = count(
+        &pool,
+        "SELECT count(*) FROM resources WHERE kind = 'pick' AND phase <> 'Ready'",
+    )
+    .await?;
+    signal(&server, Signal::SIGKILL)?;
+    server.wait().await?;
+    crash_postgres_state(&pool).await?;
+    assert!(pending > 0, "the kill found every root already Ready");
+
+    let mut restarted = converge_process(&url, &addr, &scratch.path().join("second.log"))?;
+    eventually(SETTLE, || async {
+        let ready = count(
+            &pool,
+            "SELECT count(*) FROM resources WHERE kind = 'pick' AND phase = 'Ready'",
+        )
+        .await?;
+        Ok((ready == ROOTS as i64).then_some(()))
+    })
+    .await?;
+    let leaves = count(&pool, "SELECT count(*) FROM resources WHERE kind = 'leaf'").await?;
+    assert_eq!(leaves, (ROOTS * CHILDREN) as i64);
+    // Composed once: a recomposition after the restart changed no child.
+    let rewritten = count(
+        &pool,
+        "SELECT count(*) FROM resources WHERE kind = 'leaf' AND generation > 1",
+    )
+    .await?;
+    assert_eq!(rewritten, 0);
+    let status = count(
+        &pool,
+        &format!("SELECT count(*) FROM resources WHERE kind = 'pick' AND status = '{{\"ready\": {CHILDREN}}}'::jsonb"),
+    )
+    .await?;
+    assert_eq!(status, ROOTS as i64, "every rollup counted its {CHILDREN} children");
+    signal(&restarted, Signal::SIGTERM)?;
+    let exit = tokio::time::timeout(Duration::from_secs(20), restarted.wait()).await??;
+    assert!(exit.success(), "{exit}");
+    Ok(())
+}
