@@ -697,3 +697,37 @@ async fn cel_compositions_survive_a_sigkilled_server() -> anyhow::Result<()> {
     assert!(exit.success(), "{exit}");
     Ok(())
 }
+
+/// A kind with a composition and a worker reaction of its own: its workers'
+/// streams claim it, the worker runs only the work stage, and the server
+/// composes and rolls up on that same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_composition_with_a_worker_reaction_shares_the_workers_stream() -> anyhow::Result<()> {
+    use converge_integration::processes::worked;
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, leaf()).await?;
+    let mixed = KindManifest {
+        kind: "mixed".into(),
+        ..pick()
+    };
+    let mixed = KindManifest {
+        reactions: work_manifest("mixed").reactions,
+        ..mixed
+    };
+    apply_manifest(&client, mixed).await?;
+    let scratch = tempfile::tempdir()?;
+    let record = scratch.path().join("worked");
+    let _worker = noop_worker_of(&server.address(), "leaf:1,mixed:1", 8, &record)?;
+    let items = json!({"items": [{"name": "a", "enabled": true, "div": 1}, {"name": "b", "enabled": true, "div": 2}]});
+    apply_ok(&client, apply("mixed", "m1", items)).await?;
+    let root = until_phase(&client, "mixed", "m1", Phase::Ready).await?;
+    // The server's rollup wrote the status, after the worker's work stage.
+    assert_eq!(status(&root), json!({"ready": 2}));
+    let made = keyed(&children(&client, "mixed", "m1").await?);
+    assert_eq!(made.keys().collect::<Vec<_>>(), ["leaf/m1-a", "leaf/m1-b"]);
+    let runs = worked(&record)?;
+    assert!(runs.get("mixed/m1 1").is_some_and(|n| *n >= 1), "{runs:?}");
+    assert_eq!(runs.get("leaf/m1-a 1"), Some(&1), "{runs:?}");
+    server.shutdown().await
+}
