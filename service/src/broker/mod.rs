@@ -231,19 +231,13 @@ impl Broker {
             let (out, mut rx) = mpsc::channel(16);
             // Nothing is sent to a worker; config pushes are dropped.
             tokio::spawn(async move { while rx.recv().await.is_some() {} });
-            let listed = self.sessions.open(SessionInfo {
-                identity: SERVER_IDENTITY.to_owned(),
-                agent: SERVER_AGENT.to_owned(),
-                kinds: Vec::new(),
-                max_inflight: SERVER_CLAIM,
-            });
             let session = Session::new(
                 self.clone(),
                 BTreeSet::new(),
                 SERVER_CLAIM,
                 format!("{SERVER_IDENTITY}:compositions"),
                 out,
-                listed,
+                None,
                 crate::contract::authz::Principal::InProcess,
             );
             tokio::spawn(session.run(None, Some(feed.clone()), Vec::new()));
@@ -429,7 +423,7 @@ impl WorkerService for WorkerApi {
             kinds: kinds.iter().cloned().collect(),
             max_inflight: max,
         });
-        let session = Session::new(self.broker.clone(), kinds, max, actor, out, listed, principal);
+        let session = Session::new(self.broker.clone(), kinds, max, actor, out, Some(listed), principal);
         let resumed: Vec<(Uuid, i64)> = subscribe
             .resumed
             .iter()

@@ -148,8 +148,9 @@ pub(super) struct Session {
     actor: String,
     out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
     /// This stream's entry in the broker's listing of connected workers
-    /// (unlisted when the session ends).
-    listed: Listed,
+    /// (unlisted when the session ends); `None` for converge's own session
+    /// while it serves no kind.
+    listed: Option<Listed>,
     /// Who the worker is for the authorization policy: a policy change
     /// takes away the kinds it no longer grants.
     principal: Principal,
@@ -162,7 +163,7 @@ impl Session {
         max: usize,
         actor: String,
         out: mpsc::Sender<Result<wpb::WorkStreamResponse, Status>>,
-        listed: Listed,
+        listed: Option<Listed>,
         principal: Principal,
     ) -> Self {
         Self {
@@ -188,11 +189,15 @@ impl Session {
         if kinds == self.kinds {
             return;
         }
-        self.listed = self.broker.sessions.open(super::registry::SessionInfo {
-            identity: super::SERVER_IDENTITY.to_owned(),
-            agent: super::SERVER_AGENT.to_owned(),
-            kinds: kinds.iter().cloned().collect(),
-            max_inflight: self.max,
+        // Listed only while it serves something: an idle one would show
+        // as a worker of nothing.
+        self.listed = (!kinds.is_empty()).then(|| {
+            self.broker.sessions.open(super::registry::SessionInfo {
+                identity: super::SERVER_IDENTITY.to_owned(),
+                agent: super::SERVER_AGENT.to_owned(),
+                kinds: kinds.iter().cloned().collect(),
+                max_inflight: self.max,
+            })
         });
         self.ready = kinds.clone();
         self.kinds = kinds;
@@ -246,7 +251,9 @@ impl Session {
         if let Err(e) = self.adopt(&resumed).await {
             tracing::warn!(error = %e, "could not adopt resumed leases");
         }
-        self.broker.stats.connected.fetch_add(1, Ordering::Relaxed);
+        // Converge's own sessions are not worker streams.
+        let stream = i64::from(inbound.is_some());
+        self.broker.stats.connected.fetch_add(stream, Ordering::Relaxed);
         let mut wake = self.broker.wake.subscribe();
         let mut config_updates = self.broker.configs.subscribe();
         let mut closing = self.broker.closing.clone();
@@ -343,7 +350,7 @@ impl Session {
         if *closing.borrow() {
             self.take_last_results(&mut inbound).await;
         }
-        self.broker.stats.connected.fetch_sub(1, Ordering::Relaxed);
+        self.broker.stats.connected.fetch_sub(stream, Ordering::Relaxed);
         self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
         if *closing.borrow() {
             // This process is going away: the worker reconnects (to another
@@ -415,7 +422,9 @@ impl Session {
             .in_flight
             .fetch_add(now - self.counted, Ordering::Relaxed);
         self.counted = now;
-        self.listed.set_in_flight(self.held());
+        if let Some(listed) = &self.listed {
+            listed.set_in_flight(self.held());
+        }
     }
 
     /// Tasks, deliveries and operations this stream holds (against the
@@ -657,8 +666,10 @@ impl Session {
             Some(Up::Interest(interest)) => {
                 let pair = (interest.kind, interest.kind_version.max(1));
                 let ready = interest.ready && self.kinds.contains(&pair);
-                if self.kinds.contains(&pair) {
-                    self.listed.set_ready(&pair, ready);
+                if self.kinds.contains(&pair)
+                    && let Some(listed) = &self.listed
+                {
+                    listed.set_ready(&pair, ready);
                 }
                 if ready {
                     self.ready.insert(pair);
