@@ -14,14 +14,21 @@
 //!
 //! ```sh
 //! cargo run --release -p converge-integration --bin cel-bench -- [ROOTS] [CHILDREN] [SAMPLES]
+//! cargo run --release -p converge-integration --bin cel-bench -- plan [SAMPLES]
 //! ```
+//!
+//! With `plan`: `PlanResource` latency instead (issue 46) — the demo's
+//! `bom-cel` with three teams (new, and stored unchanged) and a `stack-cel`
+//! of 100 children (new, stored unchanged, and one child more).
 
 use std::time::{Duration, Instant};
 
 use converge_integration::kinds::{Cells, Stacks, apply_kind, cell_manifest, stack, stack_manifest};
 use converge_integration::{TestDatabase, TestServer, eventually};
+use converge_proto::v1::plan_resource_request::Change;
 use converge_proto::v1::{
     ApplyResourceRequest, BatchApplyResourcesRequest, ComposedResource, Composition, CompositionRollup, KindManifest,
+    PlanResourceRequest,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::Worker;
@@ -148,8 +155,84 @@ async fn throughput(
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Milliseconds of `samples` PlanResource calls for `request`, sorted.
+async fn plan_latency(
+    client: &Client,
+    request: &ApplyResourceRequest,
+    samples: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        client
+            .resources()
+            .plan_resource(PlanResourceRequest {
+                change: Some(Change::Apply(request.clone())),
+                max_depth: 0,
+            })
+            .await?;
+        out.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    out.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
+async fn plan_bench(samples: usize) -> anyhow::Result<()> {
+    let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |_| {}).await?;
+    let client = server.client().await?;
+    for manifest in converge_examples::manifests()? {
+        apply_kind(&client, manifest).await?;
+    }
+    apply_kind(&client, cell_manifest()).await?;
+    apply_kind(&client, stack_cel()?).await?;
+    let pool = server.database().pool().clone();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bom = |name: &str, teams: &[&str]| -> anyhow::Result<ApplyResourceRequest> {
+        Ok(ApplyResourceRequest {
+            kind: "bom-cel".into(),
+            kind_version: 1,
+            name: name.into(),
+            spec: Some(object(json!({"teams": teams, "region": "us-east-1"}))?),
+            ..Default::default()
+        })
+    };
+    // Stored trees (composed by the server; no leaf worker is needed).
+    client.resources().apply_resource(bom("stored", &["a", "b", "c"])?).await?;
+    client.resources().apply_resource(root("stack-cel", "stored", 100)?).await?;
+    eventually(Duration::from_secs(60), || async {
+        let composed = sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM resources WHERE name = 'stored' AND composed_gen >= generation",
+        )
+        .fetch_one(&pool)
+        .await?;
+        Ok((composed == 2).then_some(()))
+    })
+    .await?;
+    let cases = [
+        ("bom-cel, 3 teams (11 children), new", bom("fresh", &["a", "b", "c"])?),
+        ("bom-cel, 3 teams (11 children), stored, unchanged", bom("stored", &["a", "b", "c"])?),
+        ("bom-cel, 3 teams, stored, one team more", bom("stored", &["a", "b", "c", "d"])?),
+        ("stack-cel, 100 children, new", root("stack-cel", "fresh", 100)?),
+        ("stack-cel, 100 children, stored, unchanged", root("stack-cel", "stored", 100)?),
+        ("stack-cel, 100 children, stored, one child more", root("stack-cel", "stored", 101)?),
+    ];
+    for (label, request) in cases {
+        let latency = plan_latency(&client, &request, samples).await?;
+        println!(
+            "PlanResource {label} ({samples} samples): p50 {:.2} ms, p99 {:.2} ms",
+            percentile(&latency, 0.5),
+            percentile(&latency, 0.99)
+        );
+    }
+    server.shutdown().await
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("plan") {
+        let samples = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(200);
+        return plan_bench(samples).await;
+    }
     let arg = |i: usize, default: usize| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (roots, children, samples) = (arg(1, 10_000), arg(2, 3), arg(3, 30));
     let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |_| {}).await?;

@@ -32,6 +32,7 @@ mod kinds;
 mod mixed_languages;
 mod observations;
 mod operations;
+mod plan;
 mod probes;
 mod provider_configs;
 mod quarantine;

@@ -18,6 +18,8 @@ pub const EXIT_NOT_FOUND: u8 = 3;
 pub const EXIT_UNAVAILABLE: u8 = 4;
 /// A wait (`delete --wait`, `invoke --wait`) ran out of time.
 pub const EXIT_TIMEOUT: u8 = 5;
+/// `plan` or `diff`: something would change.
+pub const EXIT_CHANGES: u8 = 6;
 
 /// Why a client command failed.
 #[derive(Debug)]
@@ -37,6 +39,9 @@ pub enum CliError {
     /// Stdout was closed by its reader (`| head`): the command ends
     /// quietly, with success.
     StdoutClosed,
+    /// `plan` or `diff` found changes (printed already): not a failure,
+    /// but scripts tell it from "nothing would change" by the exit code.
+    ChangesPlanned,
 }
 
 impl From<tonic::Status> for CliError {
@@ -63,6 +68,7 @@ impl CliError {
             CliError::Timeout(_) => EXIT_TIMEOUT,
             CliError::Failed(_) => EXIT_FAILURE,
             CliError::StdoutClosed => 0,
+            CliError::ChangesPlanned => EXIT_CHANGES,
         }
     }
 
@@ -76,7 +82,7 @@ impl CliError {
             CliError::Unavailable(m) => format!("converge: unavailable: {m}\n"),
             CliError::Timeout(m) => format!("converge: timed out: {m}\n"),
             CliError::Failed(m) => format!("converge: {m}\n"),
-            CliError::StdoutClosed => String::new(),
+            CliError::StdoutClosed | CliError::ChangesPlanned => String::new(),
         }
     }
 }

@@ -23,6 +23,7 @@ mod get;
 mod graph;
 mod migrate;
 mod output;
+mod plan;
 mod policy;
 mod render;
 pub(crate) mod tree;
@@ -47,7 +48,8 @@ Exit codes:
   2  invalid input: bad flags, a file that does not parse, INVALID_ARGUMENT
   3  not found: the object (or its kind) does not exist
   4  unavailable: cannot connect, or the server is unavailable
-  5  timed out waiting (delete --wait, invoke --wait)";
+  5  timed out waiting (delete --wait, invoke --wait)
+  6  plan, diff: something would change";
 
 /// Examples shown by `converge <client command> --help` at the top level.
 const EXAMPLES: &str = "\
@@ -144,6 +146,13 @@ pub enum ClientCommand {
     /// Print a resource's composition tree, as `converge dev` does.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", graph::EXAMPLES))]
     Graph(graph::GraphArgs),
+    /// Preview what applying documents (or --delete) would do: the children
+    /// a composition would add, change or prune, the edges, the teardown order.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", plan::EXAMPLES))]
+    Plan(plan::PlanArgs),
+    /// `plan` with every spec field that would change.
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", plan::EXAMPLES))]
+    Diff(plan::PlanArgs),
     /// Evaluate a composition declared as data offline: print the children
     /// a resource would compose, with their dependencies and value flows.
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", render::EXAMPLES))]
@@ -289,6 +298,8 @@ async fn run(cli: ClientCli) -> Result<(), CliError> {
         ClientCommand::History(args) => verbs::history(&client, &args).await,
         ClientCommand::Rollback(args) => verbs::rollback(&client, &args).await,
         ClientCommand::Graph(args) => graph::run(&client, &args).await,
+        ClientCommand::Plan(args) => plan::run(&client, &args, false).await,
+        ClientCommand::Diff(args) => plan::run(&client, &args, true).await,
         ClientCommand::Deliveries(args) => verbs::deliveries(&client, &args).await,
         ClientCommand::Redrive(args) => verbs::redrive(&client, &args).await,
     }

@@ -28,7 +28,12 @@ pub const EXAMPLES: &str = "Examples:
 pub struct PlanArgs {
     /// Documents with the resources to plan (kind manifests and other
     /// objects in them are skipped): a file, a directory or `-`. Repeatable.
-    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-", required_unless_present = "delete")]
+    #[arg(
+        short = 'f',
+        long = "filename",
+        value_name = "FILE|DIR|-",
+        required_unless_present = "delete"
+    )]
     pub files: Vec<PathBuf>,
 
     /// Plan deleting a resource, as KIND/NAME, instead.
@@ -57,10 +62,9 @@ pub async fn run(client: &Client, args: &PlanArgs, fields: bool) -> Result<(), C
     } else {
         for document in apply::read_files(&args.files)? {
             match document.object {
-                Object::Resource(request) => requests.push((
-                    document.source,
-                    pb::plan_resource_request::Change::Apply(request),
-                )),
+                Object::Resource(request) => {
+                    requests.push((document.source, pb::plan_resource_request::Change::Apply(request)))
+                }
                 other => eprintln!(
                     "converge: {}: skipping {} (plan covers resources)",
                     document.source,
@@ -69,7 +73,9 @@ pub async fn run(client: &Client, args: &PlanArgs, fields: bool) -> Result<(), C
             }
         }
         if requests.is_empty() {
-            return Err(CliError::Invalid("no Resource documents to plan among the files".to_owned()));
+            return Err(CliError::Invalid(
+                "no Resource documents to plan among the files".to_owned(),
+            ));
         }
     }
     let mut out = String::new();
@@ -141,7 +147,12 @@ fn write_plan(out: &mut String, plan: &pb::ResourcePlan, depth: usize, fields: b
     } else {
         format!("  ({})", notes.join(", "))
     };
-    let _ = writeln!(out, "{pad}{} {}{notes}", marker(plan.action), name(plan.resource.as_ref()));
+    let _ = writeln!(
+        out,
+        "{pad}{} {}{notes}",
+        marker(plan.action),
+        name(plan.resource.as_ref())
+    );
     if fields {
         for change in &plan.spec_changes {
             let _ = writeln!(

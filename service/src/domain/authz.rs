@@ -46,9 +46,9 @@ pub enum Verb {
     List,
     /// WatchResources.
     Watch,
-    /// ApplyResource, CreateResource, UpdateResource, PatchResource, a rollback.
+    /// ApplyResource, CreateResource, UpdateResource, PatchResource, a rollback, a plan of an apply.
     Apply,
-    /// DeleteResource.
+    /// DeleteResource, and a plan of a delete.
     Delete,
     /// ReconcileResource, and the bulk reconcile.
     Reconcile,

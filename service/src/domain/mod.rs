@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod names;
 pub mod operation;
 pub mod page_token;
+pub mod plan;
 pub mod position;
 pub mod provider_config;
 pub mod reactor;

@@ -34,7 +34,13 @@ pub fn diff(before: Option<&Value>, after: &Value, skip: &dyn Fn(&str) -> bool) 
     out
 }
 
-fn walk(at: &str, before: Option<&Value>, after: Option<&Value>, skip: &dyn Fn(&str) -> bool, out: &mut Vec<FieldDiff>) {
+fn walk(
+    at: &str,
+    before: Option<&Value>,
+    after: Option<&Value>,
+    skip: &dyn Fn(&str) -> bool,
+    out: &mut Vec<FieldDiff>,
+) {
     if out.len() >= MAX_FIELD_CHANGES || (!at.is_empty() && skip(at)) {
         return;
     }
@@ -42,7 +48,13 @@ fn walk(at: &str, before: Option<&Value>, after: Option<&Value>, skip: &dyn Fn(&
         (Some(Value::Object(b)), Some(Value::Object(a))) => {
             let keys: BTreeSet<&String> = b.keys().chain(a.keys()).collect();
             for key in keys {
-                walk(&format!("{at}/{}", pointer_token(key)), b.get(key), a.get(key), skip, out);
+                walk(
+                    &format!("{at}/{}", pointer_token(key)),
+                    b.get(key),
+                    a.get(key),
+                    skip,
+                    out,
+                );
             }
         }
         (Some(Value::Array(b)), Some(Value::Array(a))) => {

@@ -228,6 +228,26 @@ async fn edges_of(conn: &mut PgConnection, dependents: &[Uuid]) -> StoreResult<V
     Ok(rows.into_iter().map(EdgeRow::into_edge).collect())
 }
 
+/// The resources that depend on `id` (dependency edges pointing at it), by
+/// kind and name, at most `limit`.
+pub async fn dependents(pool: &PgPool, id: Uuid, limit: i64) -> StoreResult<Vec<ResourceRef>> {
+    measured("graph.dependents", async move {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT a.kind, a.name FROM resource_deps d JOIN resources a ON a.id = d.dependent_id
+             WHERE d.dependency_id = $1 ORDER BY a.kind, a.name LIMIT $2",
+        )
+        .bind(id)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(kind, name)| ResourceRef { kind, name })
+            .collect())
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -1,6 +1,7 @@
 //! The `converge.v1.ResourceService` API.
 
 pub(crate) mod apply;
+mod plan;
 
 use converge_proto::v1::resource_service_server::ResourceService;
 use converge_proto::v1::{
@@ -300,6 +301,70 @@ fn optional_ref_key(reference: Option<&PbResourceRef>) -> String {
     reference.map(|r| format!("{}/{}", r.kind, r.name)).unwrap_or_default()
 }
 
+/// Most changes one PlanResources call may plan.
+const MAX_PLANNED_REQUESTS: usize = 100;
+
+impl ResourceApi {
+    /// Plans one change (issue 46): an apply runs through the write path in
+    /// a transaction that is rolled back (the same checks and refusals as
+    /// ApplyResource with validate_only), then `plan` compares what it would
+    /// store with what is stored; a delete lists the teardown order.
+    async fn plan_one(
+        &self,
+        principal: &crate::contract::authz::Principal,
+        req: converge_proto::v1::PlanResourceRequest,
+    ) -> Result<converge_proto::v1::PlanResourceResponse, ApiError> {
+        use converge_proto::v1::plan_resource_request::Change;
+        let depth = match req.max_depth {
+            0 => plan::DEFAULT_DEPTH,
+            d if (1..=plan::MAX_DEPTH).contains(&d) => d,
+            _ => {
+                return Err(Violation::new("/max_depth", format!("must be 0 to {}", plan::MAX_DEPTH)).into());
+            }
+        };
+        match req.change {
+            None => Err(Violation::new("/change", "is required: apply or delete").into()),
+            Some(Change::Delete(target)) => {
+                check_key(&target.kind, &target.name)?;
+                require_resource(
+                    &self.state,
+                    principal,
+                    on_kind(Verb::Delete, &target.kind),
+                    &target.name,
+                    None,
+                )
+                .await?;
+                let current = resources::get(&self.state.pool, &target.kind, &target.name)
+                    .await?
+                    .ok_or_else(|| resource_not_found(&target.kind, &target.name))?;
+                plan::plan_delete(&self.state, &current).await
+            }
+            Some(Change::Apply(apply)) => {
+                let input = ResourceWrite::apply(&apply).map_err(|e| e.within("/apply"))?;
+                input.authorize(&self.state, principal).await?;
+                let current = resources::get(&self.state.pool, &apply.kind, &apply.name).await?;
+                let call = WriteCall {
+                    validate_only: true,
+                    ..WriteCall::unkeyed("PlanResource")
+                };
+                let state = self.state.clone();
+                let written = write::run(&self.state.pool, &call, move |conn| {
+                    let (state, input) = (state.clone(), input.clone());
+                    Box::pin(async move {
+                        let written = single(
+                            write_resources(conn, &state, "plan", std::slice::from_ref(&input), Items::Single).await?,
+                        )?;
+                        Ok(resource_to_proto(written.resource, written.manifest_version))
+                    })
+                })
+                .await
+                .map_err(|e| e.within("/apply"))?;
+                plan::plan_apply(&self.state, current.as_ref(), &written, depth).await
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl ResourceService for ResourceApi {
     async fn apply_resource(
@@ -551,6 +616,39 @@ impl ResourceService for ResourceApi {
             resources,
             next_page_token,
         }))
+    }
+
+    async fn plan_resource(
+        &self,
+        request: Request<converge_proto::v1::PlanResourceRequest>,
+    ) -> Result<Response<converge_proto::v1::PlanResourceResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
+        let req = request.into_inner();
+        Ok(Response::new(self.plan_one(&principal, req).await?))
+    }
+
+    async fn plan_resources(
+        &self,
+        request: Request<converge_proto::v1::PlanResourcesRequest>,
+    ) -> Result<Response<converge_proto::v1::PlanResourcesResponse>, Status> {
+        let principal = self.state.authz.principal(&request);
+        let req = request.into_inner();
+        if req.requests.is_empty() || req.requests.len() > MAX_PLANNED_REQUESTS {
+            return Err(ApiError::from(Violation::new(
+                "/requests",
+                format!("must hold 1 to {MAX_PLANNED_REQUESTS} changes"),
+            ))
+            .into());
+        }
+        let mut plans = Vec::with_capacity(req.requests.len());
+        for (i, one) in req.requests.into_iter().enumerate() {
+            let plan = self
+                .plan_one(&principal, one)
+                .await
+                .map_err(|e| e.within(&format!("/requests/{i}")))?;
+            plans.push(plan);
+        }
+        Ok(Response::new(converge_proto::v1::PlanResourcesResponse { plans }))
     }
 
     async fn delete_resource(

@@ -12,13 +12,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::api::ApiState;
-use converge_proto::json::json_to_value;
 use crate::contract::status::ApiError;
 use crate::domain::composition::{ChildSpec, Edge};
 use crate::domain::plan::{TreeMember, diff, teardown_order};
 use crate::domain::resource::{Resource, ResourceRef};
 use crate::store::pipeline::{self, MemberRow};
 use crate::store::{graph, kinds};
+use converge_proto::json::json_to_value;
 
 /// Most resources one plan visits (all levels).
 pub const MAX_PLANNED: usize = 10_000;
@@ -63,10 +63,10 @@ pub(super) async fn plan_apply(
         kind_version: proposed.kind_version,
         name: proposed.name.clone(),
         labels: proposed.labels.clone().into_iter().collect(),
-        spec: proposed
-            .spec
-            .clone()
-            .map_or_else(|| Value::Object(serde_json::Map::new()), converge_proto::json::struct_to_json),
+        spec: proposed.spec.clone().map_or_else(
+            || Value::Object(serde_json::Map::new()),
+            converge_proto::json::struct_to_json,
+        ),
         provider_config: Some(proposed.provider_config.clone()).filter(|p| !p.is_empty()),
         current: current.map(|c| Current {
             id: c.id,
@@ -104,11 +104,7 @@ pub(super) async fn plan_delete(state: &ApiState, current: &Resource) -> Result<
             },
             owner: n.owner.clone(),
         }));
-        edges = page
-            .edges
-            .into_iter()
-            .map(|e| (e.dependent, e.dependency))
-            .collect();
+        edges = page.edges.into_iter().map(|e| (e.dependent, e.dependency)).collect();
     }
     let order = teardown_order(&members, &edges);
     let dependents = graph::dependents(&state.pool, current.id, MAX_DEPENDENTS).await?;
@@ -139,11 +135,7 @@ async fn plan_node(
     *budget = budget.saturating_sub(1);
     let skip = |p: &str| flowed.contains(p);
     let (action, spec_changes, reconciles) = match &node.current {
-        None => (
-            pb::PlanAction::Create,
-            diff(None, &node.spec, &skip),
-            true,
-        ),
+        None => (pb::PlanAction::Create, diff(None, &node.spec, &skip), true),
         Some(current) => {
             let spec_changes = diff(Some(&current.spec), &node.spec, &skip);
             let moved = !spec_changes.is_empty() || current.kind_version != node.kind_version;
@@ -153,7 +145,11 @@ async fn plan_node(
             } else {
                 pb::PlanAction::Unchanged
             };
-            (action, spec_changes, moved || current.provider_config != node.provider_config)
+            (
+                action,
+                spec_changes,
+                moved || current.provider_config != node.provider_config,
+            )
         }
     };
     let mut plan = pb::ResourcePlan {
@@ -207,7 +203,9 @@ async fn plan_node(
         Ok(composed) => composed,
         Err(message) => {
             plan.not_planned = crate::domain::violation::clip(
-                format!("the composition does not evaluate (the apply would fail with CompositionEvaluationFailed): {message}"),
+                format!(
+                    "the composition does not evaluate (the apply would fail with CompositionEvaluationFailed): {message}"
+                ),
                 1024,
             );
             return Ok(plan);
@@ -220,7 +218,17 @@ async fn plan_node(
         ),
         None => (Vec::new(), Vec::new()),
     };
-    plan_children(state, &mut plan, composed.children, &composed.edges, observed, stored_edges, depth, budget).await?;
+    plan_children(
+        state,
+        &mut plan,
+        composed.children,
+        &composed.edges,
+        observed,
+        stored_edges,
+        depth,
+        budget,
+    )
+    .await?;
     Ok(plan)
 }
 
@@ -331,7 +339,10 @@ async fn plan_children(
                 &e.dependent.name,
                 &e.dependency.kind,
                 &e.dependency.name,
-                e.flows.iter().map(|f| (f.dependent.clone(), f.source.clone())).collect(),
+                e.flows
+                    .iter()
+                    .map(|f| (f.dependent.clone(), f.source.clone()))
+                    .collect(),
             )
         })
         .collect();
@@ -343,7 +354,11 @@ async fn plan_children(
                 &e.dependent_name,
                 &e.dependency_kind,
                 &e.dependency_name,
-                e.value_flows.0.iter().map(|f| (f.dependent.clone(), f.source.clone())).collect(),
+                e.value_flows
+                    .0
+                    .iter()
+                    .map(|f| (f.dependent.clone(), f.source.clone()))
+                    .collect(),
             )
         })
         .collect();

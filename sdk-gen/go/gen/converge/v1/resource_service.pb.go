@@ -24,6 +24,251 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Request message for ResourceService.PlanResource.
+type PlanResourceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The change to plan.
+	//
+	// Types that are valid to be assigned to Change:
+	//
+	//	*PlanResourceRequest_Apply
+	//	*PlanResourceRequest_Delete
+	Change isPlanResourceRequest_Change `protobuf_oneof:"change"`
+	// Optional. Levels of composition planned below the resource: 1 = its
+	// children only. 0 = 3; at most 8.
+	MaxDepth      int32 `protobuf:"varint,3,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResourceRequest) Reset() {
+	*x = PlanResourceRequest{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResourceRequest) ProtoMessage() {}
+
+func (x *PlanResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResourceRequest.ProtoReflect.Descriptor instead.
+func (*PlanResourceRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PlanResourceRequest) GetChange() isPlanResourceRequest_Change {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+func (x *PlanResourceRequest) GetApply() *ApplyResourceRequest {
+	if x != nil {
+		if x, ok := x.Change.(*PlanResourceRequest_Apply); ok {
+			return x.Apply
+		}
+	}
+	return nil
+}
+
+func (x *PlanResourceRequest) GetDelete() *ResourceRef {
+	if x != nil {
+		if x, ok := x.Change.(*PlanResourceRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *PlanResourceRequest) GetMaxDepth() int32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
+type isPlanResourceRequest_Change interface {
+	isPlanResourceRequest_Change()
+}
+
+type PlanResourceRequest_Apply struct {
+	// A resource as ApplyResource would take it (request_id and
+	// validate_only are ignored).
+	Apply *ApplyResourceRequest `protobuf:"bytes,1,opt,name=apply,proto3,oneof"`
+}
+
+type PlanResourceRequest_Delete struct {
+	// A resource to delete.
+	Delete *ResourceRef `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+func (*PlanResourceRequest_Apply) isPlanResourceRequest_Change() {}
+
+func (*PlanResourceRequest_Delete) isPlanResourceRequest_Change() {}
+
+// Response message for ResourceService.PlanResource.
+type PlanResourceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plan.
+	Plan *ResourcePlan `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Whether anything at all would change.
+	Changes       bool `protobuf:"varint,2,opt,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResourceResponse) Reset() {
+	*x = PlanResourceResponse{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResourceResponse) ProtoMessage() {}
+
+func (x *PlanResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResourceResponse.ProtoReflect.Descriptor instead.
+func (*PlanResourceResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlanResourceResponse) GetPlan() *ResourcePlan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *PlanResourceResponse) GetChanges() bool {
+	if x != nil {
+		return x.Changes
+	}
+	return false
+}
+
+// Request message for ResourceService.PlanResources.
+type PlanResourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The changes, 1 to 100.
+	Requests      []*PlanResourceRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResourcesRequest) Reset() {
+	*x = PlanResourcesRequest{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResourcesRequest) ProtoMessage() {}
+
+func (x *PlanResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResourcesRequest.ProtoReflect.Descriptor instead.
+func (*PlanResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanResourcesRequest) GetRequests() []*PlanResourceRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// Response message for ResourceService.PlanResources.
+type PlanResourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One plan per request, in request order.
+	Plans         []*PlanResourceResponse `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResourcesResponse) Reset() {
+	*x = PlanResourcesResponse{}
+	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResourcesResponse) ProtoMessage() {}
+
+func (x *PlanResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResourcesResponse.ProtoReflect.Descriptor instead.
+func (*PlanResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PlanResourcesResponse) GetPlans() []*PlanResourceResponse {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
 // Request message for ResourceService.ApplyResource.
 type ApplyResourceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -63,7 +308,7 @@ type ApplyResourceRequest struct {
 
 func (x *ApplyResourceRequest) Reset() {
 	*x = ApplyResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[0]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -75,7 +320,7 @@ func (x *ApplyResourceRequest) String() string {
 func (*ApplyResourceRequest) ProtoMessage() {}
 
 func (x *ApplyResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[0]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -88,7 +333,7 @@ func (x *ApplyResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResourceRequest.ProtoReflect.Descriptor instead.
 func (*ApplyResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{0}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ApplyResourceRequest) GetKind() string {
@@ -168,7 +413,7 @@ type ApplyResourceResponse struct {
 
 func (x *ApplyResourceResponse) Reset() {
 	*x = ApplyResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[1]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +425,7 @@ func (x *ApplyResourceResponse) String() string {
 func (*ApplyResourceResponse) ProtoMessage() {}
 
 func (x *ApplyResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[1]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +438,7 @@ func (x *ApplyResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResourceResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{1}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ApplyResourceResponse) GetResource() *Resource {
@@ -226,7 +471,7 @@ type BatchApplyResourcesRequest struct {
 
 func (x *BatchApplyResourcesRequest) Reset() {
 	*x = BatchApplyResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +483,7 @@ func (x *BatchApplyResourcesRequest) String() string {
 func (*BatchApplyResourcesRequest) ProtoMessage() {}
 
 func (x *BatchApplyResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[2]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +496,7 @@ func (x *BatchApplyResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApplyResourcesRequest.ProtoReflect.Descriptor instead.
 func (*BatchApplyResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{2}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BatchApplyResourcesRequest) GetRequests() []*ApplyResourceRequest {
@@ -286,7 +531,7 @@ type BatchApplyResourcesResponse struct {
 
 func (x *BatchApplyResourcesResponse) Reset() {
 	*x = BatchApplyResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +543,7 @@ func (x *BatchApplyResourcesResponse) String() string {
 func (*BatchApplyResourcesResponse) ProtoMessage() {}
 
 func (x *BatchApplyResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[3]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +556,7 @@ func (x *BatchApplyResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchApplyResourcesResponse.ProtoReflect.Descriptor instead.
 func (*BatchApplyResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{3}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchApplyResourcesResponse) GetResponses() []*ApplyResourceResponse {
@@ -359,7 +604,7 @@ type CreateResourceRequest struct {
 
 func (x *CreateResourceRequest) Reset() {
 	*x = CreateResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +616,7 @@ func (x *CreateResourceRequest) String() string {
 func (*CreateResourceRequest) ProtoMessage() {}
 
 func (x *CreateResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[4]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +629,7 @@ func (x *CreateResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResourceRequest.ProtoReflect.Descriptor instead.
 func (*CreateResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{4}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateResourceRequest) GetKind() string {
@@ -462,7 +707,7 @@ type CreateResourceResponse struct {
 
 func (x *CreateResourceResponse) Reset() {
 	*x = CreateResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +719,7 @@ func (x *CreateResourceResponse) String() string {
 func (*CreateResourceResponse) ProtoMessage() {}
 
 func (x *CreateResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[5]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +732,7 @@ func (x *CreateResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResourceResponse.ProtoReflect.Descriptor instead.
 func (*CreateResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{5}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateResourceResponse) GetResource() *Resource {
@@ -510,7 +755,7 @@ type GetResourceRequest struct {
 
 func (x *GetResourceRequest) Reset() {
 	*x = GetResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +767,7 @@ func (x *GetResourceRequest) String() string {
 func (*GetResourceRequest) ProtoMessage() {}
 
 func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[6]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +780,7 @@ func (x *GetResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{6}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetResourceRequest) GetKind() string {
@@ -563,7 +808,7 @@ type GetResourceResponse struct {
 
 func (x *GetResourceResponse) Reset() {
 	*x = GetResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +820,7 @@ func (x *GetResourceResponse) String() string {
 func (*GetResourceResponse) ProtoMessage() {}
 
 func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[7]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +833,7 @@ func (x *GetResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{7}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResourceResponse) GetResource() *Resource {
@@ -611,7 +856,7 @@ type ExplainResourceRequest struct {
 
 func (x *ExplainResourceRequest) Reset() {
 	*x = ExplainResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +868,7 @@ func (x *ExplainResourceRequest) String() string {
 func (*ExplainResourceRequest) ProtoMessage() {}
 
 func (x *ExplainResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[8]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +881,7 @@ func (x *ExplainResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResourceRequest.ProtoReflect.Descriptor instead.
 func (*ExplainResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{8}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExplainResourceRequest) GetKind() string {
@@ -677,7 +922,7 @@ type ExplainResourceResponse struct {
 
 func (x *ExplainResourceResponse) Reset() {
 	*x = ExplainResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +934,7 @@ func (x *ExplainResourceResponse) String() string {
 func (*ExplainResourceResponse) ProtoMessage() {}
 
 func (x *ExplainResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[9]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +947,7 @@ func (x *ExplainResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResourceResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{9}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExplainResourceResponse) GetResource() *Resource {
@@ -773,7 +1018,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1030,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[10]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1043,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{10}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResourcesRequest) GetKind() string {
@@ -884,7 +1129,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1141,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[11]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1154,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{11}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -950,7 +1195,7 @@ type DeleteResourceRequest struct {
 
 func (x *DeleteResourceRequest) Reset() {
 	*x = DeleteResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1207,7 @@ func (x *DeleteResourceRequest) String() string {
 func (*DeleteResourceRequest) ProtoMessage() {}
 
 func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[12]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1220,7 @@ func (x *DeleteResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{12}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteResourceRequest) GetKind() string {
@@ -1032,7 +1277,7 @@ type DeleteResourceResponse struct {
 
 func (x *DeleteResourceResponse) Reset() {
 	*x = DeleteResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1289,7 @@ func (x *DeleteResourceResponse) String() string {
 func (*DeleteResourceResponse) ProtoMessage() {}
 
 func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[13]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1302,7 @@ func (x *DeleteResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResourceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{13}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteResourceResponse) GetResource() *Resource {
@@ -1142,7 +1387,7 @@ type WatchResourcesRequest struct {
 
 func (x *WatchResourcesRequest) Reset() {
 	*x = WatchResourcesRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1399,7 @@ func (x *WatchResourcesRequest) String() string {
 func (*WatchResourcesRequest) ProtoMessage() {}
 
 func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[14]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1412,7 @@ func (x *WatchResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{14}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchResourcesRequest) GetKind() string {
@@ -1253,7 +1498,7 @@ type WatchResourcesResponse struct {
 
 func (x *WatchResourcesResponse) Reset() {
 	*x = WatchResourcesResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1510,7 @@ func (x *WatchResourcesResponse) String() string {
 func (*WatchResourcesResponse) ProtoMessage() {}
 
 func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[15]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1523,7 @@ func (x *WatchResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourcesResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{15}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchResourcesResponse) GetType() WatchEventType {
@@ -1328,7 +1573,7 @@ type ReconcileResourceRequest struct {
 
 func (x *ReconcileResourceRequest) Reset() {
 	*x = ReconcileResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1585,7 @@ func (x *ReconcileResourceRequest) String() string {
 func (*ReconcileResourceRequest) ProtoMessage() {}
 
 func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[16]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1598,7 @@ func (x *ReconcileResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{16}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReconcileResourceRequest) GetKind() string {
@@ -1395,7 +1640,7 @@ type ReconcileResourceResponse struct {
 
 func (x *ReconcileResourceResponse) Reset() {
 	*x = ReconcileResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1652,7 @@ func (x *ReconcileResourceResponse) String() string {
 func (*ReconcileResourceResponse) ProtoMessage() {}
 
 func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[17]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1665,7 @@ func (x *ReconcileResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{17}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReconcileResourceResponse) GetResource() *Resource {
@@ -1448,7 +1693,7 @@ type QuarantineResourceRequest struct {
 
 func (x *QuarantineResourceRequest) Reset() {
 	*x = QuarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1705,7 @@ func (x *QuarantineResourceRequest) String() string {
 func (*QuarantineResourceRequest) ProtoMessage() {}
 
 func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[18]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1718,7 @@ func (x *QuarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{18}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QuarantineResourceRequest) GetKind() string {
@@ -1515,7 +1760,7 @@ type QuarantineResourceResponse struct {
 
 func (x *QuarantineResourceResponse) Reset() {
 	*x = QuarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1772,7 @@ func (x *QuarantineResourceResponse) String() string {
 func (*QuarantineResourceResponse) ProtoMessage() {}
 
 func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[19]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1785,7 @@ func (x *QuarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*QuarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{19}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QuarantineResourceResponse) GetResource() *Resource {
@@ -1568,7 +1813,7 @@ type UnquarantineResourceRequest struct {
 
 func (x *UnquarantineResourceRequest) Reset() {
 	*x = UnquarantineResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1825,7 @@ func (x *UnquarantineResourceRequest) String() string {
 func (*UnquarantineResourceRequest) ProtoMessage() {}
 
 func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[20]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1838,7 @@ func (x *UnquarantineResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceRequest.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{20}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UnquarantineResourceRequest) GetKind() string {
@@ -1635,7 +1880,7 @@ type UnquarantineResourceResponse struct {
 
 func (x *UnquarantineResourceResponse) Reset() {
 	*x = UnquarantineResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1892,7 @@ func (x *UnquarantineResourceResponse) String() string {
 func (*UnquarantineResourceResponse) ProtoMessage() {}
 
 func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[21]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1905,7 @@ func (x *UnquarantineResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnquarantineResourceResponse.ProtoReflect.Descriptor instead.
 func (*UnquarantineResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{21}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UnquarantineResourceResponse) GetResource() *Resource {
@@ -1695,7 +1940,7 @@ type ListResourceEventsRequest struct {
 
 func (x *ListResourceEventsRequest) Reset() {
 	*x = ListResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1952,7 @@ func (x *ListResourceEventsRequest) String() string {
 func (*ListResourceEventsRequest) ProtoMessage() {}
 
 func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[22]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1965,7 @@ func (x *ListResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{22}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResourceEventsRequest) GetKind() string {
@@ -1792,7 +2037,7 @@ type ListResourceEventsResponse struct {
 
 func (x *ListResourceEventsResponse) Reset() {
 	*x = ListResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +2049,7 @@ func (x *ListResourceEventsResponse) String() string {
 func (*ListResourceEventsResponse) ProtoMessage() {}
 
 func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[23]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +2062,7 @@ func (x *ListResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{23}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListResourceEventsResponse) GetEvents() []*ResourceEvent {
@@ -1872,7 +2117,7 @@ type WatchResourceEventsRequest struct {
 
 func (x *WatchResourceEventsRequest) Reset() {
 	*x = WatchResourceEventsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2129,7 @@ func (x *WatchResourceEventsRequest) String() string {
 func (*WatchResourceEventsRequest) ProtoMessage() {}
 
 func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[24]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2142,7 @@ func (x *WatchResourceEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{24}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchResourceEventsRequest) GetKind() string {
@@ -1960,7 +2205,7 @@ type WatchResourceEventsResponse struct {
 
 func (x *WatchResourceEventsResponse) Reset() {
 	*x = WatchResourceEventsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2217,7 @@ func (x *WatchResourceEventsResponse) String() string {
 func (*WatchResourceEventsResponse) ProtoMessage() {}
 
 func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[25]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2230,7 @@ func (x *WatchResourceEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceEventsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{25}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchResourceEventsResponse) GetType() EventWatchType {
@@ -2035,7 +2280,7 @@ type GetResourceGraphRequest struct {
 
 func (x *GetResourceGraphRequest) Reset() {
 	*x = GetResourceGraphRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2292,7 @@ func (x *GetResourceGraphRequest) String() string {
 func (*GetResourceGraphRequest) ProtoMessage() {}
 
 func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[26]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2305,7 @@ func (x *GetResourceGraphRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphRequest.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{26}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetResourceGraphRequest) GetKind() string {
@@ -2111,7 +2356,7 @@ type GetResourceGraphResponse struct {
 
 func (x *GetResourceGraphResponse) Reset() {
 	*x = GetResourceGraphResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2368,7 @@ func (x *GetResourceGraphResponse) String() string {
 func (*GetResourceGraphResponse) ProtoMessage() {}
 
 func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[27]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2381,7 @@ func (x *GetResourceGraphResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourceGraphResponse.ProtoReflect.Descriptor instead.
 func (*GetResourceGraphResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{27}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetResourceGraphResponse) GetRoot() *GraphNode {
@@ -2185,7 +2430,7 @@ type ListSpecRevisionsRequest struct {
 
 func (x *ListSpecRevisionsRequest) Reset() {
 	*x = ListSpecRevisionsRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2442,7 @@ func (x *ListSpecRevisionsRequest) String() string {
 func (*ListSpecRevisionsRequest) ProtoMessage() {}
 
 func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[28]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2455,7 @@ func (x *ListSpecRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{28}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSpecRevisionsRequest) GetKind() string {
@@ -2254,7 +2499,7 @@ type ListSpecRevisionsResponse struct {
 
 func (x *ListSpecRevisionsResponse) Reset() {
 	*x = ListSpecRevisionsResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2511,7 @@ func (x *ListSpecRevisionsResponse) String() string {
 func (*ListSpecRevisionsResponse) ProtoMessage() {}
 
 func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[29]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2524,7 @@ func (x *ListSpecRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpecRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSpecRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{29}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSpecRevisionsResponse) GetRevisions() []*SpecRevision {
@@ -2321,7 +2566,7 @@ type RollbackResourceRequest struct {
 
 func (x *RollbackResourceRequest) Reset() {
 	*x = RollbackResourceRequest{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2578,7 @@ func (x *RollbackResourceRequest) String() string {
 func (*RollbackResourceRequest) ProtoMessage() {}
 
 func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[30]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2591,7 @@ func (x *RollbackResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackResourceRequest) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{30}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RollbackResourceRequest) GetKind() string {
@@ -2402,7 +2647,7 @@ type RollbackResourceResponse struct {
 
 func (x *RollbackResourceResponse) Reset() {
 	*x = RollbackResourceResponse{}
-	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2659,7 @@ func (x *RollbackResourceResponse) String() string {
 func (*RollbackResourceResponse) ProtoMessage() {}
 
 func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_v1_resource_service_proto_msgTypes[31]
+	mi := &file_converge_v1_resource_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2672,7 @@ func (x *RollbackResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResourceResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResourceResponse) Descriptor() ([]byte, []int) {
-	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{31}
+	return file_converge_v1_resource_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RollbackResourceResponse) GetResource() *Resource {
@@ -2441,7 +2686,19 @@ var File_converge_v1_resource_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\n" +
-	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x03\n" +
+	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x16converge/v1/plan.proto\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"\x13PlanResourceRequest\x129\n" +
+	"\x05apply\x18\x01 \x01(\v2!.converge.v1.ApplyResourceRequestH\x00R\x05apply\x122\n" +
+	"\x06delete\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefH\x00R\x06delete\x12!\n" +
+	"\tmax_depth\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bmaxDepthB\b\n" +
+	"\x06change\"_\n" +
+	"\x14PlanResourceResponse\x12-\n" +
+	"\x04plan\x18\x01 \x01(\v2\x19.converge.v1.ResourcePlanR\x04plan\x12\x18\n" +
+	"\achanges\x18\x02 \x01(\bR\achanges\"Z\n" +
+	"\x14PlanResourcesRequest\x12B\n" +
+	"\brequests\x18\x01 \x03(\v2 .converge.v1.PlanResourceRequestB\x04\xe2A\x01\x02R\brequests\"P\n" +
+	"\x15PlanResourcesResponse\x127\n" +
+	"\x05plans\x18\x01 \x03(\v2!.converge.v1.PlanResourceResponseR\x05plans\"\xee\x03\n" +
 	"\x14ApplyResourceRequest\x12\x18\n" +
 	"\x04kind\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04kind\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x18\n" +
@@ -2630,7 +2887,7 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x04etag\x18\x06 \x01(\tB\x04\xe2A\x01\x01H\x00R\x04etag\x88\x01\x01B\a\n" +
 	"\x05_etag\"M\n" +
 	"\x18RollbackResourceResponse\x121\n" +
-	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\x9f\f\n" +
+	"\bresource\x18\x01 \x01(\v2\x15.converge.v1.ResourceR\bresource2\xcc\r\n" +
 	"\x0fResourceService\x12V\n" +
 	"\rApplyResource\x12!.converge.v1.ApplyResourceRequest\x1a\".converge.v1.ApplyResourceResponse\x12h\n" +
 	"\x13BatchApplyResources\x12'.converge.v1.BatchApplyResourcesRequest\x1a(.converge.v1.BatchApplyResourcesResponse\x12Y\n" +
@@ -2647,7 +2904,9 @@ const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\x13WatchResourceEvents\x12'.converge.v1.WatchResourceEventsRequest\x1a(.converge.v1.WatchResourceEventsResponse0\x01\x12_\n" +
 	"\x10GetResourceGraph\x12$.converge.v1.GetResourceGraphRequest\x1a%.converge.v1.GetResourceGraphResponse\x12b\n" +
 	"\x11ListSpecRevisions\x12%.converge.v1.ListSpecRevisionsRequest\x1a&.converge.v1.ListSpecRevisionsResponse\x12_\n" +
-	"\x10RollbackResource\x12$.converge.v1.RollbackResourceRequest\x1a%.converge.v1.RollbackResourceResponseB\xa4\x01\n" +
+	"\x10RollbackResource\x12$.converge.v1.RollbackResourceRequest\x1a%.converge.v1.RollbackResourceResponse\x12S\n" +
+	"\fPlanResource\x12 .converge.v1.PlanResourceRequest\x1a!.converge.v1.PlanResourceResponse\x12V\n" +
+	"\rPlanResources\x12!.converge.v1.PlanResourcesRequest\x1a\".converge.v1.PlanResourcesResponseB\xa4\x01\n" +
 	"\x0fcom.converge.v1B\x14ResourceServiceProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (
@@ -2662,129 +2921,143 @@ func file_converge_v1_resource_service_proto_rawDescGZIP() []byte {
 	return file_converge_v1_resource_service_proto_rawDescData
 }
 
-var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_converge_v1_resource_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_converge_v1_resource_service_proto_goTypes = []any{
-	(*ApplyResourceRequest)(nil),         // 0: converge.v1.ApplyResourceRequest
-	(*ApplyResourceResponse)(nil),        // 1: converge.v1.ApplyResourceResponse
-	(*BatchApplyResourcesRequest)(nil),   // 2: converge.v1.BatchApplyResourcesRequest
-	(*BatchApplyResourcesResponse)(nil),  // 3: converge.v1.BatchApplyResourcesResponse
-	(*CreateResourceRequest)(nil),        // 4: converge.v1.CreateResourceRequest
-	(*CreateResourceResponse)(nil),       // 5: converge.v1.CreateResourceResponse
-	(*GetResourceRequest)(nil),           // 6: converge.v1.GetResourceRequest
-	(*GetResourceResponse)(nil),          // 7: converge.v1.GetResourceResponse
-	(*ExplainResourceRequest)(nil),       // 8: converge.v1.ExplainResourceRequest
-	(*ExplainResourceResponse)(nil),      // 9: converge.v1.ExplainResourceResponse
-	(*ListResourcesRequest)(nil),         // 10: converge.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),        // 11: converge.v1.ListResourcesResponse
-	(*DeleteResourceRequest)(nil),        // 12: converge.v1.DeleteResourceRequest
-	(*DeleteResourceResponse)(nil),       // 13: converge.v1.DeleteResourceResponse
-	(*WatchResourcesRequest)(nil),        // 14: converge.v1.WatchResourcesRequest
-	(*WatchResourcesResponse)(nil),       // 15: converge.v1.WatchResourcesResponse
-	(*ReconcileResourceRequest)(nil),     // 16: converge.v1.ReconcileResourceRequest
-	(*ReconcileResourceResponse)(nil),    // 17: converge.v1.ReconcileResourceResponse
-	(*QuarantineResourceRequest)(nil),    // 18: converge.v1.QuarantineResourceRequest
-	(*QuarantineResourceResponse)(nil),   // 19: converge.v1.QuarantineResourceResponse
-	(*UnquarantineResourceRequest)(nil),  // 20: converge.v1.UnquarantineResourceRequest
-	(*UnquarantineResourceResponse)(nil), // 21: converge.v1.UnquarantineResourceResponse
-	(*ListResourceEventsRequest)(nil),    // 22: converge.v1.ListResourceEventsRequest
-	(*ListResourceEventsResponse)(nil),   // 23: converge.v1.ListResourceEventsResponse
-	(*WatchResourceEventsRequest)(nil),   // 24: converge.v1.WatchResourceEventsRequest
-	(*WatchResourceEventsResponse)(nil),  // 25: converge.v1.WatchResourceEventsResponse
-	(*GetResourceGraphRequest)(nil),      // 26: converge.v1.GetResourceGraphRequest
-	(*GetResourceGraphResponse)(nil),     // 27: converge.v1.GetResourceGraphResponse
-	(*ListSpecRevisionsRequest)(nil),     // 28: converge.v1.ListSpecRevisionsRequest
-	(*ListSpecRevisionsResponse)(nil),    // 29: converge.v1.ListSpecRevisionsResponse
-	(*RollbackResourceRequest)(nil),      // 30: converge.v1.RollbackResourceRequest
-	(*RollbackResourceResponse)(nil),     // 31: converge.v1.RollbackResourceResponse
-	nil,                                  // 32: converge.v1.ApplyResourceRequest.LabelsEntry
-	nil,                                  // 33: converge.v1.CreateResourceRequest.LabelsEntry
-	(*structpb.Struct)(nil),              // 34: google.protobuf.Struct
-	(*Resource)(nil),                     // 35: converge.v1.Resource
-	(*Wait)(nil),                         // 36: converge.v1.Wait
-	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
-	(Phase)(0),                           // 38: converge.v1.Phase
-	(*ResourceRef)(nil),                  // 39: converge.v1.ResourceRef
-	(WatchEventType)(0),                  // 40: converge.v1.WatchEventType
-	(EventType)(0),                       // 41: converge.v1.EventType
-	(*ResourceEvent)(nil),                // 42: converge.v1.ResourceEvent
-	(EventWatchType)(0),                  // 43: converge.v1.EventWatchType
-	(*GraphNode)(nil),                    // 44: converge.v1.GraphNode
-	(*DependencyEdge)(nil),               // 45: converge.v1.DependencyEdge
-	(*SpecRevision)(nil),                 // 46: converge.v1.SpecRevision
+	(*PlanResourceRequest)(nil),          // 0: converge.v1.PlanResourceRequest
+	(*PlanResourceResponse)(nil),         // 1: converge.v1.PlanResourceResponse
+	(*PlanResourcesRequest)(nil),         // 2: converge.v1.PlanResourcesRequest
+	(*PlanResourcesResponse)(nil),        // 3: converge.v1.PlanResourcesResponse
+	(*ApplyResourceRequest)(nil),         // 4: converge.v1.ApplyResourceRequest
+	(*ApplyResourceResponse)(nil),        // 5: converge.v1.ApplyResourceResponse
+	(*BatchApplyResourcesRequest)(nil),   // 6: converge.v1.BatchApplyResourcesRequest
+	(*BatchApplyResourcesResponse)(nil),  // 7: converge.v1.BatchApplyResourcesResponse
+	(*CreateResourceRequest)(nil),        // 8: converge.v1.CreateResourceRequest
+	(*CreateResourceResponse)(nil),       // 9: converge.v1.CreateResourceResponse
+	(*GetResourceRequest)(nil),           // 10: converge.v1.GetResourceRequest
+	(*GetResourceResponse)(nil),          // 11: converge.v1.GetResourceResponse
+	(*ExplainResourceRequest)(nil),       // 12: converge.v1.ExplainResourceRequest
+	(*ExplainResourceResponse)(nil),      // 13: converge.v1.ExplainResourceResponse
+	(*ListResourcesRequest)(nil),         // 14: converge.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),        // 15: converge.v1.ListResourcesResponse
+	(*DeleteResourceRequest)(nil),        // 16: converge.v1.DeleteResourceRequest
+	(*DeleteResourceResponse)(nil),       // 17: converge.v1.DeleteResourceResponse
+	(*WatchResourcesRequest)(nil),        // 18: converge.v1.WatchResourcesRequest
+	(*WatchResourcesResponse)(nil),       // 19: converge.v1.WatchResourcesResponse
+	(*ReconcileResourceRequest)(nil),     // 20: converge.v1.ReconcileResourceRequest
+	(*ReconcileResourceResponse)(nil),    // 21: converge.v1.ReconcileResourceResponse
+	(*QuarantineResourceRequest)(nil),    // 22: converge.v1.QuarantineResourceRequest
+	(*QuarantineResourceResponse)(nil),   // 23: converge.v1.QuarantineResourceResponse
+	(*UnquarantineResourceRequest)(nil),  // 24: converge.v1.UnquarantineResourceRequest
+	(*UnquarantineResourceResponse)(nil), // 25: converge.v1.UnquarantineResourceResponse
+	(*ListResourceEventsRequest)(nil),    // 26: converge.v1.ListResourceEventsRequest
+	(*ListResourceEventsResponse)(nil),   // 27: converge.v1.ListResourceEventsResponse
+	(*WatchResourceEventsRequest)(nil),   // 28: converge.v1.WatchResourceEventsRequest
+	(*WatchResourceEventsResponse)(nil),  // 29: converge.v1.WatchResourceEventsResponse
+	(*GetResourceGraphRequest)(nil),      // 30: converge.v1.GetResourceGraphRequest
+	(*GetResourceGraphResponse)(nil),     // 31: converge.v1.GetResourceGraphResponse
+	(*ListSpecRevisionsRequest)(nil),     // 32: converge.v1.ListSpecRevisionsRequest
+	(*ListSpecRevisionsResponse)(nil),    // 33: converge.v1.ListSpecRevisionsResponse
+	(*RollbackResourceRequest)(nil),      // 34: converge.v1.RollbackResourceRequest
+	(*RollbackResourceResponse)(nil),     // 35: converge.v1.RollbackResourceResponse
+	nil,                                  // 36: converge.v1.ApplyResourceRequest.LabelsEntry
+	nil,                                  // 37: converge.v1.CreateResourceRequest.LabelsEntry
+	(*ResourceRef)(nil),                  // 38: converge.v1.ResourceRef
+	(*ResourcePlan)(nil),                 // 39: converge.v1.ResourcePlan
+	(*structpb.Struct)(nil),              // 40: google.protobuf.Struct
+	(*Resource)(nil),                     // 41: converge.v1.Resource
+	(*Wait)(nil),                         // 42: converge.v1.Wait
+	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
+	(Phase)(0),                           // 44: converge.v1.Phase
+	(WatchEventType)(0),                  // 45: converge.v1.WatchEventType
+	(EventType)(0),                       // 46: converge.v1.EventType
+	(*ResourceEvent)(nil),                // 47: converge.v1.ResourceEvent
+	(EventWatchType)(0),                  // 48: converge.v1.EventWatchType
+	(*GraphNode)(nil),                    // 49: converge.v1.GraphNode
+	(*DependencyEdge)(nil),               // 50: converge.v1.DependencyEdge
+	(*SpecRevision)(nil),                 // 51: converge.v1.SpecRevision
 }
 var file_converge_v1_resource_service_proto_depIdxs = []int32{
-	32, // 0: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
-	34, // 1: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
-	35, // 2: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
-	0,  // 3: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
-	1,  // 4: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
-	33, // 5: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
-	34, // 6: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
-	35, // 7: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 8: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 9: converge.v1.ExplainResourceResponse.resource:type_name -> converge.v1.Resource
-	36, // 10: converge.v1.ExplainResourceResponse.waiting_for:type_name -> converge.v1.Wait
-	37, // 11: converge.v1.ExplainResourceResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	37, // 12: converge.v1.ExplainResourceResponse.read_time:type_name -> google.protobuf.Timestamp
-	38, // 13: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
-	39, // 14: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	39, // 15: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	35, // 16: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
-	35, // 17: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
-	39, // 18: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	39, // 19: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	40, // 20: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
-	35, // 21: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
-	35, // 22: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 23: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	35, // 24: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	41, // 25: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
-	37, // 26: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
-	42, // 27: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
-	43, // 28: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
-	42, // 29: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
-	44, // 30: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
-	44, // 31: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
-	45, // 32: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
-	46, // 33: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
-	35, // 34: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
-	0,  // 35: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
-	2,  // 36: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
-	4,  // 37: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
-	6,  // 38: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
-	8,  // 39: converge.v1.ResourceService.ExplainResource:input_type -> converge.v1.ExplainResourceRequest
-	10, // 40: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
-	12, // 41: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
-	14, // 42: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
-	16, // 43: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
-	18, // 44: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
-	20, // 45: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
-	22, // 46: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
-	24, // 47: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
-	26, // 48: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
-	28, // 49: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
-	30, // 50: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
-	1,  // 51: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
-	3,  // 52: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
-	5,  // 53: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
-	7,  // 54: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
-	9,  // 55: converge.v1.ResourceService.ExplainResource:output_type -> converge.v1.ExplainResourceResponse
-	11, // 56: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
-	13, // 57: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
-	15, // 58: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
-	17, // 59: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
-	19, // 60: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
-	21, // 61: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
-	23, // 62: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
-	25, // 63: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
-	27, // 64: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
-	29, // 65: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
-	31, // 66: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
-	51, // [51:67] is the sub-list for method output_type
-	35, // [35:51] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	4,  // 0: converge.v1.PlanResourceRequest.apply:type_name -> converge.v1.ApplyResourceRequest
+	38, // 1: converge.v1.PlanResourceRequest.delete:type_name -> converge.v1.ResourceRef
+	39, // 2: converge.v1.PlanResourceResponse.plan:type_name -> converge.v1.ResourcePlan
+	0,  // 3: converge.v1.PlanResourcesRequest.requests:type_name -> converge.v1.PlanResourceRequest
+	1,  // 4: converge.v1.PlanResourcesResponse.plans:type_name -> converge.v1.PlanResourceResponse
+	36, // 5: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
+	40, // 6: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
+	41, // 7: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
+	4,  // 8: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
+	5,  // 9: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
+	37, // 10: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
+	40, // 11: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
+	41, // 12: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
+	41, // 13: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
+	41, // 14: converge.v1.ExplainResourceResponse.resource:type_name -> converge.v1.Resource
+	42, // 15: converge.v1.ExplainResourceResponse.waiting_for:type_name -> converge.v1.Wait
+	43, // 16: converge.v1.ExplainResourceResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	43, // 17: converge.v1.ExplainResourceResponse.read_time:type_name -> google.protobuf.Timestamp
+	44, // 18: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
+	38, // 19: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	38, // 20: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	41, // 21: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
+	41, // 22: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
+	38, // 23: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	38, // 24: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	45, // 25: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
+	41, // 26: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
+	41, // 27: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
+	41, // 28: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	41, // 29: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	46, // 30: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
+	43, // 31: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
+	47, // 32: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
+	48, // 33: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
+	47, // 34: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
+	49, // 35: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
+	49, // 36: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
+	50, // 37: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
+	51, // 38: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
+	41, // 39: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
+	4,  // 40: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
+	6,  // 41: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
+	8,  // 42: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
+	10, // 43: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
+	12, // 44: converge.v1.ResourceService.ExplainResource:input_type -> converge.v1.ExplainResourceRequest
+	14, // 45: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
+	16, // 46: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
+	18, // 47: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
+	20, // 48: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
+	22, // 49: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
+	24, // 50: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
+	26, // 51: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
+	28, // 52: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
+	30, // 53: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
+	32, // 54: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
+	34, // 55: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
+	0,  // 56: converge.v1.ResourceService.PlanResource:input_type -> converge.v1.PlanResourceRequest
+	2,  // 57: converge.v1.ResourceService.PlanResources:input_type -> converge.v1.PlanResourcesRequest
+	5,  // 58: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
+	7,  // 59: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
+	9,  // 60: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
+	11, // 61: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
+	13, // 62: converge.v1.ResourceService.ExplainResource:output_type -> converge.v1.ExplainResourceResponse
+	15, // 63: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
+	17, // 64: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
+	19, // 65: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
+	21, // 66: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
+	23, // 67: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
+	25, // 68: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
+	27, // 69: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
+	29, // 70: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
+	31, // 71: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
+	33, // 72: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
+	35, // 73: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
+	1,  // 74: converge.v1.ResourceService.PlanResource:output_type -> converge.v1.PlanResourceResponse
+	3,  // 75: converge.v1.ResourceService.PlanResources:output_type -> converge.v1.PlanResourcesResponse
+	58, // [58:76] is the sub-list for method output_type
+	40, // [40:58] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_service_proto_init() }
@@ -2792,21 +3065,26 @@ func file_converge_v1_resource_service_proto_init() {
 	if File_converge_v1_resource_service_proto != nil {
 		return
 	}
+	file_converge_v1_plan_proto_init()
 	file_converge_v1_resource_proto_init()
-	file_converge_v1_resource_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[10].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[12].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[0].OneofWrappers = []any{
+		(*PlanResourceRequest_Apply)(nil),
+		(*PlanResourceRequest_Delete)(nil),
+	}
+	file_converge_v1_resource_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_converge_v1_resource_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[22].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[24].OneofWrappers = []any{}
-	file_converge_v1_resource_service_proto_msgTypes[30].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[18].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[26].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[28].OneofWrappers = []any{}
+	file_converge_v1_resource_service_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_resource_service_proto_rawDesc), len(file_converge_v1_resource_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,8 @@ const (
 	ResourceService_GetResourceGraph_FullMethodName     = "/converge.v1.ResourceService/GetResourceGraph"
 	ResourceService_ListSpecRevisions_FullMethodName    = "/converge.v1.ResourceService/ListSpecRevisions"
 	ResourceService_RollbackResource_FullMethodName     = "/converge.v1.ResourceService/RollbackResource"
+	ResourceService_PlanResource_FullMethodName         = "/converge.v1.ResourceService/PlanResource"
+	ResourceService_PlanResources_FullMethodName        = "/converge.v1.ResourceService/PlanResources"
 )
 
 // ResourceServiceClient is the client API for ResourceService service.
@@ -146,6 +148,20 @@ type ResourceServiceClient interface {
 	// Fails with NOT_FOUND when the revision is no longer retained and
 	// FAILED_PRECONDITION for composed children.
 	RollbackResource(ctx context.Context, in *RollbackResourceRequest, opts ...grpc.CallOption) (*RollbackResourceResponse, error)
+	// Previews what applying (or deleting) a resource would do, writing
+	// nothing: the same validation as ApplyResource (its errors too), the
+	// fields that would change, the children its composition would create,
+	// change, delete or orphan with the edges that would move, the resources
+	// that would reconcile again and, for a delete, the teardown order.
+	// Compositions declared as data are planned in the server, level by level
+	// down to max_depth; a composer worker's children are not planned (the
+	// plan says so in not_planned). Needs the permission the change itself
+	// would need.
+	PlanResource(ctx context.Context, in *PlanResourceRequest, opts ...grpc.CallOption) (*PlanResourceResponse, error)
+	// PlanResource for up to 100 changes, each planned against what is stored
+	// now (not against each other); the first refused one refuses the call,
+	// its field paths under /requests/<i>.
+	PlanResources(ctx context.Context, in *PlanResourcesRequest, opts ...grpc.CallOption) (*PlanResourcesResponse, error)
 }
 
 type resourceServiceClient struct {
@@ -334,6 +350,26 @@ func (c *resourceServiceClient) RollbackResource(ctx context.Context, in *Rollba
 	return out, nil
 }
 
+func (c *resourceServiceClient) PlanResource(ctx context.Context, in *PlanResourceRequest, opts ...grpc.CallOption) (*PlanResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanResourceResponse)
+	err := c.cc.Invoke(ctx, ResourceService_PlanResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) PlanResources(ctx context.Context, in *PlanResourcesRequest, opts ...grpc.CallOption) (*PlanResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanResourcesResponse)
+	err := c.cc.Invoke(ctx, ResourceService_PlanResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ResourceServiceServer is the server API for ResourceService service.
 // All implementations must embed UnimplementedResourceServiceServer
 // for forward compatibility.
@@ -443,6 +479,20 @@ type ResourceServiceServer interface {
 	// Fails with NOT_FOUND when the revision is no longer retained and
 	// FAILED_PRECONDITION for composed children.
 	RollbackResource(context.Context, *RollbackResourceRequest) (*RollbackResourceResponse, error)
+	// Previews what applying (or deleting) a resource would do, writing
+	// nothing: the same validation as ApplyResource (its errors too), the
+	// fields that would change, the children its composition would create,
+	// change, delete or orphan with the edges that would move, the resources
+	// that would reconcile again and, for a delete, the teardown order.
+	// Compositions declared as data are planned in the server, level by level
+	// down to max_depth; a composer worker's children are not planned (the
+	// plan says so in not_planned). Needs the permission the change itself
+	// would need.
+	PlanResource(context.Context, *PlanResourceRequest) (*PlanResourceResponse, error)
+	// PlanResource for up to 100 changes, each planned against what is stored
+	// now (not against each other); the first refused one refuses the call,
+	// its field paths under /requests/<i>.
+	PlanResources(context.Context, *PlanResourcesRequest) (*PlanResourcesResponse, error)
 	mustEmbedUnimplementedResourceServiceServer()
 }
 
@@ -500,6 +550,12 @@ func (UnimplementedResourceServiceServer) ListSpecRevisions(context.Context, *Li
 }
 func (UnimplementedResourceServiceServer) RollbackResource(context.Context, *RollbackResourceRequest) (*RollbackResourceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RollbackResource not implemented")
+}
+func (UnimplementedResourceServiceServer) PlanResource(context.Context, *PlanResourceRequest) (*PlanResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanResource not implemented")
+}
+func (UnimplementedResourceServiceServer) PlanResources(context.Context, *PlanResourcesRequest) (*PlanResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanResources not implemented")
 }
 func (UnimplementedResourceServiceServer) mustEmbedUnimplementedResourceServiceServer() {}
 func (UnimplementedResourceServiceServer) testEmbeddedByValue()                         {}
@@ -796,6 +852,42 @@ func _ResourceService_RollbackResource_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ResourceService_PlanResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).PlanResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_PlanResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).PlanResource(ctx, req.(*PlanResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResourceService_PlanResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).PlanResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_PlanResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).PlanResources(ctx, req.(*PlanResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ResourceService_ServiceDesc is the grpc.ServiceDesc for ResourceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -858,6 +950,14 @@ var ResourceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RollbackResource",
 			Handler:    _ResourceService_RollbackResource_Handler,
+		},
+		{
+			MethodName: "PlanResource",
+			Handler:    _ResourceService_PlanResource_Handler,
+		},
+		{
+			MethodName: "PlanResources",
+			Handler:    _ResourceService_PlanResources_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ResourcePlan } from "./plan_pb.js";
+import { file_converge_v1_plan } from "./plan_pb.js";
 import type { DependencyEdge, EventType, EventWatchType, GraphNode, Phase, Resource, ResourceEvent, ResourceRef, SpecRevision, Wait, WatchEventType } from "./resource_pb.js";
 import { file_converge_v1_resource } from "./resource_pb.js";
 import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
@@ -15,7 +17,123 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/resource_service.proto.
  */
 export const file_converge_v1_resource_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSKMAwoUQXBwbHlSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBAhJDCgZsYWJlbHMYBCADKAsyLS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdC5MYWJlbHNFbnRyeUIE4kEBARIrCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBARIYCgpyZXF1ZXN0X2lkGAYgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYByABKAhCBOJBAQESFwoEZXRhZxgIIAEoCUIE4kEBAUgAiAEBEiIKD3Byb3ZpZGVyX2NvbmZpZxgJIAEoCUIE4kEBAUgBiAEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFX2V0YWdCEgoQX3Byb3ZpZGVyX2NvbmZpZyJRChVBcHBseVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIPCgdjcmVhdGVkGAIgASgIIo4BChpCYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBI5CghyZXF1ZXN0cxgBIAMoCzIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0QgTiQQECEhgKCnJlcXVlc3RfaWQYAiABKAlCBOJBAQESGwoNdmFsaWRhdGVfb25seRgDIAEoCEIE4kEBASJUChtCYXRjaEFwcGx5UmVzb3VyY2VzUmVzcG9uc2USNQoJcmVzcG9uc2VzGAEgAygLMiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlIvACChVDcmVhdGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQISEgoEbmFtZRgDIAEoCUIE4kEBARJECgZsYWJlbHMYBCADKAsyLi5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlcXVlc3QuTGFiZWxzRW50cnlCBOJBAQESKwoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESGAoKcmVxdWVzdF9pZBgGIAEoCUIE4kEBARIbCg12YWxpZGF0ZV9vbmx5GAcgASgIQgTiQQEBEh0KD3Byb3ZpZGVyX2NvbmZpZxgIIAEoCUIE4kEBARIbCg1nZW5lcmF0ZV9uYW1lGAkgASgJQgTiQQEBGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoWQ3JlYXRlUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIjwKEkdldFJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQIiPgoTR2V0UmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIkAKFkV4cGxhaW5SZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIswBChdFeHBsYWluUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlEiYKC3dhaXRpbmdfZm9yGAIgAygLMhEuY29udmVyZ2UudjEuV2FpdBIxCg1uZXh0X2R1ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglyZWFkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpQDChRMaXN0UmVzb3VyY2VzUmVxdWVzdBIXCgRraW5kGAEgASgJQgTiQQEBSACIAQESHwoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQEBSAGIAQESKAoGcGhhc2VzGAMgAygOMhIuY29udmVyZ2UudjEuUGhhc2VCBOJBAQESHAoObGFiZWxfc2VsZWN0b3IYBCABKAlCBOJBAQESLQoFb3duZXIYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBARIsCgRyb290GAYgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQESGAoKcm9vdHNfb25seRgHIAEoCEIE4kEBARIXCglwYWdlX3NpemUYCCABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgJIAEoCUIE4kEBARIiCg9wcm92aWRlcl9jb25maWcYCiABKAlCBOJBAQFIAogBAUIHCgVfa2luZEIPCg1fa2luZF92ZXJzaW9uQhIKEF9wcm92aWRlcl9jb25maWciWgoVTGlzdFJlc291cmNlc1Jlc3BvbnNlEigKCXJlc291cmNlcxgBIAMoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSK1AQoVRGVsZXRlUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIbCg1hbGxvd19taXNzaW5nGAMgASgIQgTiQQEBEhgKCnJlcXVlc3RfaWQYBCABKAlCBOJBAQESFwoEZXRhZxgFIAEoCUIE4kEBAUgAiAEBEhsKDXZhbGlkYXRlX29ubHkYBiABKAhCBOJBAQFCBwoFX2V0YWciQQoWRGVsZXRlUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIocDChVXYXRjaFJlc291cmNlc1JlcXVlc3QSFwoEa2luZBgBIAEoCUIE4kEBAUgAiAEBEh8KDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAUgBiAEBEhwKDmxhYmVsX3NlbGVjdG9yGAMgASgJQgTiQQEBEi0KBW93bmVyGAQgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQESLAoEcm9vdBgFIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEh4KEHJlc291cmNlX3ZlcnNpb24YBiABKAlCBOJBAQESJgoTc2VuZF9pbml0aWFsX2V2ZW50cxgHIAEoCEIE4kEBAUgCiAEBEh0KD2FsbG93X2Jvb2ttYXJrcxgIIAEoCEIE4kEBARIXCgRuYW1lGAkgASgJQgTiQQEBSAOIAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkIWChRfc2VuZF9pbml0aWFsX2V2ZW50c0IHCgVfbmFtZSKiAQoWV2F0Y2hSZXNvdXJjZXNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuV2F0Y2hFdmVudFR5cGUSJwoIcmVzb3VyY2UYAiABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIYChByZXNvdXJjZV92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJ5ChhSZWNvbmNpbGVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECEhsKDXJlc2V0X2JhY2tvZmYYAyABKAhCBOJBAQESGAoKcmVxdWVzdF9pZBgEIAEoCUIE4kEBASJEChlSZWNvbmNpbGVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidAoZUXVhcmFudGluZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFQoHbWVzc2FnZRgDIAEoCUIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBIkUKGlF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2UidgobVW5xdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIVCgdtZXNzYWdlGAMgASgJQgTiQQEBEhgKCnJlcXVlc3RfaWQYBCABKAlCBOJBAQEiRwocVW5xdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlIqMCChlMaXN0UmVzb3VyY2VFdmVudHNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIbCghjYXRlZ29yeRgDIAEoCUIE4kEBAUgAiAEBEioKBHR5cGUYBCABKA4yFi5jb252ZXJnZS52MS5FdmVudFR5cGVCBOJBAQESGQoGcmVhc29uGAUgASgJQgTiQQEBSAGIAQESLwoFc2luY2UYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgTiQQEBEhcKCXBhZ2Vfc2l6ZRgHIAEoBUIE4kEBARIYCgpwYWdlX3Rva2VuGAggASgJQgTiQQEBQgsKCV9jYXRlZ29yeUIJCgdfcmVhc29uImEKGkxpc3RSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlEioKBmV2ZW50cxgBIAMoCzIaLmNvbnZlcmdlLnYxLlJlc291cmNlRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIsgBChpXYXRjaFJlc291cmNlRXZlbnRzUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoIY2F0ZWdvcnkYAyABKAlCBOJBAQFIAIgBARIbCg1ldmVudF92ZXJzaW9uGAQgASgJQgTiQQEBEhwKDnNuYXBzaG90X2xpbWl0GAUgASgFQgTiQQEBEh0KD2FsbG93X2Jvb2ttYXJrcxgGIAEoCEIE4kEBAUILCglfY2F0ZWdvcnkipgEKG1dhdGNoUmVzb3VyY2VFdmVudHNSZXNwb25zZRIpCgR0eXBlGAEgASgOMhsuY29udmVyZ2UudjEuRXZlbnRXYXRjaFR5cGUSKQoFZXZlbnQYAiABKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhUKDWV2ZW50X3ZlcnNpb24YAyABKAkSGgoSaW5pdGlhbF9ldmVudHNfZW5kGAQgASgIInQKF0dldFJlc291cmNlR3JhcGhSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASKsAQoYR2V0UmVzb3VyY2VHcmFwaFJlc3BvbnNlEiQKBHJvb3QYASABKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSJQoFbm9kZXMYAiADKAsyFi5jb252ZXJnZS52MS5HcmFwaE5vZGUSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZRIXCg9uZXh0X3BhZ2VfdG9rZW4YBCABKAkidQoYTGlzdFNwZWNSZXZpc2lvbnNSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIXCglwYWdlX3NpemUYAyABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgEIAEoCUIE4kEBASJiChlMaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEiwKCXJldmlzaW9ucxgBIAMoCzIZLmNvbnZlcmdlLnYxLlNwZWNSZXZpc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiuwEKF1JvbGxiYWNrUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIfChF0YXJnZXRfZ2VuZXJhdGlvbhgDIAEoA0IE4kEBAhIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYBSABKAhCBOJBAQESFwoEZXRhZxgGIAEoCUIE4kEBAUgAiAEBQgcKBV9ldGFnIkMKGFJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlMp8MCg9SZXNvdXJjZVNlcnZpY2USVgoNQXBwbHlSZXNvdXJjZRIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0GiIuY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlc3BvbnNlEmgKE0JhdGNoQXBwbHlSZXNvdXJjZXMSJy5jb252ZXJnZS52MS5CYXRjaEFwcGx5UmVzb3VyY2VzUmVxdWVzdBooLmNvbnZlcmdlLnYxLkJhdGNoQXBwbHlSZXNvdXJjZXNSZXNwb25zZRJZCg5DcmVhdGVSZXNvdXJjZRIiLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVxdWVzdBojLmNvbnZlcmdlLnYxLkNyZWF0ZVJlc291cmNlUmVzcG9uc2USUAoLR2V0UmVzb3VyY2USHy5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlcXVlc3QaIC5jb252ZXJnZS52MS5HZXRSZXNvdXJjZVJlc3BvbnNlElwKD0V4cGxhaW5SZXNvdXJjZRIjLmNvbnZlcmdlLnYxLkV4cGxhaW5SZXNvdXJjZVJlcXVlc3QaJC5jb252ZXJnZS52MS5FeHBsYWluUmVzb3VyY2VSZXNwb25zZRJWCg1MaXN0UmVzb3VyY2VzEiEuY29udmVyZ2UudjEuTGlzdFJlc291cmNlc1JlcXVlc3QaIi5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VzUmVzcG9uc2USWQoORGVsZXRlUmVzb3VyY2USIi5jb252ZXJnZS52MS5EZWxldGVSZXNvdXJjZVJlcXVlc3QaIy5jb252ZXJnZS52MS5EZWxldGVSZXNvdXJjZVJlc3BvbnNlElsKDldhdGNoUmVzb3VyY2VzEiIuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0GiMuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZXNSZXNwb25zZTABEmIKEVJlY29uY2lsZVJlc291cmNlEiUuY29udmVyZ2UudjEuUmVjb25jaWxlUmVzb3VyY2VSZXF1ZXN0GiYuY29udmVyZ2UudjEuUmVjb25jaWxlUmVzb3VyY2VSZXNwb25zZRJlChJRdWFyYW50aW5lUmVzb3VyY2USJi5jb252ZXJnZS52MS5RdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0GicuY29udmVyZ2UudjEuUXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USawoUVW5xdWFyYW50aW5lUmVzb3VyY2USKC5jb252ZXJnZS52MS5VbnF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QaKS5jb252ZXJnZS52MS5VbnF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEmUKEkxpc3RSZXNvdXJjZUV2ZW50cxImLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZUV2ZW50c1JlcXVlc3QaJy5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VFdmVudHNSZXNwb25zZRJqChNXYXRjaFJlc291cmNlRXZlbnRzEicuY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZUV2ZW50c1JlcXVlc3QaKC5jb252ZXJnZS52MS5XYXRjaFJlc291cmNlRXZlbnRzUmVzcG9uc2UwARJfChBHZXRSZXNvdXJjZUdyYXBoEiQuY29udmVyZ2UudjEuR2V0UmVzb3VyY2VHcmFwaFJlcXVlc3QaJS5jb252ZXJnZS52MS5HZXRSZXNvdXJjZUdyYXBoUmVzcG9uc2USYgoRTGlzdFNwZWNSZXZpc2lvbnMSJS5jb252ZXJnZS52MS5MaXN0U3BlY1JldmlzaW9uc1JlcXVlc3QaJi5jb252ZXJnZS52MS5MaXN0U3BlY1JldmlzaW9uc1Jlc3BvbnNlEl8KEFJvbGxiYWNrUmVzb3VyY2USJC5jb252ZXJnZS52MS5Sb2xsYmFja1Jlc291cmNlUmVxdWVzdBolLmNvbnZlcmdlLnYxLlJvbGxiYWNrUmVzb3VyY2VSZXNwb25zZUKkAQoPY29tLmNvbnZlcmdlLnYxQhRSZXNvdXJjZVNlcnZpY2VQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiJjb252ZXJnZS92MS9yZXNvdXJjZV9zZXJ2aWNlLnByb3RvEgtjb252ZXJnZS52MSKYAQoTUGxhblJlc291cmNlUmVxdWVzdBIyCgVhcHBseRgBIAEoCzIhLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXF1ZXN0SAASKgoGZGVsZXRlGAIgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZIABIXCgltYXhfZGVwdGgYAyABKAVCBOJBAQFCCAoGY2hhbmdlIlAKFFBsYW5SZXNvdXJjZVJlc3BvbnNlEicKBHBsYW4YASABKAsyGS5jb252ZXJnZS52MS5SZXNvdXJjZVBsYW4SDwoHY2hhbmdlcxgCIAEoCCJQChRQbGFuUmVzb3VyY2VzUmVxdWVzdBI4CghyZXF1ZXN0cxgBIAMoCzIgLmNvbnZlcmdlLnYxLlBsYW5SZXNvdXJjZVJlcXVlc3RCBOJBAQIiSQoVUGxhblJlc291cmNlc1Jlc3BvbnNlEjAKBXBsYW5zGAEgAygLMiEuY29udmVyZ2UudjEuUGxhblJlc291cmNlUmVzcG9uc2UijAMKFEFwcGx5UmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQECEhIKBG5hbWUYAyABKAlCBOJBAQISQwoGbGFiZWxzGAQgAygLMi0uY29udmVyZ2UudjEuQXBwbHlSZXNvdXJjZVJlcXVlc3QuTGFiZWxzRW50cnlCBOJBAQESKwoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBOJBAQESGAoKcmVxdWVzdF9pZBgGIAEoCUIE4kEBARIbCg12YWxpZGF0ZV9vbmx5GAcgASgIQgTiQQEBEhcKBGV0YWcYCCABKAlCBOJBAQFIAIgBARIiCg9wcm92aWRlcl9jb25maWcYCSABKAlCBOJBAQFIAYgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgcKBV9ldGFnQhIKEF9wcm92aWRlcl9jb25maWciUQoVQXBwbHlSZXNvdXJjZVJlc3BvbnNlEicKCHJlc291cmNlGAEgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2USDwoHY3JlYXRlZBgCIAEoCCKOAQoaQmF0Y2hBcHBseVJlc291cmNlc1JlcXVlc3QSOQoIcmVxdWVzdHMYASADKAsyIS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdEIE4kEBAhIYCgpyZXF1ZXN0X2lkGAIgASgJQgTiQQEBEhsKDXZhbGlkYXRlX29ubHkYAyABKAhCBOJBAQEiVAobQmF0Y2hBcHBseVJlc291cmNlc1Jlc3BvbnNlEjUKCXJlc3BvbnNlcxgBIAMoCzIiLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXNwb25zZSLwAgoVQ3JlYXRlUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQECEhIKBG5hbWUYAyABKAlCBOJBAQESRAoGbGFiZWxzGAQgAygLMi4uY29udmVyZ2UudjEuQ3JlYXRlUmVzb3VyY2VSZXF1ZXN0LkxhYmVsc0VudHJ5QgTiQQEBEisKBHNwZWMYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgTiQQEBEhgKCnJlcXVlc3RfaWQYBiABKAlCBOJBAQESGwoNdmFsaWRhdGVfb25seRgHIAEoCEIE4kEBARIdCg9wcm92aWRlcl9jb25maWcYCCABKAlCBOJBAQESGwoNZ2VuZXJhdGVfbmFtZRgJIAEoCUIE4kEBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkEKFkNyZWF0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSI8ChJHZXRSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECIj4KE0dldFJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSJAChZFeHBsYWluUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAiLMAQoXRXhwbGFpblJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRImCgt3YWl0aW5nX2ZvchgCIAMoCzIRLmNvbnZlcmdlLnYxLldhaXQSMQoNbmV4dF9kdWVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJcmVhZF90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKUAwoUTGlzdFJlc291cmNlc1JlcXVlc3QSFwoEa2luZBgBIAEoCUIE4kEBAUgAiAEBEh8KDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAUgBiAEBEigKBnBoYXNlcxgDIAMoDjISLmNvbnZlcmdlLnYxLlBoYXNlQgTiQQEBEhwKDmxhYmVsX3NlbGVjdG9yGAQgASgJQgTiQQEBEi0KBW93bmVyGAUgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQESLAoEcm9vdBgGIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEhgKCnJvb3RzX29ubHkYByABKAhCBOJBAQESFwoJcGFnZV9zaXplGAggASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YCSABKAlCBOJBAQESIgoPcHJvdmlkZXJfY29uZmlnGAogASgJQgTiQQEBSAKIAQFCBwoFX2tpbmRCDwoNX2tpbmRfdmVyc2lvbkISChBfcHJvdmlkZXJfY29uZmlnIloKFUxpc3RSZXNvdXJjZXNSZXNwb25zZRIoCglyZXNvdXJjZXMYASADKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkitQEKFURlbGV0ZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoNYWxsb3dfbWlzc2luZxgDIAEoCEIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBEhcKBGV0YWcYBSABKAlCBOJBAQFIAIgBARIbCg12YWxpZGF0ZV9vbmx5GAYgASgIQgTiQQEBQgcKBV9ldGFnIkEKFkRlbGV0ZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSKHAwoVV2F0Y2hSZXNvdXJjZXNSZXF1ZXN0EhcKBGtpbmQYASABKAlCBOJBAQFIAIgBARIfCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQFIAYgBARIcCg5sYWJlbF9zZWxlY3RvchgDIAEoCUIE4kEBARItCgVvd25lchgEIAEoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEBEiwKBHJvb3QYBSABKAsyGC5jb252ZXJnZS52MS5SZXNvdXJjZVJlZkIE4kEBARIeChByZXNvdXJjZV92ZXJzaW9uGAYgASgJQgTiQQEBEiYKE3NlbmRfaW5pdGlhbF9ldmVudHMYByABKAhCBOJBAQFIAogBARIdCg9hbGxvd19ib29rbWFya3MYCCABKAhCBOJBAQESFwoEbmFtZRgJIAEoCUIE4kEBAUgDiAEBQgcKBV9raW5kQg8KDV9raW5kX3ZlcnNpb25CFgoUX3NlbmRfaW5pdGlhbF9ldmVudHNCBwoFX25hbWUiogEKFldhdGNoUmVzb3VyY2VzUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmNvbnZlcmdlLnYxLldhdGNoRXZlbnRUeXBlEicKCHJlc291cmNlGAIgASgLMhUuY29udmVyZ2UudjEuUmVzb3VyY2USGAoQcmVzb3VyY2VfdmVyc2lvbhgDIAEoCRIaChJpbml0aWFsX2V2ZW50c19lbmQYBCABKAgieQoYUmVjb25jaWxlUmVzb3VyY2VSZXF1ZXN0EhIKBGtpbmQYASABKAlCBOJBAQISEgoEbmFtZRgCIAEoCUIE4kEBAhIbCg1yZXNldF9iYWNrb2ZmGAMgASgIQgTiQQEBEhgKCnJlcXVlc3RfaWQYBCABKAlCBOJBAQEiRAoZUmVjb25jaWxlUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlInQKGVF1YXJhbnRpbmVSZXNvdXJjZVJlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECEhUKB21lc3NhZ2UYAyABKAlCBOJBAQESGAoKcmVxdWVzdF9pZBgEIAEoCUIE4kEBASJFChpRdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRInCghyZXNvdXJjZRgBIAEoCzIVLmNvbnZlcmdlLnYxLlJlc291cmNlInYKG1VucXVhcmFudGluZVJlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFQoHbWVzc2FnZRgDIAEoCUIE4kEBARIYCgpyZXF1ZXN0X2lkGAQgASgJQgTiQQEBIkcKHFVucXVhcmFudGluZVJlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZSKjAgoZTGlzdFJlc291cmNlRXZlbnRzUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISGwoIY2F0ZWdvcnkYAyABKAlCBOJBAQFIAIgBARIqCgR0eXBlGAQgASgOMhYuY29udmVyZ2UudjEuRXZlbnRUeXBlQgTiQQEBEhkKBnJlYXNvbhgFIAEoCUIE4kEBAUgBiAEBEi8KBXNpbmNlGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIE4kEBARIXCglwYWdlX3NpemUYByABKAVCBOJBAQESGAoKcGFnZV90b2tlbhgIIAEoCUIE4kEBAUILCglfY2F0ZWdvcnlCCQoHX3JlYXNvbiJhChpMaXN0UmVzb3VyY2VFdmVudHNSZXNwb25zZRIqCgZldmVudHMYASADKAsyGi5jb252ZXJnZS52MS5SZXNvdXJjZUV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLIAQoaV2F0Y2hSZXNvdXJjZUV2ZW50c1JlcXVlc3QSEgoEa2luZBgBIAEoCUIE4kEBAhISCgRuYW1lGAIgASgJQgTiQQECEhsKCGNhdGVnb3J5GAMgASgJQgTiQQEBSACIAQESGwoNZXZlbnRfdmVyc2lvbhgEIAEoCUIE4kEBARIcCg5zbmFwc2hvdF9saW1pdBgFIAEoBUIE4kEBARIdCg9hbGxvd19ib29rbWFya3MYBiABKAhCBOJBAQFCCwoJX2NhdGVnb3J5IqYBChtXYXRjaFJlc291cmNlRXZlbnRzUmVzcG9uc2USKQoEdHlwZRgBIAEoDjIbLmNvbnZlcmdlLnYxLkV2ZW50V2F0Y2hUeXBlEikKBWV2ZW50GAIgASgLMhouY29udmVyZ2UudjEuUmVzb3VyY2VFdmVudBIVCg1ldmVudF92ZXJzaW9uGAMgASgJEhoKEmluaXRpYWxfZXZlbnRzX2VuZBgEIAEoCCJ0ChdHZXRSZXNvdXJjZUdyYXBoUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFwoJcGFnZV9zaXplGAMgASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YBCABKAlCBOJBAQEirAEKGEdldFJlc291cmNlR3JhcGhSZXNwb25zZRIkCgRyb290GAEgASgLMhYuY29udmVyZ2UudjEuR3JhcGhOb2RlEiUKBW5vZGVzGAIgAygLMhYuY29udmVyZ2UudjEuR3JhcGhOb2RlEioKBWVkZ2VzGAMgAygLMhsuY29udmVyZ2UudjEuRGVwZW5kZW5jeUVkZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAQgASgJInUKGExpc3RTcGVjUmV2aXNpb25zUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISFwoJcGFnZV9zaXplGAMgASgFQgTiQQEBEhgKCnBhZ2VfdG9rZW4YBCABKAlCBOJBAQEiYgoZTGlzdFNwZWNSZXZpc2lvbnNSZXNwb25zZRIsCglyZXZpc2lvbnMYASADKAsyGS5jb252ZXJnZS52MS5TcGVjUmV2aXNpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIrsBChdSb2xsYmFja1Jlc291cmNlUmVxdWVzdBISCgRraW5kGAEgASgJQgTiQQECEhIKBG5hbWUYAiABKAlCBOJBAQISHwoRdGFyZ2V0X2dlbmVyYXRpb24YAyABKANCBOJBAQISGAoKcmVxdWVzdF9pZBgEIAEoCUIE4kEBARIbCg12YWxpZGF0ZV9vbmx5GAUgASgIQgTiQQEBEhcKBGV0YWcYBiABKAlCBOJBAQFIAIgBAUIHCgVfZXRhZyJDChhSb2xsYmFja1Jlc291cmNlUmVzcG9uc2USJwoIcmVzb3VyY2UYASABKAsyFS5jb252ZXJnZS52MS5SZXNvdXJjZTLMDQoPUmVzb3VyY2VTZXJ2aWNlElYKDUFwcGx5UmVzb3VyY2USIS5jb252ZXJnZS52MS5BcHBseVJlc291cmNlUmVxdWVzdBoiLmNvbnZlcmdlLnYxLkFwcGx5UmVzb3VyY2VSZXNwb25zZRJoChNCYXRjaEFwcGx5UmVzb3VyY2VzEicuY29udmVyZ2UudjEuQmF0Y2hBcHBseVJlc291cmNlc1JlcXVlc3QaKC5jb252ZXJnZS52MS5CYXRjaEFwcGx5UmVzb3VyY2VzUmVzcG9uc2USWQoOQ3JlYXRlUmVzb3VyY2USIi5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlcXVlc3QaIy5jb252ZXJnZS52MS5DcmVhdGVSZXNvdXJjZVJlc3BvbnNlElAKC0dldFJlc291cmNlEh8uY29udmVyZ2UudjEuR2V0UmVzb3VyY2VSZXF1ZXN0GiAuY29udmVyZ2UudjEuR2V0UmVzb3VyY2VSZXNwb25zZRJcCg9FeHBsYWluUmVzb3VyY2USIy5jb252ZXJnZS52MS5FeHBsYWluUmVzb3VyY2VSZXF1ZXN0GiQuY29udmVyZ2UudjEuRXhwbGFpblJlc291cmNlUmVzcG9uc2USVgoNTGlzdFJlc291cmNlcxIhLmNvbnZlcmdlLnYxLkxpc3RSZXNvdXJjZXNSZXF1ZXN0GiIuY29udmVyZ2UudjEuTGlzdFJlc291cmNlc1Jlc3BvbnNlElkKDkRlbGV0ZVJlc291cmNlEiIuY29udmVyZ2UudjEuRGVsZXRlUmVzb3VyY2VSZXF1ZXN0GiMuY29udmVyZ2UudjEuRGVsZXRlUmVzb3VyY2VSZXNwb25zZRJbCg5XYXRjaFJlc291cmNlcxIiLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VzUmVxdWVzdBojLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VzUmVzcG9uc2UwARJiChFSZWNvbmNpbGVSZXNvdXJjZRIlLmNvbnZlcmdlLnYxLlJlY29uY2lsZVJlc291cmNlUmVxdWVzdBomLmNvbnZlcmdlLnYxLlJlY29uY2lsZVJlc291cmNlUmVzcG9uc2USZQoSUXVhcmFudGluZVJlc291cmNlEiYuY29udmVyZ2UudjEuUXVhcmFudGluZVJlc291cmNlUmVxdWVzdBonLmNvbnZlcmdlLnYxLlF1YXJhbnRpbmVSZXNvdXJjZVJlc3BvbnNlEmsKFFVucXVhcmFudGluZVJlc291cmNlEiguY29udmVyZ2UudjEuVW5xdWFyYW50aW5lUmVzb3VyY2VSZXF1ZXN0GikuY29udmVyZ2UudjEuVW5xdWFyYW50aW5lUmVzb3VyY2VSZXNwb25zZRJlChJMaXN0UmVzb3VyY2VFdmVudHMSJi5jb252ZXJnZS52MS5MaXN0UmVzb3VyY2VFdmVudHNSZXF1ZXN0GicuY29udmVyZ2UudjEuTGlzdFJlc291cmNlRXZlbnRzUmVzcG9uc2USagoTV2F0Y2hSZXNvdXJjZUV2ZW50cxInLmNvbnZlcmdlLnYxLldhdGNoUmVzb3VyY2VFdmVudHNSZXF1ZXN0GiguY29udmVyZ2UudjEuV2F0Y2hSZXNvdXJjZUV2ZW50c1Jlc3BvbnNlMAESXwoQR2V0UmVzb3VyY2VHcmFwaBIkLmNvbnZlcmdlLnYxLkdldFJlc291cmNlR3JhcGhSZXF1ZXN0GiUuY29udmVyZ2UudjEuR2V0UmVzb3VyY2VHcmFwaFJlc3BvbnNlEmIKEUxpc3RTcGVjUmV2aXNpb25zEiUuY29udmVyZ2UudjEuTGlzdFNwZWNSZXZpc2lvbnNSZXF1ZXN0GiYuY29udmVyZ2UudjEuTGlzdFNwZWNSZXZpc2lvbnNSZXNwb25zZRJfChBSb2xsYmFja1Jlc291cmNlEiQuY29udmVyZ2UudjEuUm9sbGJhY2tSZXNvdXJjZVJlcXVlc3QaJS5jb252ZXJnZS52MS5Sb2xsYmFja1Jlc291cmNlUmVzcG9uc2USUwoMUGxhblJlc291cmNlEiAuY29udmVyZ2UudjEuUGxhblJlc291cmNlUmVxdWVzdBohLmNvbnZlcmdlLnYxLlBsYW5SZXNvdXJjZVJlc3BvbnNlElYKDVBsYW5SZXNvdXJjZXMSIS5jb252ZXJnZS52MS5QbGFuUmVzb3VyY2VzUmVxdWVzdBoiLmNvbnZlcmdlLnYxLlBsYW5SZXNvdXJjZXNSZXNwb25zZUKkAQoPY29tLmNvbnZlcmdlLnYxQhRSZXNvdXJjZVNlcnZpY2VQcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_plan, file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+
+/**
+ * Request message for ResourceService.PlanResource.
+ *
+ * @generated from message converge.v1.PlanResourceRequest
+ */
+export type PlanResourceRequest = Message<"converge.v1.PlanResourceRequest"> & {
+  /**
+   * Required. The change to plan.
+   *
+   * @generated from oneof converge.v1.PlanResourceRequest.change
+   */
+  change: {
+    /**
+     * A resource as ApplyResource would take it (request_id and
+     * validate_only are ignored).
+     *
+     * @generated from field: converge.v1.ApplyResourceRequest apply = 1;
+     */
+    value: ApplyResourceRequest;
+    case: "apply";
+  } | {
+    /**
+     * A resource to delete.
+     *
+     * @generated from field: converge.v1.ResourceRef delete = 2;
+     */
+    value: ResourceRef;
+    case: "delete";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Optional. Levels of composition planned below the resource: 1 = its
+   * children only. 0 = 3; at most 8.
+   *
+   * @generated from field: int32 max_depth = 3;
+   */
+  maxDepth: number;
+};
+
+/**
+ * Describes the message converge.v1.PlanResourceRequest.
+ * Use `create(PlanResourceRequestSchema)` to create a new message.
+ */
+export const PlanResourceRequestSchema: GenMessage<PlanResourceRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 0);
+
+/**
+ * Response message for ResourceService.PlanResource.
+ *
+ * @generated from message converge.v1.PlanResourceResponse
+ */
+export type PlanResourceResponse = Message<"converge.v1.PlanResourceResponse"> & {
+  /**
+   * The plan.
+   *
+   * @generated from field: converge.v1.ResourcePlan plan = 1;
+   */
+  plan?: ResourcePlan | undefined;
+
+  /**
+   * Whether anything at all would change.
+   *
+   * @generated from field: bool changes = 2;
+   */
+  changes: boolean;
+};
+
+/**
+ * Describes the message converge.v1.PlanResourceResponse.
+ * Use `create(PlanResourceResponseSchema)` to create a new message.
+ */
+export const PlanResourceResponseSchema: GenMessage<PlanResourceResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 1);
+
+/**
+ * Request message for ResourceService.PlanResources.
+ *
+ * @generated from message converge.v1.PlanResourcesRequest
+ */
+export type PlanResourcesRequest = Message<"converge.v1.PlanResourcesRequest"> & {
+  /**
+   * Required. The changes, 1 to 100.
+   *
+   * @generated from field: repeated converge.v1.PlanResourceRequest requests = 1;
+   */
+  requests: PlanResourceRequest[];
+};
+
+/**
+ * Describes the message converge.v1.PlanResourcesRequest.
+ * Use `create(PlanResourcesRequestSchema)` to create a new message.
+ */
+export const PlanResourcesRequestSchema: GenMessage<PlanResourcesRequest> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 2);
+
+/**
+ * Response message for ResourceService.PlanResources.
+ *
+ * @generated from message converge.v1.PlanResourcesResponse
+ */
+export type PlanResourcesResponse = Message<"converge.v1.PlanResourcesResponse"> & {
+  /**
+   * One plan per request, in request order.
+   *
+   * @generated from field: repeated converge.v1.PlanResourceResponse plans = 1;
+   */
+  plans: PlanResourceResponse[];
+};
+
+/**
+ * Describes the message converge.v1.PlanResourcesResponse.
+ * Use `create(PlanResourcesResponseSchema)` to create a new message.
+ */
+export const PlanResourcesResponseSchema: GenMessage<PlanResourcesResponse> = /*@__PURE__*/
+  messageDesc(file_converge_v1_resource_service, 3);
 
 /**
  * Request message for ResourceService.ApplyResource.
@@ -104,7 +222,7 @@ export type ApplyResourceRequest = Message<"converge.v1.ApplyResourceRequest"> &
  * Use `create(ApplyResourceRequestSchema)` to create a new message.
  */
 export const ApplyResourceRequestSchema: GenMessage<ApplyResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 0);
+  messageDesc(file_converge_v1_resource_service, 4);
 
 /**
  * Response message for ResourceService.ApplyResource.
@@ -133,7 +251,7 @@ export type ApplyResourceResponse = Message<"converge.v1.ApplyResourceResponse">
  * Use `create(ApplyResourceResponseSchema)` to create a new message.
  */
 export const ApplyResourceResponseSchema: GenMessage<ApplyResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 1);
+  messageDesc(file_converge_v1_resource_service, 5);
 
 /**
  * Request message for ResourceService.BatchApplyResources.
@@ -169,7 +287,7 @@ export type BatchApplyResourcesRequest = Message<"converge.v1.BatchApplyResource
  * Use `create(BatchApplyResourcesRequestSchema)` to create a new message.
  */
 export const BatchApplyResourcesRequestSchema: GenMessage<BatchApplyResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 2);
+  messageDesc(file_converge_v1_resource_service, 6);
 
 /**
  * Response message for ResourceService.BatchApplyResources.
@@ -190,7 +308,7 @@ export type BatchApplyResourcesResponse = Message<"converge.v1.BatchApplyResourc
  * Use `create(BatchApplyResourcesResponseSchema)` to create a new message.
  */
 export const BatchApplyResourcesResponseSchema: GenMessage<BatchApplyResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 3);
+  messageDesc(file_converge_v1_resource_service, 7);
 
 /**
  * Request message for ResourceService.CreateResource.
@@ -278,7 +396,7 @@ export type CreateResourceRequest = Message<"converge.v1.CreateResourceRequest">
  * Use `create(CreateResourceRequestSchema)` to create a new message.
  */
 export const CreateResourceRequestSchema: GenMessage<CreateResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 4);
+  messageDesc(file_converge_v1_resource_service, 8);
 
 /**
  * Response message for ResourceService.CreateResource.
@@ -300,7 +418,7 @@ export type CreateResourceResponse = Message<"converge.v1.CreateResourceResponse
  * Use `create(CreateResourceResponseSchema)` to create a new message.
  */
 export const CreateResourceResponseSchema: GenMessage<CreateResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 5);
+  messageDesc(file_converge_v1_resource_service, 9);
 
 /**
  * Request message for ResourceService.GetResource.
@@ -328,7 +446,7 @@ export type GetResourceRequest = Message<"converge.v1.GetResourceRequest"> & {
  * Use `create(GetResourceRequestSchema)` to create a new message.
  */
 export const GetResourceRequestSchema: GenMessage<GetResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 6);
+  messageDesc(file_converge_v1_resource_service, 10);
 
 /**
  * Response message for ResourceService.GetResource.
@@ -349,7 +467,7 @@ export type GetResourceResponse = Message<"converge.v1.GetResourceResponse"> & {
  * Use `create(GetResourceResponseSchema)` to create a new message.
  */
 export const GetResourceResponseSchema: GenMessage<GetResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 7);
+  messageDesc(file_converge_v1_resource_service, 11);
 
 /**
  * Request message for ResourceService.ExplainResource.
@@ -377,7 +495,7 @@ export type ExplainResourceRequest = Message<"converge.v1.ExplainResourceRequest
  * Use `create(ExplainResourceRequestSchema)` to create a new message.
  */
 export const ExplainResourceRequestSchema: GenMessage<ExplainResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 8);
+  messageDesc(file_converge_v1_resource_service, 12);
 
 /**
  * Response message for ResourceService.ExplainResource.
@@ -426,7 +544,7 @@ export type ExplainResourceResponse = Message<"converge.v1.ExplainResourceRespon
  * Use `create(ExplainResourceResponseSchema)` to create a new message.
  */
 export const ExplainResourceResponseSchema: GenMessage<ExplainResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 9);
+  messageDesc(file_converge_v1_resource_service, 13);
 
 /**
  * Request message for ResourceService.ListResources. All filters combine
@@ -521,7 +639,7 @@ export type ListResourcesRequest = Message<"converge.v1.ListResourcesRequest"> &
  * Use `create(ListResourcesRequestSchema)` to create a new message.
  */
 export const ListResourcesRequestSchema: GenMessage<ListResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 10);
+  messageDesc(file_converge_v1_resource_service, 14);
 
 /**
  * Response message for ResourceService.ListResources.
@@ -549,7 +667,7 @@ export type ListResourcesResponse = Message<"converge.v1.ListResourcesResponse">
  * Use `create(ListResourcesResponseSchema)` to create a new message.
  */
 export const ListResourcesResponseSchema: GenMessage<ListResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 11);
+  messageDesc(file_converge_v1_resource_service, 15);
 
 /**
  * Request message for ResourceService.DeleteResource.
@@ -608,7 +726,7 @@ export type DeleteResourceRequest = Message<"converge.v1.DeleteResourceRequest">
  * Use `create(DeleteResourceRequestSchema)` to create a new message.
  */
 export const DeleteResourceRequestSchema: GenMessage<DeleteResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 12);
+  messageDesc(file_converge_v1_resource_service, 16);
 
 /**
  * Response message for ResourceService.DeleteResource.
@@ -630,7 +748,7 @@ export type DeleteResourceResponse = Message<"converge.v1.DeleteResourceResponse
  * Use `create(DeleteResourceResponseSchema)` to create a new message.
  */
 export const DeleteResourceResponseSchema: GenMessage<DeleteResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 13);
+  messageDesc(file_converge_v1_resource_service, 17);
 
 /**
  * Request message for ResourceService.WatchResources.
@@ -755,7 +873,7 @@ export type WatchResourcesRequest = Message<"converge.v1.WatchResourcesRequest">
  * Use `create(WatchResourcesRequestSchema)` to create a new message.
  */
 export const WatchResourcesRequestSchema: GenMessage<WatchResourcesRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 14);
+  messageDesc(file_converge_v1_resource_service, 18);
 
 /**
  * Response message for ResourceService.WatchResources: one change.
@@ -800,7 +918,7 @@ export type WatchResourcesResponse = Message<"converge.v1.WatchResourcesResponse
  * Use `create(WatchResourcesResponseSchema)` to create a new message.
  */
 export const WatchResourcesResponseSchema: GenMessage<WatchResourcesResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 15);
+  messageDesc(file_converge_v1_resource_service, 19);
 
 /**
  * Request message for ResourceService.ReconcileResource.
@@ -844,7 +962,7 @@ export type ReconcileResourceRequest = Message<"converge.v1.ReconcileResourceReq
  * Use `create(ReconcileResourceRequestSchema)` to create a new message.
  */
 export const ReconcileResourceRequestSchema: GenMessage<ReconcileResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 16);
+  messageDesc(file_converge_v1_resource_service, 20);
 
 /**
  * Response message for ResourceService.ReconcileResource.
@@ -865,7 +983,7 @@ export type ReconcileResourceResponse = Message<"converge.v1.ReconcileResourceRe
  * Use `create(ReconcileResourceResponseSchema)` to create a new message.
  */
 export const ReconcileResourceResponseSchema: GenMessage<ReconcileResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 17);
+  messageDesc(file_converge_v1_resource_service, 21);
 
 /**
  * Request message for ResourceService.QuarantineResource.
@@ -908,7 +1026,7 @@ export type QuarantineResourceRequest = Message<"converge.v1.QuarantineResourceR
  * Use `create(QuarantineResourceRequestSchema)` to create a new message.
  */
 export const QuarantineResourceRequestSchema: GenMessage<QuarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 18);
+  messageDesc(file_converge_v1_resource_service, 22);
 
 /**
  * Response message for ResourceService.QuarantineResource.
@@ -929,7 +1047,7 @@ export type QuarantineResourceResponse = Message<"converge.v1.QuarantineResource
  * Use `create(QuarantineResourceResponseSchema)` to create a new message.
  */
 export const QuarantineResourceResponseSchema: GenMessage<QuarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 19);
+  messageDesc(file_converge_v1_resource_service, 23);
 
 /**
  * Request message for ResourceService.UnquarantineResource.
@@ -972,7 +1090,7 @@ export type UnquarantineResourceRequest = Message<"converge.v1.UnquarantineResou
  * Use `create(UnquarantineResourceRequestSchema)` to create a new message.
  */
 export const UnquarantineResourceRequestSchema: GenMessage<UnquarantineResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 20);
+  messageDesc(file_converge_v1_resource_service, 24);
 
 /**
  * Response message for ResourceService.UnquarantineResource.
@@ -993,7 +1111,7 @@ export type UnquarantineResourceResponse = Message<"converge.v1.UnquarantineReso
  * Use `create(UnquarantineResourceResponseSchema)` to create a new message.
  */
 export const UnquarantineResourceResponseSchema: GenMessage<UnquarantineResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 21);
+  messageDesc(file_converge_v1_resource_service, 25);
 
 /**
  * Request message for ResourceService.ListResourceEvents.
@@ -1063,7 +1181,7 @@ export type ListResourceEventsRequest = Message<"converge.v1.ListResourceEventsR
  * Use `create(ListResourceEventsRequestSchema)` to create a new message.
  */
 export const ListResourceEventsRequestSchema: GenMessage<ListResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 22);
+  messageDesc(file_converge_v1_resource_service, 26);
 
 /**
  * Response message for ResourceService.ListResourceEvents.
@@ -1091,7 +1209,7 @@ export type ListResourceEventsResponse = Message<"converge.v1.ListResourceEvents
  * Use `create(ListResourceEventsResponseSchema)` to create a new message.
  */
 export const ListResourceEventsResponseSchema: GenMessage<ListResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 23);
+  messageDesc(file_converge_v1_resource_service, 27);
 
 /**
  * Request message for ResourceService.WatchResourceEvents.
@@ -1164,7 +1282,7 @@ export type WatchResourceEventsRequest = Message<"converge.v1.WatchResourceEvent
  * Use `create(WatchResourceEventsRequestSchema)` to create a new message.
  */
 export const WatchResourceEventsRequestSchema: GenMessage<WatchResourceEventsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 24);
+  messageDesc(file_converge_v1_resource_service, 28);
 
 /**
  * Response message for ResourceService.WatchResourceEvents: one run change.
@@ -1207,7 +1325,7 @@ export type WatchResourceEventsResponse = Message<"converge.v1.WatchResourceEven
  * Use `create(WatchResourceEventsResponseSchema)` to create a new message.
  */
 export const WatchResourceEventsResponseSchema: GenMessage<WatchResourceEventsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 25);
+  messageDesc(file_converge_v1_resource_service, 29);
 
 /**
  * Request message for ResourceService.GetResourceGraph.
@@ -1251,7 +1369,7 @@ export type GetResourceGraphRequest = Message<"converge.v1.GetResourceGraphReque
  * Use `create(GetResourceGraphRequestSchema)` to create a new message.
  */
 export const GetResourceGraphRequestSchema: GenMessage<GetResourceGraphRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 26);
+  messageDesc(file_converge_v1_resource_service, 30);
 
 /**
  * Response message for ResourceService.GetResourceGraph.
@@ -1296,7 +1414,7 @@ export type GetResourceGraphResponse = Message<"converge.v1.GetResourceGraphResp
  * Use `create(GetResourceGraphResponseSchema)` to create a new message.
  */
 export const GetResourceGraphResponseSchema: GenMessage<GetResourceGraphResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 27);
+  messageDesc(file_converge_v1_resource_service, 31);
 
 /**
  * Request message for ResourceService.ListSpecRevisions.
@@ -1339,7 +1457,7 @@ export type ListSpecRevisionsRequest = Message<"converge.v1.ListSpecRevisionsReq
  * Use `create(ListSpecRevisionsRequestSchema)` to create a new message.
  */
 export const ListSpecRevisionsRequestSchema: GenMessage<ListSpecRevisionsRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 28);
+  messageDesc(file_converge_v1_resource_service, 32);
 
 /**
  * Response message for ResourceService.ListSpecRevisions.
@@ -1367,7 +1485,7 @@ export type ListSpecRevisionsResponse = Message<"converge.v1.ListSpecRevisionsRe
  * Use `create(ListSpecRevisionsResponseSchema)` to create a new message.
  */
 export const ListSpecRevisionsResponseSchema: GenMessage<ListSpecRevisionsResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 29);
+  messageDesc(file_converge_v1_resource_service, 33);
 
 /**
  * Request message for ResourceService.RollbackResource.
@@ -1427,7 +1545,7 @@ export type RollbackResourceRequest = Message<"converge.v1.RollbackResourceReque
  * Use `create(RollbackResourceRequestSchema)` to create a new message.
  */
 export const RollbackResourceRequestSchema: GenMessage<RollbackResourceRequest> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 30);
+  messageDesc(file_converge_v1_resource_service, 34);
 
 /**
  * Response message for ResourceService.RollbackResource.
@@ -1448,7 +1566,7 @@ export type RollbackResourceResponse = Message<"converge.v1.RollbackResourceResp
  * Use `create(RollbackResourceResponseSchema)` to create a new message.
  */
 export const RollbackResourceResponseSchema: GenMessage<RollbackResourceResponse> = /*@__PURE__*/
-  messageDesc(file_converge_v1_resource_service, 31);
+  messageDesc(file_converge_v1_resource_service, 35);
 
 /**
  * Manages resources: declarative writes keyed by (kind, name), reads, lists,
@@ -1686,6 +1804,36 @@ export const ResourceService: GenService<{
     methodKind: "unary";
     input: typeof RollbackResourceRequestSchema;
     output: typeof RollbackResourceResponseSchema;
+  },
+  /**
+   * Previews what applying (or deleting) a resource would do, writing
+   * nothing: the same validation as ApplyResource (its errors too), the
+   * fields that would change, the children its composition would create,
+   * change, delete or orphan with the edges that would move, the resources
+   * that would reconcile again and, for a delete, the teardown order.
+   * Compositions declared as data are planned in the server, level by level
+   * down to max_depth; a composer worker's children are not planned (the
+   * plan says so in not_planned). Needs the permission the change itself
+   * would need.
+   *
+   * @generated from rpc converge.v1.ResourceService.PlanResource
+   */
+  planResource: {
+    methodKind: "unary";
+    input: typeof PlanResourceRequestSchema;
+    output: typeof PlanResourceResponseSchema;
+  },
+  /**
+   * PlanResource for up to 100 changes, each planned against what is stored
+   * now (not against each other); the first refused one refuses the call,
+   * its field paths under /requests/<i>.
+   *
+   * @generated from rpc converge.v1.ResourceService.PlanResources
+   */
+  planResources: {
+    methodKind: "unary";
+    input: typeof PlanResourcesRequestSchema;
+    output: typeof PlanResourcesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_converge_v1_resource_service, 0);

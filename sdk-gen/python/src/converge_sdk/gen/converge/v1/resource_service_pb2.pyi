@@ -1,5 +1,6 @@
 import datetime
 
+from converge_sdk.gen.converge.v1 import plan_pb2 as _plan_pb2
 from converge_sdk.gen.converge.v1 import resource_pb2 as _resource_pb2
 from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
@@ -11,6 +12,36 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PlanResourceRequest(_message.Message):
+    __slots__ = ("apply", "delete", "max_depth")
+    APPLY_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    apply: ApplyResourceRequest
+    delete: _resource_pb2.ResourceRef
+    max_depth: int
+    def __init__(self, apply: _Optional[_Union[ApplyResourceRequest, _Mapping]] = ..., delete: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., max_depth: _Optional[int] = ...) -> None: ...
+
+class PlanResourceResponse(_message.Message):
+    __slots__ = ("plan", "changes")
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    plan: _plan_pb2.ResourcePlan
+    changes: bool
+    def __init__(self, plan: _Optional[_Union[_plan_pb2.ResourcePlan, _Mapping]] = ..., changes: _Optional[bool] = ...) -> None: ...
+
+class PlanResourcesRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[PlanResourceRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[PlanResourceRequest, _Mapping]]] = ...) -> None: ...
+
+class PlanResourcesResponse(_message.Message):
+    __slots__ = ("plans",)
+    PLANS_FIELD_NUMBER: _ClassVar[int]
+    plans: _containers.RepeatedCompositeFieldContainer[PlanResourceResponse]
+    def __init__(self, plans: _Optional[_Iterable[_Union[PlanResourceResponse, _Mapping]]] = ...) -> None: ...
 
 class ApplyResourceRequest(_message.Message):
     __slots__ = ("kind", "kind_version", "name", "labels", "spec", "request_id", "validate_only", "etag", "provider_config")

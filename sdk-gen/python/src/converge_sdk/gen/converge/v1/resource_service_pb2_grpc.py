@@ -139,6 +139,16 @@ class ResourceServiceStub:
                 request_serializer=converge_dot_v1_dot_resource__service__pb2.RollbackResourceRequest.SerializeToString,
                 response_deserializer=converge_dot_v1_dot_resource__service__pb2.RollbackResourceResponse.FromString,
                 _registered_method=True)
+        self.PlanResource = channel.unary_unary(
+                '/converge.v1.ResourceService/PlanResource',
+                request_serializer=converge_dot_v1_dot_resource__service__pb2.PlanResourceRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_resource__service__pb2.PlanResourceResponse.FromString,
+                _registered_method=True)
+        self.PlanResources = channel.unary_unary(
+                '/converge.v1.ResourceService/PlanResources',
+                request_serializer=converge_dot_v1_dot_resource__service__pb2.PlanResourcesRequest.SerializeToString,
+                response_deserializer=converge_dot_v1_dot_resource__service__pb2.PlanResourcesResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceServiceServicer:
@@ -328,6 +338,30 @@ class ResourceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanResource(self, request, context):
+        """Previews what applying (or deleting) a resource would do, writing
+        nothing: the same validation as ApplyResource (its errors too), the
+        fields that would change, the children its composition would create,
+        change, delete or orphan with the edges that would move, the resources
+        that would reconcile again and, for a delete, the teardown order.
+        Compositions declared as data are planned in the server, level by level
+        down to max_depth; a composer worker's children are not planned (the
+        plan says so in not_planned). Needs the permission the change itself
+        would need.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanResources(self, request, context):
+        """PlanResource for up to 100 changes, each planned against what is stored
+        now (not against each other); the first refused one refuses the call,
+        its field paths under /requests/<i>.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -410,6 +444,16 @@ def add_ResourceServiceServicer_to_server(servicer, server):
                     servicer.RollbackResource,
                     request_deserializer=converge_dot_v1_dot_resource__service__pb2.RollbackResourceRequest.FromString,
                     response_serializer=converge_dot_v1_dot_resource__service__pb2.RollbackResourceResponse.SerializeToString,
+            ),
+            'PlanResource': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanResource,
+                    request_deserializer=converge_dot_v1_dot_resource__service__pb2.PlanResourceRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_resource__service__pb2.PlanResourceResponse.SerializeToString,
+            ),
+            'PlanResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanResources,
+                    request_deserializer=converge_dot_v1_dot_resource__service__pb2.PlanResourcesRequest.FromString,
+                    response_serializer=converge_dot_v1_dot_resource__service__pb2.PlanResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -869,6 +913,60 @@ class ResourceService:
             '/converge.v1.ResourceService/RollbackResource',
             converge_dot_v1_dot_resource__service__pb2.RollbackResourceRequest.SerializeToString,
             converge_dot_v1_dot_resource__service__pb2.RollbackResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanResource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ResourceService/PlanResource',
+            converge_dot_v1_dot_resource__service__pb2.PlanResourceRequest.SerializeToString,
+            converge_dot_v1_dot_resource__service__pb2.PlanResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/converge.v1.ResourceService/PlanResources',
+            converge_dot_v1_dot_resource__service__pb2.PlanResourcesRequest.SerializeToString,
+            converge_dot_v1_dot_resource__service__pb2.PlanResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,331 @@
+//! Plan before apply (issue 46): `PlanResource` over the demo's `bom-cel`
+//! (a composition declared as data) with the demo's leaf workers running:
+//! a new tree, a team added, a team removed, nothing changed and a delete
+//! are planned exactly, nothing is written, a worker composer's children are
+//! said not to be planned, bad input is refused, and `converge plan`/`diff`
+//! print the tree and exit 6 when something would change.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use converge_integration::api::{apply, apply_manifest, apply_ok, count, expect_error, fields, get};
+use converge_integration::processes::binary;
+use converge_integration::{TestServer, eventually};
+use converge_proto::v1::plan_resource_request::Change;
+use converge_proto::v1::{
+    Phase, PlanAction, PlanComposer, PlanResourceRequest, PlanResourceResponse, PlanResourcesRequest, ResourcePlan,
+    ResourceRef,
+};
+use converge_sdk::Client;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::process::Command;
+use tonic::Code;
+
+fn bom(teams: &[&str]) -> Value {
+    json!({"teams": teams, "region": "us-east-1"})
+}
+
+async fn plan(client: &Client, kind: &str, name: &str, spec: Value) -> Result<PlanResourceResponse, tonic::Status> {
+    Ok(client
+        .resources()
+        .plan_resource(PlanResourceRequest {
+            change: Some(Change::Apply(apply(kind, name, spec))),
+            max_depth: 0,
+        })
+        .await?
+        .into_inner())
+}
+
+fn action(plan: &ResourcePlan) -> PlanAction {
+    PlanAction::try_from(plan.action).unwrap_or(PlanAction::Unspecified)
+}
+
+fn refs(plans: &[ResourcePlan], wanted: PlanAction) -> BTreeSet<String> {
+    plans
+        .iter()
+        .filter(|p| action(p) == wanted)
+        .filter_map(|p| p.resource.as_ref().map(|r| format!("{}/{}", r.kind, r.name)))
+        .collect()
+}
+
+fn edge_names(plan: &ResourcePlan, added: bool) -> BTreeSet<String> {
+    let edges = if added { &plan.edges_added } else { &plan.edges_removed };
+    edges
+        .iter()
+        .map(|e| {
+            let name = |r: Option<&ResourceRef>| r.map(|r| format!("{}/{}", r.kind, r.name)).unwrap_or_default();
+            format!("{} -> {}", name(e.dependent.as_ref()), name(e.dependency.as_ref()))
+        })
+        .collect()
+}
+
+/// What a plan could write to: rows, the change log, the events, the queue.
+async fn footprint(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT count(*) FROM resources",
+        "SELECT count(*) FROM resource_changes",
+        "SELECT count(*) FROM resource_events",
+        "SELECT count(*) FROM resource_deps",
+        "SELECT count(*) FROM work_queue",
+        "SELECT COALESCE(max(generation), 0) FROM resources",
+    ] {
+        out.push(count(pool, sql).await?);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow::Result<()> {
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    let pool = server.database().pool().clone();
+    for manifest in converge_examples::manifests()? {
+        apply_manifest(&client, manifest).await?;
+    }
+    let _worker = tokio::process::Command::new(binary("converge-demo-worker")?)
+        .args(["--broker", &server.address(), "--delay-ms", "0"])
+        .env("LOG_LEVEL", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+
+    // A new tree: everything created, nothing written.
+    let before = footprint(&pool).await?;
+    let answer = plan(&client, "bom-cel", "p", bom(&["a", "b"])).await?;
+    let root = answer.plan.clone().unwrap_or_default();
+    assert!(answer.changes);
+    assert_eq!(action(&root), PlanAction::Create);
+    assert_eq!(PlanComposer::try_from(root.composer)?, PlanComposer::Server);
+    assert!(root.reconciles);
+    assert_eq!(
+        refs(&root.children, PlanAction::Create),
+        BTreeSet::from(
+            [
+                "account/p-network",
+                "tgw/p-tgw",
+                "account/p-a",
+                "account/p-b",
+                "vpc/p-a",
+                "vpc/p-b",
+                "route/p-a",
+                "route/p-b"
+            ]
+            .map(String::from)
+        )
+    );
+    assert_eq!(root.edges_added.len(), 7);
+    assert!(edge_names(&root, true).contains("route/p-a -> vpc/p-a"));
+    assert_eq!(footprint(&pool).await?, before, "planning wrote nothing");
+
+    apply_ok(&client, apply("bom-cel", "p", bom(&["a", "b"]))).await?;
+    eventually(Duration::from_secs(90), || async {
+        Ok((get(&client, "bom-cel", "p").await?.phase() == Phase::Ready).then_some(()))
+    })
+    .await?;
+
+    // Nothing changes.
+    let same = plan(&client, "bom-cel", "p", bom(&["a", "b"])).await?;
+    let same_root = same.plan.clone().unwrap_or_default();
+    assert!(!same.changes, "{same:?}");
+    assert_eq!(action(&same_root), PlanAction::Unchanged);
+    assert!(same_root.children.is_empty() && same_root.edges_added.is_empty() && same_root.edges_removed.is_empty());
+    assert_eq!(same_root.unchanged_children, 8);
+
+    // One team more: its account, VPC and route, and their three edges.
+    let before = footprint(&pool).await?;
+    let more = plan(&client, "bom-cel", "p", bom(&["a", "b", "c"])).await?;
+    let more_root = more.plan.clone().unwrap_or_default();
+    assert_eq!(action(&more_root), PlanAction::Update);
+    assert_eq!(more_root.spec_changes.len(), 1);
+    assert_eq!(more_root.spec_changes[0].path, "/teams/2");
+    assert_eq!(
+        refs(&more_root.children, PlanAction::Create),
+        BTreeSet::from(["account/p-c", "vpc/p-c", "route/p-c"].map(String::from))
+    );
+    assert_eq!(more_root.children.len(), 3, "{:?}", more_root.children);
+    assert_eq!(more_root.unchanged_children, 8);
+    assert_eq!(
+        edge_names(&more_root, true),
+        BTreeSet::from(
+            [
+                "vpc/p-c -> account/p-c",
+                "route/p-c -> vpc/p-c",
+                "route/p-c -> tgw/p-tgw"
+            ]
+            .map(String::from)
+        )
+    );
+    assert!(more_root.edges_removed.is_empty());
+    assert_eq!(footprint(&pool).await?, before, "planning wrote nothing");
+
+    // One team less: its three children pruned, and team b's range moves.
+    let fewer = plan(&client, "bom-cel", "p", bom(&["b"])).await?;
+    let fewer_root = fewer.plan.clone().unwrap_or_default();
+    assert_eq!(
+        refs(&fewer_root.children, PlanAction::Delete),
+        BTreeSet::from(["account/p-a", "vpc/p-a", "route/p-a"].map(String::from))
+    );
+    assert_eq!(
+        refs(&fewer_root.children, PlanAction::Update),
+        BTreeSet::from(["vpc/p-b", "route/p-b"].map(String::from))
+    );
+    let vpc_b = fewer_root
+        .children
+        .iter()
+        .find(|c| c.resource.as_ref().is_some_and(|r| r.kind == "vpc" && r.name == "p-b"))
+        .cloned()
+        .unwrap_or_default();
+    let paths: Vec<&str> = vpc_b.spec_changes.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["/cidr"], "the flowed accountId is not a change");
+    assert!(vpc_b.reconciles);
+    assert_eq!(edge_names(&fewer_root, false).len(), 3);
+
+    // A delete: routes before VPCs before accounts, the gateway before the
+    // network account, the root last.
+    let deleting = client
+        .resources()
+        .plan_resource(PlanResourceRequest {
+            change: Some(Change::Delete(ResourceRef {
+                kind: "bom-cel".into(),
+                name: "p".into(),
+            })),
+            max_depth: 0,
+        })
+        .await?
+        .into_inner();
+    let order: Vec<String> = deleting
+        .plan
+        .unwrap_or_default()
+        .teardown_order
+        .iter()
+        .map(|r| format!("{}/{}", r.kind, r.name))
+        .collect();
+    let at = |name: &str| order.iter().position(|o| o == name).unwrap_or(usize::MAX);
+    assert_eq!(order.len(), 9, "{order:?}");
+    assert!(
+        at("route/p-a") < at("vpc/p-a") && at("vpc/p-a") < at("account/p-a"),
+        "{order:?}"
+    );
+    assert!(
+        at("route/p-b") < at("tgw/p-tgw") && at("tgw/p-tgw") < at("account/p-network"),
+        "{order:?}"
+    );
+    assert_eq!(order.last().map(String::as_str), Some("bom-cel/p"));
+
+    // A worker composer's children are not planned, and the plan says so.
+    let worker = plan(&client, "bom", "w", bom(&["a"])).await?;
+    let worker_root = worker.plan.unwrap_or_default();
+    assert_eq!(PlanComposer::try_from(worker_root.composer)?, PlanComposer::Worker);
+    assert!(worker_root.children.is_empty() && !worker_root.not_planned.is_empty());
+
+    // The batch form plans each against what is stored.
+    let batch = client
+        .resources()
+        .plan_resources(PlanResourcesRequest {
+            requests: vec![
+                PlanResourceRequest {
+                    change: Some(Change::Apply(apply("bom-cel", "p", bom(&["a", "b"])))),
+                    max_depth: 1,
+                },
+                PlanResourceRequest {
+                    change: Some(Change::Apply(apply("bom-cel", "q", bom(&["z"])))),
+                    max_depth: 1,
+                },
+            ],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(batch.plans.iter().map(|p| p.changes).collect::<Vec<_>>(), [false, true]);
+
+    // Bad input.
+    expect_error(
+        plan(&client, "nope", "x", json!({})).await,
+        Code::NotFound,
+        "KIND_NOT_FOUND",
+    );
+    let violations = expect_error(
+        plan(&client, "bom-cel", "x", json!({"teams": [], "region": "us-east-1"})).await,
+        Code::InvalidArgument,
+        "SPEC_SCHEMA_VIOLATION",
+    );
+    assert!(
+        fields(&violations).iter().all(|f| f.starts_with("/apply/spec")),
+        "{violations:?}"
+    );
+    expect_error(
+        client
+            .resources()
+            .plan_resource(PlanResourceRequest {
+                change: Some(Change::Delete(ResourceRef {
+                    kind: "bom-cel".into(),
+                    name: "missing".into(),
+                })),
+                max_depth: 0,
+            })
+            .await,
+        Code::NotFound,
+        "RESOURCE_NOT_FOUND",
+    );
+    let violations = expect_error(
+        client
+            .resources()
+            .plan_resource(PlanResourceRequest {
+                change: Some(Change::Apply(apply("bom-cel", "p", bom(&["a"])))),
+                max_depth: 9,
+            })
+            .await,
+        Code::InvalidArgument,
+        "INVALID_FIELD",
+    );
+    assert_eq!(fields(&violations), ["/max_depth"]);
+
+    // The command line: a tree, exit 6 when something would change, 0 when not.
+    let scratch = tempfile::tempdir()?;
+    let document = |teams: &str| {
+        format!(
+            "apiVersion: converge.dev/v1\ntype: Resource\nkind: bom-cel\nkindVersion: 1\nname: p\nspec: {{teams: [{teams}], region: us-east-1}}\n"
+        )
+    };
+    let file = scratch.path().join("p.yaml");
+    std::fs::write(&file, document("a, b, c"))?;
+    let run = |command: &'static str| {
+        let file = file.clone();
+        let address = server.address();
+        async move {
+            Command::new(binary("converge")?)
+                .args([command, "--server", &address, "-f"])
+                .arg(&file)
+                .output()
+                .await
+                .map_err(anyhow::Error::from)
+        }
+    };
+    let planned = run("plan").await?;
+    let text = String::from_utf8_lossy(&planned.stdout).to_string();
+    assert_eq!(
+        planned.status.code(),
+        Some(6),
+        "{text}{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    assert!(
+        text.contains("~ bom-cel/p") && text.contains("+ account/p-c") && text.contains("= 8 children unchanged"),
+        "{text}"
+    );
+    let diffed = run("diff").await?;
+    let text = String::from_utf8_lossy(&diffed.stdout).to_string();
+    assert!(text.contains("+ /teams/2: (absent) -> \"c\""), "{text}");
+    std::fs::write(&file, document("a, b"))?;
+    let unchanged = run("plan").await?;
+    assert_eq!(
+        unchanged.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&unchanged.stdout)
+    );
+    assert!(String::from_utf8_lossy(&unchanged.stdout).contains("no changes"));
+    server.shutdown().await
+}
