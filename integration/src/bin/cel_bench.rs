@@ -156,11 +156,7 @@ async fn throughput(
 }
 
 /// Milliseconds of `samples` PlanResource calls for `request`, sorted.
-async fn plan_latency(
-    client: &Client,
-    request: &ApplyResourceRequest,
-    samples: usize,
-) -> anyhow::Result<Vec<f64>> {
+async fn plan_latency(client: &Client, request: &ApplyResourceRequest, samples: usize) -> anyhow::Result<Vec<f64>> {
     let mut out = Vec::with_capacity(samples);
     for _ in 0..samples {
         let started = Instant::now();
@@ -197,8 +193,14 @@ async fn plan_bench(samples: usize) -> anyhow::Result<()> {
         })
     };
     // Stored trees (composed by the server; no leaf worker is needed).
-    client.resources().apply_resource(bom("stored", &["a", "b", "c"])?).await?;
-    client.resources().apply_resource(root("stack-cel", "stored", 100)?).await?;
+    client
+        .resources()
+        .apply_resource(bom("stored", &["a", "b", "c"])?)
+        .await?;
+    client
+        .resources()
+        .apply_resource(root("stack-cel", "stored", 100)?)
+        .await?;
     eventually(Duration::from_secs(60), || async {
         let composed = sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM resources WHERE name = 'stored' AND composed_gen >= generation",
@@ -210,11 +212,23 @@ async fn plan_bench(samples: usize) -> anyhow::Result<()> {
     .await?;
     let cases = [
         ("bom-cel, 3 teams (11 children), new", bom("fresh", &["a", "b", "c"])?),
-        ("bom-cel, 3 teams (11 children), stored, unchanged", bom("stored", &["a", "b", "c"])?),
-        ("bom-cel, 3 teams, stored, one team more", bom("stored", &["a", "b", "c", "d"])?),
+        (
+            "bom-cel, 3 teams (11 children), stored, unchanged",
+            bom("stored", &["a", "b", "c"])?,
+        ),
+        (
+            "bom-cel, 3 teams, stored, one team more",
+            bom("stored", &["a", "b", "c", "d"])?,
+        ),
         ("stack-cel, 100 children, new", root("stack-cel", "fresh", 100)?),
-        ("stack-cel, 100 children, stored, unchanged", root("stack-cel", "stored", 100)?),
-        ("stack-cel, 100 children, stored, one child more", root("stack-cel", "stored", 101)?),
+        (
+            "stack-cel, 100 children, stored, unchanged",
+            root("stack-cel", "stored", 100)?,
+        ),
+        (
+            "stack-cel, 100 children, stored, one child more",
+            root("stack-cel", "stored", 101)?,
+        ),
     ];
     for (label, request) in cases {
         let latency = plan_latency(&client, &request, samples).await?;
