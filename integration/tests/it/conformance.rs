@@ -74,12 +74,13 @@ impl Language {
             Language::Rust => Command::new(binary("converge-conformance-worker")?),
             Language::Go => {
                 let out = scratch.join("go-conformance-worker");
+                // A module of its own (sdk-gen/go/README.md).
                 run_checked(
                     Command::new("go")
                         .args(["build", "-o"])
                         .arg(&out)
-                        .arg("./cmd/conformance-worker")
-                        .current_dir(root.join("sdk-gen/go")),
+                        .arg(".")
+                        .current_dir(root.join("sdk-gen/go/cmd/conformance-worker")),
                 )
                 .await?;
                 Command::new(out)
