@@ -138,7 +138,8 @@ def main() -> int:
             [leaf_provider(events), composite_provider(events)], address=address, tls=tls, options=settings
         )
         stop_tracing = setup_tracing(env)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, ValueError, OSError, ImportError) as exc:
+        # ImportError: OTEL_EXPORTER_OTLP_ENDPOINT without the OpenTelemetry SDK installed.
         log.error("bad configuration: %s", exc)
         return 2
     try:
