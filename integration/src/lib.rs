@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod kinds;
+pub mod otlp;
 pub mod pki;
 pub mod postgres;
 pub mod processes;

@@ -17,8 +17,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use converge_integration::api::{self, apply, events, find, json, object, wait_phase};
-use converge_integration::pki::{TestCa, replace};
-use converge_integration::processes::{binary, free_local_addr, repository_root, run_checked, signal};
+use converge_integration::otlp::{Received, Receiver};
+use converge_integration::pki::{Leaf, TestCa, replace};
+use converge_integration::processes::{
+    binary, connect_when_up, converge_process_with, free_local_addr, repository_root, run_checked, signal, stop_cleanly,
+};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, Condition, DeleteResourceRequest, KindConfig, ListResourceEventsRequest, Phase,
@@ -46,6 +49,9 @@ const MAX_PARALLEL: usize = 4;
 /// How long the `mtls` scenario watches a worker without a client
 /// certificate get no work.
 const REFUSED_FOR: Duration = Duration::from_secs(2);
+/// The Rust worker's TLS file poll in the `tls-reload` scenario (the other
+/// SDKs read their files at every connection).
+const TLS_RELOAD_MS: u64 = 200;
 
 /// A language and how to start its conformance worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,12 +80,13 @@ impl Language {
             Language::Rust => Command::new(binary("converge-conformance-worker")?),
             Language::Go => {
                 let out = scratch.join("go-conformance-worker");
+                // A module of its own (sdk-gen/go/README.md).
                 run_checked(
                     Command::new("go")
                         .args(["build", "-o"])
                         .arg(&out)
-                        .arg("./cmd/conformance-worker")
-                        .current_dir(root.join("sdk-gen/go")),
+                        .arg(".")
+                        .current_dir(root.join("sdk-gen/go/cmd/conformance-worker")),
                 )
                 .await?;
                 Command::new(out)
@@ -309,7 +316,7 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 17] = [
+const SCENARIOS: [(&str, Scenario); 19] = [
     ("ready", |s| Box::pin(ready(s))),
     ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
@@ -326,6 +333,8 @@ const SCENARIOS: [(&str, Scenario); 17] = [
     ("reconnect", |s| Box::pin(reconnect(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
     ("mtls", |s| Box::pin(mtls(s))),
+    ("tls-reload", |s| Box::pin(tls_reload(s))),
+    ("trace", |s| Box::pin(trace(s))),
     ("graceful-drain", |s| Box::pin(graceful_drain(s))),
 ];
 
@@ -689,6 +698,10 @@ struct MtlsFiles {
     runner: (std::path::PathBuf, std::path::PathBuf),
     worker: (std::path::PathBuf, std::path::PathBuf),
     identity: String,
+    /// Another keypair for the worker, signed by the same CA, that the
+    /// `tls-reload` scenario rotates the worker's files to.
+    rotated: Leaf,
+    rotated_identity: String,
 }
 
 impl MtlsFiles {
@@ -698,7 +711,10 @@ impl MtlsFiles {
         let ca_file = dir.join("ca.pem");
         replace(&ca_file, &ca.pem())?;
         let identity = format!("spiffe://converge.test/conformance/{}", language.name());
+        let rotated_identity = format!("spiffe://converge.test/conformance/{}-rotated", language.name());
         Ok(Self {
+            rotated: ca.client(Some(&rotated_identity))?,
+            rotated_identity,
             server: ca.server()?.write(&dir, "server")?,
             runner: ca
                 .client(Some("spiffe://converge.test/conformance/runner"))?
@@ -711,10 +727,14 @@ impl MtlsFiles {
     }
 }
 
-async fn mtls(s: &mut Suite) -> anyhow::Result<()> {
-    // A server of its own, TLS with client certificates required, so the
-    // plaintext worker of the other scenarios cannot take this work.
-    let files = MtlsFiles::new(s.scratch.path().join("mtls"), s.language)?;
+/// A server of its own on `listen` (any free port when None), TLS with
+/// client certificates of `files`' CA required, so the plaintext worker of
+/// the other scenarios cannot take its work.
+async fn mtls_server(
+    database: &TestDatabase,
+    listen: Option<SocketAddr>,
+    files: &MtlsFiles,
+) -> anyhow::Result<TestServer> {
     let tls = TlsArgs {
         tls_cert_file: Some(files.server.0.clone()),
         tls_key_file: Some(files.server.1.clone()),
@@ -722,18 +742,17 @@ async fn mtls(s: &mut Suite) -> anyhow::Result<()> {
         tls_reload_interval_secs: 1,
         ..TlsArgs::default()
     };
-    let server = TestServer::start_with(TestDatabase::new().await?, Role::All, |config| {
+    TestServer::start_with(database.clone(), Role::All, |config| {
         config.serve.tls = tls;
+        if let Some(listen) = listen {
+            config.serve.listen_addr = listen.into();
+        }
     })
-    .await?;
-    let outcome = mtls_on(s, &server, &files).await;
-    let stopped = server.shutdown().await;
-    outcome?;
-    stopped
+    .await
 }
 
-async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::Result<()> {
-    let address = server.address().replacen("http://", "https://", 1);
+/// The runner's own mTLS client of `server`.
+async fn mtls_client(server: &TestServer, files: &MtlsFiles) -> anyhow::Result<Client> {
     let runner = ClientTls::load(
         &ClientTlsFiles {
             ca: files.ca.clone(),
@@ -741,24 +760,62 @@ async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::R
         },
         DEFAULT_RELOAD_INTERVAL,
     )?;
-    let client = Client::connect_tls(address.clone(), runner).await?;
-    apply_kinds(&client).await?;
-    // This language's worker on the TLS server; its stderr goes to
-    // mtls/worker.stderr, its log lines to the suite's log.
-    let start = |identity: Option<&(std::path::PathBuf, std::path::PathBuf)>| {
-        let mut command = command_like(&s.command);
+    Ok(Client::connect_tls(https(server), runner).await?)
+}
+
+fn https(server: &TestServer) -> String {
+    server.address().replacen("http://", "https://", 1)
+}
+
+/// This language's worker on a TLS server at `address`, presenting
+/// `identity` when given, with `env` besides; its stderr goes to
+/// `files.dir`/worker.stderr, its log lines to the suite's log.
+fn tls_worker(
+    s: &Suite,
+    address: &str,
+    files: &MtlsFiles,
+    identity: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
+    let mut command = command_like(&s.command);
+    command
+        .env("CONVERGE_BROKER_ADDR", address)
+        .env("CONVERGE_TLS_CA_FILE", &files.ca)
+        .env_remove("CONVERGE_TLS_CERT_FILE")
+        .env_remove("CONVERGE_TLS_KEY_FILE")
+        .envs(env.iter().copied());
+    if let Some((cert, key)) = identity {
         command
-            .env("CONVERGE_BROKER_ADDR", &address)
-            .env("CONVERGE_TLS_CA_FILE", &files.ca)
-            .env_remove("CONVERGE_TLS_CERT_FILE")
-            .env_remove("CONVERGE_TLS_KEY_FILE");
-        if let Some((cert, key)) = identity {
-            command
-                .env("CONVERGE_TLS_CERT_FILE", cert)
-                .env("CONVERGE_TLS_KEY_FILE", key);
-        }
-        spawn_worker(&mut command, &files.dir)
-    };
+            .env("CONVERGE_TLS_CERT_FILE", cert)
+            .env("CONVERGE_TLS_KEY_FILE", key);
+    }
+    spawn_worker(&mut command, &files.dir)
+}
+
+/// The actors of the worker events of resource `name`, by reason.
+async fn worker_actors(client: &Client, name: &str) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(events(client, "conf-leaf", name)
+        .await?
+        .into_iter()
+        .filter(|e| e.actor.starts_with("worker"))
+        .map(|e| (e.reason, e.actor))
+        .collect())
+}
+
+async fn mtls(s: &mut Suite) -> anyhow::Result<()> {
+    let files = MtlsFiles::new(s.scratch.path().join("mtls"), s.language)?;
+    let server = mtls_server(&TestDatabase::new().await?, None, &files).await?;
+    let outcome = mtls_on(s, &server, &files).await;
+    let stopped = server.shutdown().await;
+    outcome?;
+    stopped
+}
+
+async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::Result<()> {
+    let address = https(server);
+    let client = mtls_client(server, files).await?;
+    apply_kinds(&client).await?;
+    let start = |identity| tls_worker(s, &address, files, identity, &[]);
 
     // Without a client certificate the server refuses the handshake: the
     // worker keeps trying and gets no work.
@@ -789,7 +846,7 @@ async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::R
     // With one, the same task runs and is attributed to its SPIFFE ID.
     let mut certified = start(Some(&files.worker))?;
     let ready = wait_phase(&client, "conf-leaf", &name, Phase::Ready).await;
-    let events = events(&client, "conf-leaf", &name).await?;
+    let actors = worker_actors(&client, &name).await;
     certified.kill().await.ok();
     let status = status_json(&ready.map_err(|e| anyhow::anyhow!("never ready over mTLS: {e}"))?);
     anyhow::ensure!(
@@ -797,16 +854,198 @@ async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::R
         "status {status}"
     );
     let actor = format!("worker:{}", files.identity);
-    let actors: Vec<(&str, &str)> = events
-        .iter()
-        .filter(|e| e.actor.starts_with("worker"))
-        .map(|e| (e.reason.as_str(), e.actor.as_str()))
-        .collect();
+    let actors = actors?;
     anyhow::ensure!(
-        actors.contains(&("Certified", actor.as_str())) && actors.iter().all(|(_, a)| *a == actor),
+        actors.iter().any(|(reason, a)| reason == "Certified" && *a == actor)
+            && actors.iter().all(|(_, a)| *a == actor),
         "worker events {actors:?}, want each by {actor}"
     );
     Ok(())
+}
+
+async fn tls_reload(s: &mut Suite) -> anyhow::Result<()> {
+    let files = MtlsFiles::new(s.scratch.path().join("tls-reload"), s.language)?;
+    let database = TestDatabase::new().await?;
+    let listen: SocketAddr = free_local_addr()?.parse()?;
+    let mut server = Some(mtls_server(&database, Some(listen), &files).await?);
+    let outcome = tls_reload_on(s, &mut server, &database, listen, &files).await;
+    let stopped = match server {
+        Some(server) => server.shutdown().await,
+        None => Ok(()),
+    };
+    outcome?;
+    stopped
+}
+
+/// The worker presents the identity of its files as they are when it
+/// reconnects: files caught mid-rotation (a new key beside the old
+/// certificate) keep the last good identity, a completed rotation presents
+/// the new one. A server restart forces each reconnect.
+async fn tls_reload_on(
+    s: &Suite,
+    server: &mut Option<TestServer>,
+    database: &TestDatabase,
+    listen: SocketAddr,
+    files: &MtlsFiles,
+) -> anyhow::Result<()> {
+    let address = format!("https://{listen}");
+    let reload_ms = TLS_RELOAD_MS.to_string();
+    let mut worker = tls_worker(
+        s,
+        &address,
+        files,
+        Some(&files.worker),
+        &[("CONFORMANCE_TLS_RELOAD_MS", &reload_ms)],
+    )?;
+    let outcome = async {
+        let first = server.as_ref().ok_or_else(|| anyhow::anyhow!("no server"))?;
+        apply_kinds(&mtls_client(first, files).await?).await?;
+        // Applies a resource with one spec event and returns the actors of
+        // its worker events once it is ready.
+        let served = |step: &'static str, client: Client| async move {
+            let name = s.name(&format!("reload-{step}"));
+            let spec = json!({"value": step, "events": [{"reason": "Reloaded"}]});
+            client
+                .resources()
+                .apply_resource(apply("conf-leaf", &name, spec))
+                .await?;
+            wait_phase(&client, "conf-leaf", &name, Phase::Ready)
+                .await
+                .map_err(|e| anyhow::anyhow!("{step}: never ready: {e}"))?;
+            worker_actors(&client, &name).await
+        };
+        let expect = |step: &str, actors: Vec<(String, String)>, identity: &str| {
+            let actor = format!("worker:{identity}");
+            anyhow::ensure!(
+                actors.iter().any(|(reason, _)| reason == "Reloaded") && actors.iter().all(|(_, a)| *a == actor),
+                "{step}: worker events {actors:?}, want each by {actor}"
+            );
+            Ok(())
+        };
+
+        let before = served("before", mtls_client(first, files).await?).await?;
+        expect("before the rotation", before, &files.identity)?;
+
+        // Mid-rotation: the new key has replaced the old, the certificate
+        // not yet. The pair does not match, so the last good one is kept.
+        replace(&files.worker.1, &files.rotated.key_pem)?;
+        let client = restart(server, database, listen, files).await?;
+        let mid = served("mid", client).await?;
+        expect("mid-rotation", mid, &files.identity)?;
+
+        replace(&files.worker.0, &files.rotated.cert_pem)?;
+        let client = restart(server, database, listen, files).await?;
+        let after = served("after", client).await?;
+        expect("after the rotation", after, &files.rotated_identity)
+    }
+    .await;
+    worker.kill().await.ok();
+    outcome
+}
+
+/// The server goes away and comes back on the same address and database;
+/// the worker reconnects with its files as they are then. Returns a client
+/// of the new server.
+async fn restart(
+    server: &mut Option<TestServer>,
+    database: &TestDatabase,
+    listen: SocketAddr,
+    files: &MtlsFiles,
+) -> anyhow::Result<Client> {
+    // The Rust SDK polls its files: let it see them first.
+    tokio::time::sleep(Duration::from_millis(4 * TLS_RELOAD_MS)).await;
+    if let Some(old) = server.take() {
+        old.shutdown().await?;
+    }
+    let new = mtls_server(database, Some(listen), files).await?;
+    let client = mtls_client(&new, files).await?;
+    *server = Some(new);
+    Ok(client)
+}
+
+async fn trace(s: &mut Suite) -> anyhow::Result<()> {
+    // The server must export its spans, which a server in this process
+    // cannot do beside the other tests: a converge process of its own,
+    // exporting to a receiver in the test, on a database of its own.
+    let receiver = Receiver::default();
+    let endpoint = receiver.serve().await?;
+    let dir = s.scratch.path().join("trace");
+    std::fs::create_dir_all(&dir)?;
+    let database = TestDatabase::new().await?;
+    let addr = free_local_addr()?;
+    let mut server = converge_process_with(
+        &database.url()?,
+        &addr,
+        &dir.join("converge.log"),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_METRICS_EXPORTER", "none"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )?;
+    let outcome = trace_on(s, &receiver, &endpoint, &format!("http://{addr}"), &dir).await;
+    let stopped = stop_cleanly(&mut server).await;
+    outcome?;
+    stopped
+}
+
+/// The handler span of a task, exported by the worker, is a child of a span
+/// the server exported: same trace, its parent the server's reconcile span.
+async fn trace_on(s: &Suite, receiver: &Receiver, endpoint: &str, address: &str, dir: &Path) -> anyhow::Result<()> {
+    let client = connect_when_up(address).await?;
+    apply_kinds(&client).await?;
+    let mut command = command_like(&s.command);
+    command
+        .env("CONVERGE_BROKER_ADDR", address)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let mut worker = spawn_worker(&mut command, dir)?;
+    let service = format!("converge-conformance-{}", s.language.name());
+    let name = s.name("traced");
+    let outcome = async {
+        client
+            .resources()
+            .apply_resource(apply("conf-leaf", &name, json!({"value": "traced"})))
+            .await?;
+        wait_phase(&client, "conf-leaf", &name, Phase::Ready).await?;
+        let found = eventually(Duration::from_secs(20), || async {
+            let spans = receiver.spans();
+            Ok(spans
+                .iter()
+                .filter(|h| h.service == service && h.name == "handle conf-leaf:1 work")
+                .find_map(|handle| {
+                    spans
+                        .iter()
+                        .find(|p| p.trace_id == handle.trace_id && p.span_id == handle.parent)
+                        .map(|parent| (handle.clone(), parent.clone()))
+                }))
+        })
+        .await;
+        let summary = |spans: Vec<Received>| -> Vec<String> {
+            spans
+                .iter()
+                .filter(|s| s.service != "converge" || s.name.starts_with("reconcile"))
+                .map(|s| format!("{}: {}", s.service, s.name))
+                .collect()
+        };
+        let (handle, parent) = found.map_err(|e| {
+            anyhow::anyhow!(
+                "no handler span of {service} with an exported parent ({e}); spans: {:?}",
+                summary(receiver.spans())
+            )
+        })?;
+        anyhow::ensure!(
+            parent.service == "converge" && parent.name == "reconcile conf-leaf",
+            "the handler span's parent is {}'s {:?}, not the server's reconcile span",
+            parent.service,
+            parent.name
+        );
+        anyhow::ensure!(handle.trace_id == parent.trace_id);
+        Ok(())
+    }
+    .await;
+    worker.kill().await.ok();
+    outcome
 }
 
 async fn graceful_drain(s: &mut Suite) -> anyhow::Result<()> {

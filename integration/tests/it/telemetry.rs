@@ -5,11 +5,11 @@
 //! the work does.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use converge_integration::api::{self, apply, wait_phase};
 use converge_integration::kinds::{Cells, apply_kind, cell_manifest};
+use converge_integration::otlp::{Received, Receiver};
 use converge_integration::processes::{
     ProcessSite, connect_when_up, converge_process_with, free_local_addr, http_get, stop_cleanly,
 };
@@ -18,84 +18,15 @@ use converge_proto::v1::Phase;
 use converge_sdk::worker::Worker;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use serde_json::json;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-/// One received span, as much of it as the assertions need.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    name: String,
-    trace_id: Vec<u8>,
-    span_id: Vec<u8>,
-    parent: Vec<u8>,
-}
-
-/// The OTLP trace service: keeps every span it is sent.
-#[derive(Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<Received>>>);
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut kept = self.0.lock().map_err(|_| tonic::Status::internal("poisoned"))?;
-        for resource_spans in request.into_inner().resource_spans {
-            let service = resource_spans
-                .resource
-                .iter()
-                .flat_map(|r| r.attributes.iter())
-                .find(|a| a.key == "service.name")
-                .and_then(|a| a.value.as_ref())
-                .and_then(|v| match &v.value {
-                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                for span in scope.spans {
-                    kept.push(Received {
-                        service: service.clone(),
-                        name: span.name,
-                        trace_id: span.trace_id,
-                        span_id: span.span_id,
-                        parent: span.parent_span_id,
-                    });
-                }
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-impl Receiver {
-    fn spans(&self) -> Vec<Received> {
-        self.0.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-/// Serves the receiver on a free loopback port; returns its endpoint.
-async fn serve_receiver(receiver: Receiver) -> anyhow::Result<String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(receiver))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    Ok(format!("http://{addr}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_follows_a_resource_from_apply_through_the_worker_to_the_fence() -> anyhow::Result<()> {
     let receiver = Receiver::default();
-    let endpoint = serve_receiver(receiver.clone()).await?;
+    let endpoint = receiver.serve().await?;
 
     // The worker exports its spans as an application would: a
     // tracing-opentelemetry layer and the W3C propagator.

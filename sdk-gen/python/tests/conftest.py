@@ -12,6 +12,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 
@@ -121,3 +122,24 @@ async def _cleanup(addr: str) -> None:
                 await asyncio.sleep(0.3)
         if left:
             raise AssertionError(f"test resources not torn down within 60 s: {left}")
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A CA and two client keypairs signed by it, as files (ca.pem, a.crt,
+    a.key, b.crt, b.key), made with the openssl command line: the package has
+    no certificate library to make them with."""
+    d = tmp_path_factory.mktemp("pki")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"), "-subj", "/CN=test CA", "-days", "1")
+    for name in ("a", "b"):
+        _openssl("req", *ec, "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"), "-subj", f"/CN=worker-{name}")
+        _openssl(
+            "x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+            "-CAcreateserial", "-out", str(d / f"{name}.crt"), "-days", "1",
+        )
+    return d

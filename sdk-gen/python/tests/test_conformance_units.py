@@ -39,13 +39,14 @@ def test_settings_from_the_environment():
             settings_from_env(bad)
 
 
-def test_tls_from_the_environment(tmp_path):
+def test_tls_from_the_environment(pki, tmp_path):
     assert tls_from_env({}) is None
-    for name, pem in (("ca.pem", b"ca"), ("w.crt", b"cert"), ("w.key", b"key")):
-        (tmp_path / name).write_bytes(pem)
+    for name, source in (("ca.pem", "ca.pem"), ("w.crt", "a.crt"), ("w.key", "a.key")):
+        (tmp_path / name).write_bytes((pki / source).read_bytes())
     ca = str(tmp_path / "ca.pem")
     server_only = tls_from_env({"CONVERGE_TLS_CA_FILE": ca})
-    assert server_only is not None and (server_only.ca_bundle, server_only.client_cert) == (b"ca", None)
+    assert server_only is not None
+    assert (server_only.ca_bundle, server_only.client_cert) == ((pki / "ca.pem").read_bytes(), None)
     mutual = tls_from_env(
         {
             "CONVERGE_TLS_CA_FILE": ca,
@@ -53,7 +54,8 @@ def test_tls_from_the_environment(tmp_path):
             "CONVERGE_TLS_KEY_FILE": str(tmp_path / "w.key"),
         }
     )
-    assert mutual is not None and (mutual.client_cert, mutual.client_key) == (b"cert", b"key")
+    assert mutual is not None and mutual.reloads
+    assert (mutual.client_cert, mutual.client_key) == ((pki / "a.crt").read_bytes(), (pki / "a.key").read_bytes())
     for bad in (
         {"CONVERGE_TLS_CA_FILE": ca, "CONVERGE_TLS_CERT_FILE": str(tmp_path / "w.crt")},
         {"CONVERGE_TLS_CERT_FILE": str(tmp_path / "w.crt"), "CONVERGE_TLS_KEY_FILE": str(tmp_path / "w.key")},

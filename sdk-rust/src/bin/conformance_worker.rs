@@ -33,6 +33,7 @@ struct Settings {
     heartbeat: Option<Duration>,
     log: Option<File>,
     tls: Option<ClientTlsFiles>,
+    tls_reload: Duration,
 }
 
 impl Settings {
@@ -85,6 +86,12 @@ impl Settings {
             heartbeat: number("CONFORMANCE_HEARTBEAT_MS")?.map(Duration::from_millis),
             log,
             tls,
+            // The Rust SDK polls its TLS files (the others read them at
+            // every connection); the suite shortens the poll so a rotation
+            // is seen before the reconnect it forces.
+            tls_reload: number("CONFORMANCE_TLS_RELOAD_MS")?
+                .filter(|ms| *ms > 0)
+                .map_or(DEFAULT_RELOAD_INTERVAL, Duration::from_millis),
         })
     }
 
@@ -101,7 +108,7 @@ impl Settings {
             builder = builder.heartbeat_interval(interval);
         }
         if let Some(files) = &self.tls {
-            let tls = ClientTls::load(files, DEFAULT_RELOAD_INTERVAL).map_err(|e| format!("TLS: {e}"))?;
+            let tls = ClientTls::load(files, self.tls_reload).map_err(|e| format!("TLS: {e}"))?;
             builder = builder.tls(tls);
         }
         Ok(builder
@@ -379,15 +386,79 @@ fn rollup(request: &ReactionRequest) -> Outcome {
 #[tokio::main]
 async fn main() -> ExitCode {
     let filter = std::env::var("LOG_LEVEL").unwrap_or_else(|_| "info".to_owned());
-    if let Err(error) = common::init_logging(&filter) {
-        eprintln!("converge-conformance-worker: {error}");
-        return ExitCode::from(2);
-    }
-    match Settings::from_env().and_then(Settings::builder) {
+    let spans = match init_telemetry(&filter) {
+        Ok(spans) => spans,
+        Err(error) => {
+            eprintln!("converge-conformance-worker: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = match Settings::from_env().and_then(Settings::builder) {
         Ok(builder) => common::run_worker(builder).await,
         Err(error) => {
             eprintln!("converge-conformance-worker: {error}");
             ExitCode::from(2)
         }
+    };
+    // The last handlers' spans are exported before exit.
+    if let Some(provider) = spans
+        && let Err(error) = provider.shutdown()
+    {
+        tracing::warn!(%error, "cannot flush spans");
     }
+    code
+}
+
+/// Logs to stderr at `filter` and, when OTEL_EXPORTER_OTLP_ENDPOINT is set,
+/// exports the SDK's handler spans there over OTLP/gRPC, with the W3C
+/// propagator the SDK extracts the broker's trace context with: what an
+/// application does to see its handlers inside the broker's traces. The
+/// handler spans are INFO spans of `converge_sdk`, exported whatever the
+/// log level. Returns the tracer provider to flush at exit.
+fn init_telemetry(filter: &str) -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>, String> {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let Some(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())
+    else {
+        common::init_logging(filter)?;
+        return Ok(None);
+    };
+    let logs =
+        tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("invalid LOG_LEVEL {filter:?}: {e}"))?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("converge-conformance-rust")
+                .build(),
+        )
+        .with_batch_exporter(exporter)
+        .build();
+    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(logs),
+        )
+        .with(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("converge-conformance-rust"))
+                .with_filter(
+                    tracing_subscriber::filter::Targets::new().with_target("converge_sdk", tracing::Level::INFO),
+                ),
+        )
+        .try_init()
+        .map_err(|e| format!("cannot install the logger: {e}"))?;
+    Ok(Some(provider))
 }

@@ -7,9 +7,14 @@
 // CONFORMANCE_HEARTBEAT_MS (default the SDK's), CONFORMANCE_LOG (event log
 // path; unset = none), CONVERGE_TLS_CA_FILE (enables TLS, with an https://
 // broker address) and CONVERGE_TLS_CERT_FILE + CONVERGE_TLS_KEY_FILE (the
-// client certificate for mutual TLS). SIGTERM or SIGINT starts the graceful drain. Exit
-// status: 0 after a clean drain, 1 if the drain timed out (or the worker
-// failed), 2 for bad configuration.
+// client certificate for mutual TLS; the files are re-read at every
+// connection), OTEL_EXPORTER_OTLP_ENDPOINT (set = export the handler spans
+// over OTLP/gRPC, with the OpenTelemetry SDK this module adds). SIGTERM or
+// SIGINT starts the graceful drain. Exit status: 0 after a clean drain, 1 if
+// the drain timed out (or the worker failed), 2 for bad configuration.
+//
+// It is a module of its own so that the OpenTelemetry SDK and exporter are
+// not requirements of converge.dev/sdk/go.
 package main
 
 import (
@@ -57,6 +62,20 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	stopTracing, err := setupTracing(ctx)
+	if err != nil {
+		logger.Error("bad configuration: cannot set up tracing", "error", err)
+		return 2
+	}
+	defer func() {
+		// The spans of the last handlers are exported before exit; Run's ctx
+		// is done by now, hence a fresh one.
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flush); err != nil {
+			logger.Warn("cannot flush spans", "error", err)
+		}
+	}()
 	logger.Info("conformance worker starting", "broker", addr, "kinds", fmt.Sprint(w.Kinds()))
 	if err := w.Run(ctx); err != nil {
 		if errors.Is(err, worker.ErrDrainIncomplete) {

@@ -2,10 +2,8 @@ package worker
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -45,42 +43,16 @@ func transportCredentials(scheme string, s *settings) (credentials.TransportCred
 	case s.tlsConfig != nil:
 		return credentials.NewTLS(s.tlsConfig.Clone()), nil
 	case s.tlsFiles != nil:
-		c, err := tlsFromFiles(*s.tlsFiles)
+		source, err := newTLSFilesSource(*s.tlsFiles, s.logger)
 		if err != nil {
 			return nil, err
 		}
-		return credentials.NewTLS(c), nil
+		return &reloadingTLS{source: source, serverName: s.tlsFiles.ServerName}, nil
 	case scheme == "https":
 		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
 	default:
 		return insecure.NewCredentials(), nil
 	}
-}
-
-func tlsFromFiles(f TLSFiles) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
-	if f.CAFile != "" {
-		pem, err := os.ReadFile(f.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("worker: read CA bundle: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("worker: no PEM certificates in %s", f.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if (f.CertFile == "") != (f.KeyFile == "") {
-		return nil, errors.New("worker: a client certificate needs both CertFile and KeyFile")
-	}
-	if f.CertFile != "" {
-		pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("worker: load client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c, nil
 }
 
 // dial creates the connection (lazily: grpc.NewClient does not connect).

@@ -177,8 +177,18 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 // identity, recorded as the actor "worker:<SPIFFE ID>" of its events and
 // checked against ALLOWED_WORKER_IDENTITIES when set. The conformance
 // suite's mtls scenario (conformance/README.md) runs this worker against
-// such a server. The files are read once, by New: a rotated client
-// certificate is presented by a new Worker (e.g. after a restart).
+// such a server.
+//
+// New reads the files (an unusable one is an error), and they are read again
+// at every connection the worker makes to the broker (the first one and each
+// reconnect): after a rotation (a secret mount swapping the files, a
+// certificate renewed in place) the next connection presents the new
+// certificate and verifies the broker against the new CA bundle, while
+// established connections keep what they were made with. Files that changed
+// but do not make a usable set, as mid-rotation (a new key beside the old
+// certificate, a half-written or briefly absent file), keep the last good
+// material until they do, with a warning. This is the Rust SDK's behaviour;
+// it polls its files instead of reading them at each connection.
 type TLSFiles struct {
 	// CAFile is the CA bundle that verifies the server; empty = the system
 	// roots.

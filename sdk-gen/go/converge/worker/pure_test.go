@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -409,14 +410,18 @@ func TestTLSFilesLoadTheCABundle(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tlsFromFiles(TLSFiles{CAFile: bad}); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
+	log := slog.New(slog.DiscardHandler)
+	if _, err := newTLSFilesSource(TLSFiles{CAFile: bad}, log); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
 		t.Errorf("bad CA bundle: %v", err)
 	}
-	if _, err := tlsFromFiles(TLSFiles{CAFile: filepath.Join(dir, "missing.pem")}); err == nil {
+	if _, err := newTLSFilesSource(TLSFiles{CAFile: filepath.Join(dir, "missing.pem")}, log); err == nil {
 		t.Error("a missing CA bundle was accepted")
 	}
-	c, err := tlsFromFiles(TLSFiles{ServerName: "broker.example"})
-	if err != nil || c.ServerName != "broker.example" || c.RootCAs != nil {
-		t.Errorf("system roots config = %v, %v", c, err)
+	source, err := newTLSFilesSource(TLSFiles{ServerName: "broker.example"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := source.config(); c.ServerName != "broker.example" || c.RootCAs != nil {
+		t.Errorf("system roots config = %v", c)
 	}
 }

@@ -67,14 +67,16 @@ func (r *run) accept(t *workerv1.StageTask, draining bool) {
 		sh.finish(f.failure(fmt.Errorf("cannot decode task: %w", err)))
 		return
 	}
+	ctx, span := handlerSpan(r.handlerCtx, t.GetTraceContext(), kind, req.Reaction, f.leaseToken)
 	r.tasks.Add(1)
 	go func() {
 		defer r.tasks.Done()
-		o, err := r.execute(p, req)
+		o, err := r.execute(ctx, p, req)
 		if err != nil {
 			sh.log.Debug("task failed", "lease", f.leaseToken, "kind", kind.String(),
 				"reaction", req.Reaction, "terminal", IsTerminal(err), "error", err)
 		}
+		endHandlerSpan(span, err)
 		sh.finish(f.complete(o, err))
 	}()
 }
@@ -85,9 +87,11 @@ type handlerResult struct {
 }
 
 // execute runs the handler in a slot, bounded by the task deadline, with a
-// panic turned into a transient failure.
-func (r *run) execute(p *Provider, req *ReactionRequest) (*Outcome, error) {
-	ctx, cancel := context.WithCancel(r.handlerCtx)
+// panic turned into a transient failure. The handler's context derives from
+// parent: the run's handler context, carrying the handler span when the task
+// was traced.
+func (r *run) execute(parent context.Context, p *Provider, req *ReactionRequest) (*Outcome, error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if !req.Deadline.IsZero() {
 		var cancelDeadline context.CancelFunc

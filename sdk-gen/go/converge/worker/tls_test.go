@@ -9,7 +9,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -117,5 +119,109 @@ func TestMutualTLSWithFiles(t *testing.T) {
 	s.task(t, workTask("tls", "work"))
 	if c := s.completion(t); c.GetError() != nil {
 		t.Fatalf("task over TLS failed: %v", c.GetError())
+	}
+}
+
+// handshakeAs dials a TLS server that requires client certificates and
+// returns the common name of the certificate the credentials presented.
+func handshakeAs(t *testing.T, creds credentials.TransportCredentials, ln net.Listener) (string, error) {
+	t.Helper()
+	presented := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			presented <- ""
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		tc := conn.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			presented <- ""
+			return
+		}
+		certs := tc.ConnectionState().PeerCertificates
+		if len(certs) == 0 {
+			presented <- ""
+			return
+		}
+		presented <- certs[0].Subject.CommonName
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := creds.ClientHandshake(context.Background(), "broker.test:443", raw)
+	if err != nil {
+		_ = raw.Close()
+		<-presented
+		return "", err
+	}
+	defer func() { _ = conn.Close() }()
+	return <-presented, nil
+}
+
+// The files are re-read at every handshake: a rotated keypair is presented
+// by the next connection, a half-written or absent file keeps the last good
+// material, and a replaced CA bundle is what the server is verified against.
+func TestTLSFilesAreReReadAtEveryHandshake(t *testing.T) {
+	ca := newTestCA(t)
+	serverCert, serverKey := ca.issue(t, "broker.test", x509.ExtKeyUsageServerAuth)
+	pair, err := tls.X509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+
+	dir := t.TempDir()
+	certA, keyA := ca.issue(t, "worker-a", x509.ExtKeyUsageClientAuth)
+	files := TLSFiles{
+		CAFile:   writeFile(t, dir, "ca.pem", ca.pem),
+		CertFile: writeFile(t, dir, "client.pem", certA),
+		KeyFile:  writeFile(t, dir, "client.key", keyA),
+	}
+	source, err := newTLSFilesSource(files, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := &reloadingTLS{source: source}
+	expect := func(step, want string) {
+		t.Helper()
+		got, err := handshakeAs(t, creds, ln)
+		if err != nil || got != want {
+			t.Fatalf("%s: presented %q (%v), want %q", step, got, err, want)
+		}
+	}
+	expect("initial", "worker-a")
+
+	// Mid-rotation states keep the last good keypair.
+	certB, keyB := ca.issue(t, "worker-b", x509.ExtKeyUsageClientAuth)
+	writeFile(t, dir, "client.key", keyB)
+	expect("new key, old certificate", "worker-a")
+	writeFile(t, dir, "client.pem", certB[:len(certB)/2])
+	expect("half-written certificate", "worker-a")
+	if err := os.Remove(files.CertFile); err != nil {
+		t.Fatal(err)
+	}
+	expect("absent certificate", "worker-a")
+
+	writeFile(t, dir, "client.pem", certB)
+	expect("rotated", "worker-b")
+
+	// A CA bundle that no longer names the server's CA refuses it.
+	writeFile(t, dir, "ca.pem", newTestCA(t).pem)
+	if got, err := handshakeAs(t, creds, ln); err == nil {
+		t.Fatalf("the server was trusted after its CA left the bundle (presented %q)", got)
 	}
 }

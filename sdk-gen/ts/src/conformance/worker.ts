@@ -7,9 +7,13 @@
 //
 // TLS: CONVERGE_TLS_CA_FILE (the broker's CA bundle; enables TLS, with an
 // https:// broker address) and CONVERGE_TLS_CERT_FILE + CONVERGE_TLS_KEY_FILE
-// (the client certificate for mutual TLS).
+// (the client certificate for mutual TLS), re-read at every connection.
+//
+// Tracing: OTEL_EXPORTER_OTLP_ENDPOINT set = export the handler spans over
+// OTLP/gRPC with the OpenTelemetry SDK, a development dependency of the
+// package (imported only then, so the worker runs without it otherwise).
 
-import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
+import { closeSync, openSync, writeSync } from "node:fs";
 
 import {
   DrainIncompleteError,
@@ -52,11 +56,38 @@ function tlsEnv(): TlsOptions | undefined {
     }
     return undefined;
   }
-  const read = (path: string) => readFileSync(path, "utf8");
   return {
-    ca: read(ca),
-    ...(cert === undefined || key === undefined ? {} : { cert: read(cert), key: read(key) }),
+    caFile: ca,
+    ...(cert === undefined || key === undefined ? {} : { certFile: cert, keyFile: key }),
   };
+}
+
+/**
+ * Registers the OpenTelemetry SDK (tracer provider, AsyncLocalStorage context
+ * manager, W3C propagator) with an OTLP/gRPC exporter when
+ * OTEL_EXPORTER_OTLP_ENDPOINT is set, as an application does to see its
+ * handlers inside the broker's traces; returns what flushes and stops it.
+ * The exporter reads the endpoint (an http:// one is plaintext) and the batch
+ * processor its delay (OTEL_BSP_SCHEDULE_DELAY) from the environment.
+ */
+async function setupTracing(): Promise<() => Promise<void>> {
+  const endpoint = process.env["OTEL_EXPORTER_OTLP_ENDPOINT"];
+  if (endpoint === undefined || endpoint === "") {
+    return async () => {};
+  }
+  const [{ NodeTracerProvider }, { BatchSpanProcessor }, { OTLPTraceExporter }, { resourceFromAttributes }] =
+    await Promise.all([
+      import("@opentelemetry/sdk-trace-node"),
+      import("@opentelemetry/sdk-trace-base"),
+      import("@opentelemetry/exporter-trace-otlp-grpc"),
+      import("@opentelemetry/resources"),
+    ]);
+  const provider = new NodeTracerProvider({
+    resource: resourceFromAttributes({ "service.name": "converge-conformance-typescript" }),
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
+  });
+  provider.register();
+  return () => provider.shutdown();
 }
 
 /**
@@ -109,6 +140,14 @@ async function main(): Promise<number> {
     );
     return 2;
   }
+  let stopTracing: () => Promise<void>;
+  try {
+    stopTracing = await setupTracing();
+  } catch (err) {
+    process.stderr.write(`conformance worker: cannot set up tracing: ${err instanceof Error ? err.message : String(err)}\n`);
+    sink.close();
+    return 2;
+  }
   const stop = () => void worker.shutdown().catch(() => {});
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);
@@ -123,6 +162,7 @@ async function main(): Promise<number> {
     }
     throw err;
   } finally {
+    await stopTracing().catch(() => {});
     sink.close();
   }
 }

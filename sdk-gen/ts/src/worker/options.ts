@@ -42,9 +42,19 @@ export const DEFAULT_AGENT = `converge-sdk-ts/${SDK_VERSION}`;
  * without is refused at the handshake), and the certificate's SPIFFE ID (URI
  * SAN) is the worker's identity, recorded as the actor `worker:<SPIFFE ID>`
  * of its events and checked against `ALLOWED_WORKER_IDENTITIES` when set.
- * The conformance suite's `mtls` scenario (conformance/README.md) runs this
- * path against such a server. The material is taken as given (no file is
- * re-read): a rotated client certificate takes a new worker.
+ * The conformance suite's `mtls` and `tls-reload` scenarios
+ * (conformance/README.md) run this path against such a server.
+ *
+ * Each item is given either as PEM (`ca`, `cert`, `key`: used as given) or as
+ * a file (`caFile`, `certFile`, `keyFile`). Files are read when the worker is
+ * built (an unusable one is a {@link WorkerConfigError}) and again at every
+ * connection to the broker (the first one and each reconnect): after a
+ * rotation the next connection presents the new certificate and verifies the
+ * broker against the new CA bundle, while an established connection keeps
+ * what it was made with. Files that changed but do not make a usable set, as
+ * mid-rotation (a new key beside the old certificate, a half-written or
+ * briefly absent file), keep the last good material until they do, with a
+ * warning, as in the Rust SDK.
  */
 export interface TlsOptions {
   /** CA bundle that signs the broker's certificate; absent = Node's default roots. */
@@ -53,6 +63,12 @@ export interface TlsOptions {
   cert?: string | Uint8Array;
   /** Private key of the client certificate. */
   key?: string | Uint8Array;
+  /** File of the CA bundle, re-read at every connection (instead of `ca`). */
+  caFile?: string;
+  /** File of the client certificate chain, re-read at every connection (instead of `cert`). */
+  certFile?: string;
+  /** File of the client key, re-read at every connection (instead of `key`). */
+  keyFile?: string;
   /** Server name to verify, when it differs from the address's host. */
   serverName?: string;
 }

@@ -1,6 +1,8 @@
 // Accepting and executing one task: provider lookup, readiness, bounded
 // concurrency, the deadline and exception isolation.
 
+import { type Context, context } from "@opentelemetry/api";
+
 import type { StageComplete, StageTask } from "../gen/converge/worker/v1/worker_pb.js";
 import { Fence, type TaskFailure, durationToMs, failureOf, requestFromTask } from "./convert.js";
 import { DEADLINE_EXCEEDED_REASON } from "./errors.js";
@@ -9,6 +11,7 @@ import type { Provider } from "./provider.js";
 import type { ReactionRequest } from "./request.js";
 import type { Release } from "./semaphore.js";
 import type { WorkerState } from "./state.js";
+import { endHandlerSpan, startHandlerSpan } from "./tracing.js";
 import { formatKindVersion } from "./types.js";
 
 /** The transient failure of a task whose deadline passed. */
@@ -70,8 +73,10 @@ export function accept(state: WorkerState, task: StageTask, draining: boolean, c
     state.finish(fence.failed(transient(`cannot decode task: ${err instanceof Error ? err.message : String(err)}`)));
     return;
   }
-  void execute(state, provider, request, fence, deadline?.signal).then((complete) => {
+  const traced = startHandlerSpan(task.traceContext, formatKindVersion(kind), request.reaction, fence.leaseToken);
+  void execute(state, provider, request, fence, deadline?.signal, traced?.context).then((complete) => {
     deadline?.clear();
+    endHandlerSpan(traced, complete);
     state.finish(complete);
   });
 }
@@ -98,7 +103,9 @@ type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 /**
  * Runs the handler in a slot, bounded by the deadline. Never rejects: every
- * way a handler can fail becomes a completion.
+ * way a handler can fail becomes a completion. With `spanContext` (the task
+ * was traced) the handler runs with it as the active context, so the handler
+ * span is `trace.getActiveSpan()` for it and the parent of its own spans.
  */
 async function execute(
   state: WorkerState,
@@ -106,6 +113,7 @@ async function execute(
   request: ReactionRequest,
   fence: Fence,
   deadline: AbortSignal | undefined,
+  spanContext: Context | undefined,
 ): Promise<StageComplete> {
   const log = state.settings.logger;
   const cutOff = (): TaskFailure => (deadline?.aborted === true ? DEADLINE_EXCEEDED : SHUTTING_DOWN);
@@ -117,7 +125,9 @@ async function execute(
   }
   // An async wrapper turns a synchronous throw into a rejection, so every
   // failure of the handler takes the same path.
-  const run: Promise<Settled> = (async () => provider.handle(request))().then(
+  const handle = () => provider.handle(request);
+  const run: Promise<Settled> = (async () =>
+    spanContext === undefined ? handle() : context.with(spanContext, handle))().then(
     (value) => ({ ok: true, value }),
     (error: unknown) => ({ ok: false, error }),
   );

@@ -6,6 +6,7 @@ import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-no
 import { MAX_MESSAGE_BYTES } from "./convert.js";
 import { WorkerConfigError } from "./errors.js";
 import type { TlsOptions } from "./options.js";
+import type { TlsFileMaterial } from "./tls-files.js";
 
 /** PEM material as Node's TLS options take it. */
 function pem(value: string | Uint8Array): string | Buffer {
@@ -45,20 +46,29 @@ export function baseUrlOf(address: string, tls: TlsOptions | undefined): string 
  * no keepalive of its own, so HTTP/2 PINGs (also on an idle connection) are
  * how a silently dead broker is noticed: the connection and its stream fail,
  * and the reconnect loop takes over.
+ *
+ * With `files` (TLS options that name files), every new connection is opened
+ * through it, so each one handshakes with the files as they are then.
  */
-export function createWorkerTransport(address: string, tls: TlsOptions | undefined): OwnedTransport {
+export function createWorkerTransport(
+  address: string,
+  tls: TlsOptions | undefined,
+  files?: TlsFileMaterial,
+): OwnedTransport {
   const baseUrl = baseUrlOf(address, tls);
   const sessionManager = new Http2SessionManager(
     baseUrl,
     { pingIntervalMs: 10_000, pingTimeoutMs: 10_000, pingIdleConnection: true },
-    tls === undefined
-      ? {}
-      : {
-          ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
-          ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
-          ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
-          ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
-        },
+    files !== undefined
+      ? { createConnection: (authority: URL) => files.connect(authority) }
+      : tls === undefined
+        ? {}
+        : {
+            ...(tls.ca === undefined ? {} : { ca: pem(tls.ca) }),
+            ...(tls.cert === undefined ? {} : { cert: pem(tls.cert) }),
+            ...(tls.key === undefined ? {} : { key: pem(tls.key) }),
+            ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
+          },
   );
   const transport = createGrpcTransport({
     baseUrl,

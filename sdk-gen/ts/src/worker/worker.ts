@@ -12,6 +12,7 @@ import { DrainIncompleteError, WorkerConfigError } from "./errors.js";
 import { type Settings, type WorkerOptions, providersOf, settingsOf } from "./options.js";
 import { type RunContext, runSession } from "./session.js";
 import { Signal, type WorkerStats, WorkerState } from "./state.js";
+import { TlsFileMaterial, hasTlsFiles } from "./tls-files.js";
 import { type OwnedTransport, baseUrlOf, createWorkerTransport } from "./transport.js";
 import type { KindVersion, ProviderConfig } from "./types.js";
 
@@ -47,6 +48,8 @@ export class Worker {
   private readonly drainStarted = new Signal();
   private drainDeadline: number | undefined;
   private running: Promise<void> | undefined;
+  /** TLS files, re-read at every connection; undefined without files (or with a caller's transport). */
+  private readonly tlsFiles: TlsFileMaterial | undefined;
 
   /** Validates the options (throws a {@link WorkerConfigError}); does not connect. */
   constructor(options: WorkerOptions) {
@@ -59,6 +62,10 @@ export class Worker {
       // Validates the address now rather than at run().
       baseUrlOf(options.address, options.tls);
     }
+    this.tlsFiles =
+      options.transport === undefined && options.tls !== undefined && hasTlsFiles(options.tls)
+        ? new TlsFileMaterial(options.tls, this.settings.logger)
+        : undefined;
     this.options = options;
     this.state = new WorkerState(providers, this.settings);
   }
@@ -128,7 +135,7 @@ export class Worker {
   private async serveAll(): Promise<void> {
     const owned: OwnedTransport | undefined =
       this.options.transport === undefined
-        ? createWorkerTransport(this.options.address ?? "", this.options.tls)
+        ? createWorkerTransport(this.options.address ?? "", this.options.tls, this.tlsFiles)
         : undefined;
     const transport = this.options.transport ?? owned?.transport;
     if (transport === undefined) {

@@ -11,7 +11,12 @@ Environment (see ``conformance/README.md``):
 - ``CONVERGE_TLS_CA_FILE`` CA bundle of the broker's certificate: enables TLS
   (with an ``https://`` broker address);
 - ``CONVERGE_TLS_CERT_FILE`` and ``CONVERGE_TLS_KEY_FILE`` the client
-  certificate and key for mutual TLS (both or neither; need the CA file).
+  certificate and key for mutual TLS (both or neither; need the CA file);
+  the files are re-read before every (re)connect;
+- ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: export the handler spans over
+  OTLP/gRPC with the OpenTelemetry SDK (``opentelemetry-sdk`` and
+  ``opentelemetry-exporter-otlp-proto-grpc``, which the development
+  environment has and the package does not depend on).
 
 SIGTERM and SIGINT start the graceful drain. Exit status: 0 after a clean
 drain, 1 if the grace period ran out with work left, 2 for bad
@@ -26,7 +31,7 @@ import os
 import signal
 import sys
 from dataclasses import replace
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from converge_sdk import __version__
 from converge_sdk.conformance.handlers import composite_provider, leaf_provider
@@ -81,6 +86,30 @@ def tls_from_env(env: Mapping[str, str]) -> Optional[TlsConfig]:
     return TlsConfig.from_files(ca_bundle=ca, client_cert=cert or None, client_key=key or None)
 
 
+def setup_tracing(env: Mapping[str, str]) -> Callable[[], None]:
+    """Installs the OpenTelemetry SDK with an OTLP/gRPC exporter and the W3C
+    propagator when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, as an application
+    does to see its handlers inside the broker's traces; returns what flushes
+    and stops it. The imports are here so that the worker runs without the
+    SDK when the variable is unset: the package depends on the API alone."""
+    if not env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        return lambda: None
+    from opentelemetry import propagate, trace
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    # The exporter reads the endpoint (an http:// one is plaintext) from the
+    # environment, the batch processor its delay (OTEL_BSP_SCHEDULE_DELAY).
+    provider = TracerProvider(resource=Resource.create({"service.name": "converge-conformance-python"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    propagate.set_global_textmap(TraceContextTextMapPropagator())
+    return provider.shutdown
+
+
 async def _serve(worker: Worker) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -108,12 +137,15 @@ def main() -> int:
         worker = Worker(
             [leaf_provider(events), composite_provider(events)], address=address, tls=tls, options=settings
         )
-    except (ConfigError, ValueError, OSError) as exc:
+        stop_tracing = setup_tracing(env)
+    except (ConfigError, ValueError, OSError, ImportError) as exc:
+        # ImportError: OTEL_EXPORTER_OTLP_ENDPOINT without the OpenTelemetry SDK installed.
         log.error("bad configuration: %s", exc)
         return 2
     try:
         return asyncio.run(_serve(worker))
     finally:
+        stop_tracing()
         events.close()
 
 

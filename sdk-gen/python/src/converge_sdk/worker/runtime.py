@@ -117,6 +117,12 @@ class Worker:
         self._target: Optional[Tuple[str, bool]] = parse_address(address) if address is not None else None
         self._channel = channel
         self._tls = tls
+        # The channel run() made (None with a caller's channel), replaced when
+        # re-read TLS files changed; channels being closed after a swap.
+        self._owned: Optional[grpc.aio.Channel] = None
+        self._retired: Set["asyncio.Task[None]"] = set()
+        # The last TLS reload problem reported, so each is logged once.
+        self._tls_problem: Optional[str] = None
         self._channel_options = list(channel_options)
         self._providers = by_kind
         self._state: Optional[SharedState] = None
@@ -175,7 +181,10 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         state = SharedState(self._providers, self._settings)
         self._state = state
-        channel = self._channel if self._channel is not None else self._make_channel()
+        if self._channel is None:
+            self._owned = self._make_channel()
+        channel = self._channel if self._channel is not None else self._owned
+        assert channel is not None
         run = Run(state, worker_pb2_grpc.WorkerServiceStub(channel))
         self._run = run
         if self._stop_early:
@@ -195,8 +204,9 @@ class Worker:
             for task in leftover:
                 task.cancel()
             await asyncio.gather(*leftover, *([refresher] if refresher else []), return_exceptions=True)
-            if self._channel is None:
-                await channel.close()
+            await asyncio.gather(*self._retired, return_exceptions=True)
+            if self._owned is not None:
+                await self._owned.close()
 
     async def __aenter__(self) -> "Worker":
         self._background = asyncio.get_running_loop().create_task(self.run(), name="converge-worker")
@@ -236,12 +246,43 @@ class Worker:
             return grpc.aio.secure_channel(target, credentials, options=options)
         return grpc.aio.insecure_channel(target, options=options)
 
+    def _reload_tls(self, run: Run) -> None:
+        """Reads the TLS files again before a (re)connect and, when they
+        changed and make a usable set, moves the run to a new channel with
+        the new material. A gRPC channel keeps the credentials it was made
+        with for all its reconnects, so new material takes a new channel. The
+        old one is closed in the background, with a grace period for a call
+        still on it (a config refresh)."""
+        if self._owned is None or self._tls is None or not self._tls.reloads:
+            return
+        try:
+            fresh = self._tls.reread()
+        except (OSError, ValueError) as exc:
+            # Mid-rotation a file can be briefly absent, or a new key sit
+            # beside the old certificate: keep the last good material.
+            problem = f"{type(exc).__name__}: {exc}"
+            if problem != self._tls_problem:
+                log.warning("TLS files unusable (%s); keeping the current material", problem)
+                self._tls_problem = problem
+            return
+        self._tls_problem = None
+        if fresh == self._tls:
+            return
+        self._tls = fresh
+        old, self._owned = self._owned, self._make_channel()
+        run.stub = worker_pb2_grpc.WorkerServiceStub(self._owned)
+        log.info("TLS material reloaded")
+        closing = asyncio.get_running_loop().create_task(old.close(grace=self._settings.rpc_timeout))
+        self._retired.add(closing)
+        closing.add_done_callback(self._retired.discard)
+
     async def _prime(self, run: Run) -> bool:
         """Primes the config cache, retrying until the broker answers. False
         if shutdown came first."""
         s = self._settings
         backoff = Backoff(s.backoff_base, s.backoff_max)
         while not run.shutdown_requested.is_set():
+            self._reload_tls(run)
             try:
                 await _fetch_configs(run)
                 return True
@@ -264,6 +305,7 @@ class Worker:
                     return
                 if time.monotonic() >= run.drain_deadline:
                     raise DrainIncompleteError(running, undelivered)
+            self._reload_tls(run)
             end = await Session(run).run()
             if end is SessionEnd.CLOSED:
                 running, undelivered = state.outstanding()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import ssl
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
@@ -101,16 +102,27 @@ class TlsConfig:
     ID (URI SAN) is the worker's identity, recorded as the actor
     ``worker:<SPIFFE ID>`` of its events and checked against
     ``ALLOWED_WORKER_IDENTITIES`` when set. The conformance suite's ``mtls``
-    scenario (``conformance/README.md``) runs this path against such a
-    server. The PEM is read once (:meth:`from_files` reads the files when
-    called): a rotated client certificate takes a new ``TlsConfig`` and
-    worker.
+    and ``tls-reload`` scenarios (``conformance/README.md``) run this path
+    against such a server.
+
+    Built with :meth:`from_files`, the configuration remembers its files and
+    the worker reads them again before every (re)connect: after a rotation
+    the next connection presents the new certificate and verifies the broker
+    against the new CA bundle. Files that changed but do not make a usable
+    set, as mid-rotation (a new key beside the old certificate, a
+    half-written or briefly absent file), keep the last good material until
+    they do, with a warning, as in the Rust SDK. PEM given as bytes is used
+    as given.
     """
 
     ca_bundle: Optional[bytes] = None
     client_cert: Optional[bytes] = None
     client_key: Optional[bytes] = None
     server_name: Optional[str] = None
+    #: The files the PEM above was read from (set by :meth:`from_files`).
+    ca_bundle_file: Optional[Path] = None
+    client_cert_file: Optional[Path] = None
+    client_key_file: Optional[Path] = None
 
     def __post_init__(self) -> None:
         if (self.client_cert is None) != (self.client_key is None):
@@ -124,18 +136,59 @@ class TlsConfig:
         client_key: Union[str, Path, None] = None,
         server_name: Optional[str] = None,
     ) -> "TlsConfig":
-        """Reads the PEM files given."""
+        """Reads the PEM files given and checks that they make a usable set
+        (PEM certificates in the CA bundle, a key that matches the
+        certificate); raises :class:`OSError` or :class:`ValueError` if not.
+        The worker re-reads them on every (re)connect."""
+        if (client_cert is None) != (client_key is None):
+            raise ValueError("a client certificate needs its key and vice versa")
+        files = cls(
+            server_name=server_name,
+            ca_bundle_file=None if ca_bundle is None else Path(ca_bundle),
+            client_cert_file=None if client_cert is None else Path(client_cert),
+            client_key_file=None if client_key is None else Path(client_key),
+        )
+        return files.reread()
 
-        def read(path: Union[str, Path, None]) -> Optional[bytes]:
-            return None if path is None else Path(path).read_bytes()
+    @property
+    def reloads(self) -> bool:
+        """Whether the material comes from files that :meth:`reread` reads."""
+        return self.ca_bundle_file is not None or self.client_cert_file is not None
 
-        return cls(read(ca_bundle), read(client_cert), read(client_key), server_name)
+    def reread(self) -> "TlsConfig":
+        """This configuration with its files read again and checked (itself
+        when it has none). Raises :class:`OSError` for a file that cannot be
+        read and :class:`ValueError` for a set that is not usable."""
+        if not self.reloads:
+            return self
+        ca = _read(self.ca_bundle_file)
+        cert = _read(self.client_cert_file)
+        key = _read(self.client_key_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            if ca is not None:
+                context.load_verify_locations(cadata=ca.decode("ascii"))
+            if self.client_cert_file is not None and self.client_key_file is not None:
+                # ssl checks a keypair only from files, so the files are
+                # checked, then read again: what was checked is what was read
+                # unless they changed in between, and then the set is
+                # unsettled (the next reconnect reads it again).
+                context.load_cert_chain(self.client_cert_file, self.client_key_file)
+                if _read(self.client_cert_file) != cert or _read(self.client_key_file) != key:
+                    raise ValueError("the client certificate or key changed while being read")
+        except (ssl.SSLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"unusable TLS files: {exc}") from exc
+        return replace(self, ca_bundle=ca, client_cert=cert, client_key=key)
 
     def credentials(self) -> grpc.ChannelCredentials:
         """The gRPC channel credentials."""
         return grpc.ssl_channel_credentials(
             root_certificates=self.ca_bundle, private_key=self.client_key, certificate_chain=self.client_cert
         )
+
+
+def _read(path: Optional[Path]) -> Optional[bytes]:
+    return None if path is None else path.read_bytes()
 
 
 def parse_address(address: str) -> Tuple[str, bool]:

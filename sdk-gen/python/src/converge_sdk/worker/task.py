@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Optional, Set
+from typing import Mapping, Optional, Set
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Status, StatusCode
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.worker.convert import DecodeError, Fence, request_from_task, task_deadline
@@ -14,6 +17,7 @@ from converge_sdk.worker.outcome import DEADLINE_EXCEEDED_REASON, HandlerError, 
 from converge_sdk.worker.provider import Provider
 from converge_sdk.worker.request import ReactionRequest
 from converge_sdk.worker.state import SharedState
+from converge_sdk.worker.tracing import start_handler_span
 from converge_sdk.worker.types import KindVersion
 
 log = logging.getLogger("converge_sdk.worker")
@@ -63,14 +67,21 @@ def accept(state: SharedState, tasks: Set["asyncio.Task[None]"], task: pb.StageT
         state.finish(fence.failure(TransientError(f"cannot decode task: {exc}")))
         return None
     runner = asyncio.get_running_loop().create_task(
-        _run(state, provider, request, fence), name=f"converge-task-{fence.lease_token}"
+        _run(state, provider, request, fence, dict(task.trace_context)), name=f"converge-task-{fence.lease_token}"
     )
     tasks.add(runner)
     runner.add_done_callback(tasks.discard)
     return None
 
 
-async def _run(state: SharedState, provider: Provider, request: ReactionRequest, fence: Fence) -> None:
+async def _run(
+    state: SharedState, provider: Provider, request: ReactionRequest, fence: Fence, trace_context: Mapping[str, str]
+) -> None:
+    traced = start_handler_span(trace_context, request, fence.lease_token)
+    # This coroutine is a task of its own, so the context attached here is
+    # this task's; the handler's task, created inside, starts with a copy of
+    # it and sees the span as current.
+    token = otel_context.attach(traced[1]) if traced is not None else None
     try:
         outcome = await execute(state, provider, request)
     except HandlerError as error:
@@ -82,8 +93,15 @@ async def _run(state: SharedState, provider: Provider, request: ReactionRequest,
             "terminal" if error.terminal else "transient",
             error.message,
         )
+        if traced is not None:
+            traced[0].set_status(Status(StatusCode.ERROR, error.message))
         state.finish(fence.failure(error))
         return
+    finally:
+        if traced is not None:
+            traced[0].end()
+        if token is not None:
+            otel_context.detach(token)
     state.finish(fence.success(outcome))
 
 
