@@ -361,11 +361,21 @@ async fn include_when_errors_budgets_and_refusals() -> anyhow::Result<()> {
         ),
         (
             refuse(pick(), &|c| {
-                c.resources
-                    .push(resource("other", "o", json!({"peer": "${items.status.nothing}"})));
+                c.resources.push(ComposedResource {
+                    for_each: "spec.items".into(),
+                    ..resource("other", "${each.name}-o", json!({"peer": "${items.status.nothing}"}))
+                });
             }),
             "/manifest/composition/resources/1/spec/peer",
-            "",
+            "status schema of leaf",
+        ),
+        (
+            refuse(pick(), &|c| {
+                c.resources
+                    .push(resource("other", "o", json!({"peer": "${items.status.worked}"})));
+            }),
+            "/manifest/composition/resources/1/spec/peer",
+            "reads the collection",
         ),
     ];
     for (manifest, field, words) in cases {

@@ -16,6 +16,7 @@ use converge_sdk::proto::v1 as pb;
 use converge_service::api::kind::manifest_from_proto;
 use converge_service::domain::cel_composition::Member;
 use converge_service::domain::compiled::{CompiledKind, Refusal, compile_manifest};
+use converge_service::domain::conversion::set_at;
 use converge_service::domain::violation::Violation;
 use serde_json::{Map, Value, json};
 
@@ -265,31 +266,17 @@ fn admit(kind: &CompiledKind, at: &str, spec: &Value) -> Result<(), String> {
 }
 
 fn listed(violations: &[Violation]) -> String {
-    violations
-        .iter()
-        .take(10)
-        .map(|v| format!("{}: {}", v.field, v.description))
-        .collect::<Vec<_>>()
-        .join("; ")
+    converge_service::contract::status::summarize(violations)
 }
 
-/// Writes `value` at the JSON pointer `pointer` of `document`, creating
-/// objects on the way (as a value flow does).
+/// Writes `value` at the JSON pointer `pointer` of `document` (a value
+/// flow's target), as a conversion's field edit writes its path.
 fn set_pointer(document: &mut Value, pointer: &str, value: Value) {
-    let tokens: Vec<String> = pointer
+    let keys: Vec<String> = pointer
         .split('/')
         .skip(1)
         .map(|t| t.replace("~1", "/").replace("~0", "~"))
         .collect();
-    let Some((last, parents)) = tokens.split_last() else {
-        return;
-    };
-    let mut here = document;
-    for token in parents {
-        let Value::Object(object) = here else { return };
-        here = object.entry(token.clone()).or_insert_with(|| json!({}));
-    }
-    if let Value::Object(object) = here {
-        object.insert(last.clone(), value);
-    }
+    // A target inside a non-object is left alone, as the flow would be.
+    let _ = set_at(document, &keys, value);
 }

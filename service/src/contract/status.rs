@@ -322,7 +322,9 @@ impl ApiError {
 }
 
 /// One line naming the first violations.
-fn summarize(violations: &[Violation]) -> String {
+/// The message of a refusal for `violations`: the first three, then how
+/// many more.
+pub fn summarize(violations: &[Violation]) -> String {
     const SHOWN: usize = 3;
     let mut parts: Vec<String> = violations
         .iter()

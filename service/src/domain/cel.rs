@@ -182,13 +182,6 @@ impl Budget {
         }
     }
 
-    /// The wider of two budgets' inputs.
-    pub fn max(self, other: Self) -> Self {
-        Self {
-            widest: self.widest.max(other.widest),
-        }
-    }
-
     fn admit(&self, expression: &Expression) -> Result<(), String> {
         let nesting = u32::try_from(expression.nesting).unwrap_or(u32::MAX);
         let cost = expression

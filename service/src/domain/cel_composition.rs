@@ -771,7 +771,7 @@ impl CompiledComposition {
             }
         }
         let mut context = parent_context(name, labels, spec);
-        let mut widest = Budget::over([spec]).with_collection(members.len());
+        let mut seen = Vec::with_capacity(self.templates.len());
         for template in &self.templates {
             let group = groups.remove(template.id.as_str()).unwrap_or_default();
             let value = if template.for_each.is_some() {
@@ -779,10 +779,10 @@ impl CompiledComposition {
             } else {
                 group.into_iter().next().unwrap_or(Value::Null)
             };
-            widest = Budget::over([&value]).with_collection(members.len()).max(widest);
             context.add_variable_from_value(template.id.clone(), expr::to_cel(&value));
+            seen.push(value);
         }
-        let budget = widest;
+        let budget = Budget::over(std::iter::once(spec).chain(&seen)).with_collection(members.len());
         let at = format!("{AT}/rollup");
         let status = match &rollup.status {
             None => None,

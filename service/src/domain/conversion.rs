@@ -257,8 +257,9 @@ fn evaluate(
     })
 }
 
-/// Writes `value` at `path`, creating missing objects on the way.
-fn set_at(spec: &mut Value, path: &[String], value: Value) -> Result<(), String> {
+/// Writes `value` at `path` (object keys), creating missing objects on the
+/// way; also how `converge render` plays a value flow.
+pub fn set_at(spec: &mut Value, path: &[String], value: Value) -> Result<(), String> {
     let Some((last, parents)) = path.split_last() else {
         return Err("empty path".into());
     };

@@ -173,7 +173,9 @@ async fn plan_node(
         },
         ..Default::default()
     };
-    if let Some(current) = &node.current {
+    // Dependents matter only when it reconciles; an unchanged child of a
+    // large composition is not worth a read.
+    if let Some(current) = node.current.as_ref().filter(|_| reconciles) {
         plan.dependents = graph::dependents(&state.pool, current.id, MAX_DEPENDENTS)
             .await?
             .iter()

@@ -240,7 +240,7 @@ type ResourcePlan struct {
 	EdgesRemoved []*DependencyEdge `protobuf:"bytes,10,rep,name=edges_removed,json=edgesRemoved,proto3" json:"edges_removed,omitempty"`
 	// Output only. Resources that depend on this one (their specs take values
 	// from its status): they reconcile again when it does and its status
-	// changes. At most 100.
+	// changes. Listed when it would reconcile; at most 100.
 	Dependents []*ResourceRef `protobuf:"bytes,11,rep,name=dependents,proto3" json:"dependents,omitempty"`
 	// Output only. For a DELETE asked for: the resource and everything it
 	// composed, in the order they would be torn down (a resource after its

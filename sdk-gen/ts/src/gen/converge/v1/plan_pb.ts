@@ -134,7 +134,7 @@ export type ResourcePlan = Message<"converge.v1.ResourcePlan"> & {
   /**
    * Output only. Resources that depend on this one (their specs take values
    * from its status): they reconcile again when it does and its status
-   * changes. At most 100.
+   * changes. Listed when it would reconcile; at most 100.
    *
    * @generated from field: repeated converge.v1.ResourceRef dependents = 11;
    */
