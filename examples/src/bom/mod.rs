@@ -220,6 +220,7 @@ mod tests {
             resource,
             generation: 1,
             attempt: 1,
+            plan: false,
             input,
             default_config: None,
             config_override: None,

@@ -17,9 +17,12 @@
 //! cargo run --release -p converge-integration --bin cel-bench -- plan [SAMPLES]
 //! ```
 //!
-//! With `plan`: `PlanResource` latency instead (issue 46) — the demo's
-//! `bom-cel` with three teams (new, and stored unchanged) and a `stack-cel`
-//! of 100 children (new, stored unchanged, and one child more).
+//! With `plan`: `PlanResource` latency instead (issue 46) — the demo's BOM
+//! with three teams (new, stored unchanged, one team more) and a stack of
+//! 100 children (new, stored unchanged, one child more), each as a
+//! composition declared as data (`bom-cel`, `stack-cel`) and as a composer
+//! worker asked in plan mode (`bom`, `stack`: the demo's and the
+//! integration kinds' Rust SDK composers, in this process over loopback).
 
 use std::time::{Duration, Instant};
 
@@ -165,6 +168,7 @@ async fn plan_latency(client: &Client, request: &ApplyResourceRequest, samples: 
             .plan_resource(PlanResourceRequest {
                 change: Some(Change::Apply(request.clone())),
                 max_depth: 0,
+                compose_timeout: None,
             })
             .await?;
         out.push(started.elapsed().as_secs_f64() * 1000.0);
@@ -181,33 +185,47 @@ async fn plan_bench(samples: usize) -> anyhow::Result<()> {
     }
     apply_kind(&client, cell_manifest()).await?;
     apply_kind(&client, stack_cel()?).await?;
+    apply_kind(&client, stack_manifest()).await?;
+    let worker = converge_examples::register(
+        Worker::builder().endpoint(server.address()).provider(Stacks::default()),
+        converge_examples::Latency::NONE,
+    )
+    .max_parallel(64)
+    .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
     let pool = server.database().pool().clone();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let bom = |name: &str, teams: &[&str]| -> anyhow::Result<ApplyResourceRequest> {
+    let bom_of = |kind: &str, name: &str, teams: &[&str]| -> anyhow::Result<ApplyResourceRequest> {
         Ok(ApplyResourceRequest {
-            kind: "bom-cel".into(),
+            kind: kind.into(),
             kind_version: 1,
             name: name.into(),
             spec: Some(object(json!({"teams": teams, "region": "us-east-1"}))?),
             ..Default::default()
         })
     };
-    // Stored trees (composed by the server; no leaf worker is needed).
-    client
-        .resources()
-        .apply_resource(bom("stored", &["a", "b", "c"])?)
-        .await?;
-    client
-        .resources()
-        .apply_resource(root("stack-cel", "stored", 100)?)
-        .await?;
+    let bom = |name: &str, teams: &[&str]| bom_of("bom-cel", name, teams);
+    let worker_bom = |name: &str, teams: &[&str]| bom_of("bom", name, teams);
+    // Stored trees (their roots composed; the leaves need not be Ready).
+    for request in [
+        bom("stored", &["a", "b", "c"])?,
+        root("stack-cel", "stored", 100)?,
+        worker_bom("wstored", &["a", "b", "c"])?,
+        root("stack", "wstored", 100)?,
+    ] {
+        client.resources().apply_resource(request).await?;
+    }
     eventually(Duration::from_secs(60), || async {
         let composed = sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM resources WHERE name = 'stored' AND composed_gen >= generation",
+            "SELECT count(*) FROM resources WHERE name IN ('stored', 'wstored') AND composed_gen >= generation
+                 AND kind IN ('bom', 'bom-cel', 'stack', 'stack-cel')",
         )
         .fetch_one(&pool)
         .await?;
-        Ok((composed == 2).then_some(()))
+        Ok((composed == 4).then_some(()))
     })
     .await?;
     let cases = [
@@ -229,6 +247,27 @@ async fn plan_bench(samples: usize) -> anyhow::Result<()> {
             "stack-cel, 100 children, stored, one child more",
             root("stack-cel", "stored", 101)?,
         ),
+        (
+            "bom (worker), 3 teams (11 children), new",
+            worker_bom("wfresh", &["a", "b", "c"])?,
+        ),
+        (
+            "bom (worker), 3 teams (11 children), stored, unchanged",
+            worker_bom("wstored", &["a", "b", "c"])?,
+        ),
+        (
+            "bom (worker), 3 teams, stored, one team more",
+            worker_bom("wstored", &["a", "b", "c", "d"])?,
+        ),
+        ("stack (worker), 100 children, new", root("stack", "wfresh", 100)?),
+        (
+            "stack (worker), 100 children, stored, unchanged",
+            root("stack", "wstored", 100)?,
+        ),
+        (
+            "stack (worker), 100 children, stored, one child more",
+            root("stack", "wstored", 101)?,
+        ),
     ];
     for (label, request) in cases {
         let latency = plan_latency(&client, &request, samples).await?;
@@ -238,6 +277,8 @@ async fn plan_bench(samples: usize) -> anyhow::Result<()> {
             percentile(&latency, 0.99)
         );
     }
+    let _ = stop.send(());
+    running.await??;
     server.shutdown().await
 }
 

@@ -644,3 +644,73 @@ async fn a_successor_frees_the_leases_no_worker_resumed_after_a_short_grace() ->
     stop_cleanly(&mut second).await?;
     Ok(())
 }
+
+/// A plan asked of a control process for a kind whose composer worker is
+/// connected to a broker process (issue 46, ADR 50): the request crosses
+/// pods through the database and the worker's answer comes back; with the
+/// worker gone, the plan says no composer is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_on_a_control_pod_is_answered_by_a_composer_worker_on_a_broker_pod() -> anyhow::Result<()> {
+    use converge_proto::v1::plan_resource_request::Change;
+    use converge_proto::v1::{PlanAction, PlanComposer, PlanResourceRequest};
+
+    let fleet = Fleet::new().await?;
+    let control = fleet.start("control", "control")?;
+    let broker = fleet.start("broker", "broker")?;
+    let client = control.client().await?;
+    broker.client().await?;
+    for manifest in converge_examples::manifests()? {
+        apply_manifest(&client, manifest).await?;
+    }
+    let mut worker = tokio::process::Command::new(converge_integration::processes::binary("converge-demo-worker")?)
+        .args(["--broker", &broker.address(), "--delay-ms", "0"])
+        .env("LOG_LEVEL", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let request = || PlanResourceRequest {
+        change: Some(Change::Apply(apply(
+            "bom",
+            "planned",
+            json!({"teams": ["a"], "region": "us-east-1"}),
+        ))),
+        ..Default::default()
+    };
+    // The worker may still be subscribing: a plan then finds no composer.
+    let plan = eventually(Duration::from_secs(20), || async {
+        Ok(client.resources().plan_resource(request()).await.ok())
+    })
+    .await?
+    .into_inner()
+    .plan
+    .unwrap_or_default();
+    assert_eq!(PlanComposer::try_from(plan.composer)?, PlanComposer::Worker);
+    let created: BTreeSet<String> = plan
+        .children
+        .iter()
+        .filter(|c| c.action == PlanAction::Create as i32)
+        .filter_map(|c| c.resource.as_ref().map(|r| format!("{}/{}", r.kind, r.name)))
+        .collect();
+    assert_eq!(
+        created,
+        BTreeSet::from(
+            [
+                "account/planned-network",
+                "tgw/planned-tgw",
+                "account/planned-a",
+                "vpc/planned-a",
+                "route/planned-a"
+            ]
+            .map(String::from)
+        ),
+        "{plan:?}"
+    );
+    assert_eq!(count(&fleet.pool, "SELECT count(*) FROM resources").await?, 0);
+
+    worker.kill().await?;
+    let refused = client.resources().plan_resource(request()).await;
+    api::expect_error(refused, tonic::Code::Unavailable, "COMPOSER_UNAVAILABLE");
+    assert_eq!(count(&fleet.pool, "SELECT count(*) FROM plan_requests").await?, 0);
+    Ok(())
+}

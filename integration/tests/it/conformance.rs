@@ -25,7 +25,8 @@ use converge_integration::processes::{
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, Condition, DeleteResourceRequest, KindConfig, ListResourceEventsRequest, Phase,
-    ProviderConfig, Resource, UpdateKindConfigRequest,
+    PlanAction, PlanComposer, PlanResourceRequest, PlanResourceResponse, ProviderConfig, Resource, ResourcePlan,
+    UpdateKindConfigRequest, plan_resource_request,
 };
 use converge_sdk::Client;
 use converge_sdk::tls::{ClientTls, ClientTlsFiles, DEFAULT_RELOAD_INTERVAL};
@@ -316,7 +317,7 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 19] = [
+const SCENARIOS: [(&str, Scenario); 20] = [
     ("ready", |s| Box::pin(ready(s))),
     ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
@@ -329,6 +330,7 @@ const SCENARIOS: [(&str, Scenario); 19] = [
     ("provider-config", |s| Box::pin(provider_config(s))),
     ("compose-value-flows", |s| Box::pin(compose_value_flows(s))),
     ("teardown-order", |s| Box::pin(teardown_order(s))),
+    ("plan", |s| Box::pin(plan(s))),
     ("bounded-concurrency", |s| Box::pin(bounded_concurrency(s))),
     ("reconnect", |s| Box::pin(reconnect(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
@@ -609,6 +611,149 @@ async fn teardown_order(s: &mut Suite) -> anyhow::Result<()> {
         "teardown order {teardowns:?}: the dependent goes first"
     );
     Ok(())
+}
+
+/// Plans `spec` for the `conf-composite` `name`, waiting up to `timeout`
+/// for the composer.
+async fn plan_composite(
+    s: &Suite,
+    name: &str,
+    spec: Value,
+    timeout: Duration,
+) -> Result<PlanResourceResponse, tonic::Status> {
+    Ok(s.client
+        .resources()
+        .plan_resource(PlanResourceRequest {
+            change: Some(plan_resource_request::Change::Apply(apply(
+                "conf-composite",
+                name,
+                spec,
+            ))),
+            max_depth: 0,
+            compose_timeout: Some(prost_types::Duration {
+                seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+                nanos: 0,
+            }),
+        })
+        .await?
+        .into_inner())
+}
+
+/// The (action, kind/name) of each child a plan lists.
+fn planned_children(plan: &ResourcePlan) -> Vec<(PlanAction, String)> {
+    let mut out: Vec<(PlanAction, String)> = plan
+        .children
+        .iter()
+        .map(|c| {
+            let name = c
+                .resource
+                .as_ref()
+                .map(|r| format!("{}/{}", r.kind, r.name))
+                .unwrap_or_default();
+            (PlanAction::try_from(c.action).unwrap_or(PlanAction::Unspecified), name)
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out
+}
+
+/// A composer worker asked to plan: it gets the plan flag, its answer is
+/// the plan's children and edges, it causes no side effect (the log's
+/// `side-effect` lines, which the same compose writes when it is real, stay
+/// at zero) and nothing is stored; a composer that does not answer in time
+/// fails the plan with COMPOSER_TIMED_OUT.
+async fn plan(s: &mut Suite) -> anyhow::Result<()> {
+    let root = s.name("planned");
+    let (a, b, c) = (format!("{root}-a"), format!("{root}-b"), format!("{root}-c"));
+    let spec = |names: &[&String]| {
+        let children: Vec<Value> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let previous: Vec<&String> = i.checked_sub(1).map(|p| vec![names[p]]).unwrap_or_default();
+                json!({"name": n, "spec": {"value": n}, "dependsOn": previous})
+            })
+            .collect();
+        json!({"children": children})
+    };
+    let side_effects = |s: &Suite| s.lines("side-effect", &root).len();
+
+    // A new tree, composed by the worker in plan mode.
+    let answer = plan_composite(s, &root, spec(&[&a, &b]), Duration::from_secs(10)).await?;
+    let tree = answer.plan.unwrap_or_default();
+    anyhow::ensure!(answer.changes, "a new tree plans changes");
+    anyhow::ensure!(
+        PlanComposer::try_from(tree.composer) == Ok(PlanComposer::Worker),
+        "composer {:?}, not the worker: {}",
+        tree.composer,
+        tree.not_planned
+    );
+    let leaf = |n: &String| format!("conf-leaf/{n}");
+    anyhow::ensure!(
+        planned_children(&tree) == [(PlanAction::Create, leaf(&a)), (PlanAction::Create, leaf(&b))],
+        "planned children {:?} ({})",
+        planned_children(&tree),
+        tree.not_planned
+    );
+    anyhow::ensure!(tree.edges_added.len() == 1, "planned edges {:?}", tree.edges_added);
+    let starts = s.lines("start", &root);
+    anyhow::ensure!(
+        !starts.is_empty() && starts.iter().all(|l| l["plan"] == true && l["reaction"] == "compose"),
+        "the composer's start lines {starts:?}: it must run with the plan flag"
+    );
+    anyhow::ensure!(side_effects(s) == 0, "planning caused a side effect");
+    anyhow::ensure!(
+        find(&s.client, "conf-composite", &root).await?.is_none(),
+        "planning stored the resource"
+    );
+
+    // Applied for real: the same compose causes its side effect.
+    s.client
+        .resources()
+        .apply_resource(apply("conf-composite", &root, spec(&[&a, &b])))
+        .await?;
+    s.ready("conf-composite", &root).await?;
+    let real = s.lines("side-effect", &root);
+    anyhow::ensure!(
+        !real.is_empty() && real.iter().all(|l| l["plan"] == false),
+        "the real compose's side-effect lines {real:?}"
+    );
+    let effects = real.len();
+
+    // One child more: exactly it, and still no side effect from planning.
+    let answer = plan_composite(s, &root, spec(&[&a, &b, &c]), Duration::from_secs(10)).await?;
+    let tree = answer.plan.unwrap_or_default();
+    anyhow::ensure!(
+        PlanAction::try_from(tree.action) == Ok(PlanAction::Update),
+        "action {:?}",
+        tree.action
+    );
+    anyhow::ensure!(
+        planned_children(&tree) == [(PlanAction::Create, leaf(&c))] && tree.unchanged_children == 2,
+        "planned children {:?}, {} unchanged ({})",
+        planned_children(&tree),
+        tree.unchanged_children,
+        tree.not_planned
+    );
+    anyhow::ensure!(side_effects(s) == effects, "planning caused a side effect");
+
+    // A composer that does not answer within the plan's compose timeout.
+    let hung = plan_composite(s, &root, json!({"hang": true, "children": []}), Duration::from_secs(1)).await;
+    match hung {
+        Err(status) => {
+            let details = tonic_types::StatusExt::get_error_details(&status);
+            let reason = details.error_info().map(|i| i.reason.clone()).unwrap_or_default();
+            anyhow::ensure!(
+                status.code() == tonic::Code::DeadlineExceeded && reason == "COMPOSER_TIMED_OUT",
+                "a hung composer answered {:?} {reason}: {}",
+                status.code(),
+                status.message()
+            );
+        }
+        Ok(answer) => anyhow::bail!("a hung composer's plan succeeded: {answer:?}"),
+    }
+    anyhow::ensure!(side_effects(s) == effects, "planning caused a side effect");
+    s.delete("conf-composite", &root).await
 }
 
 async fn bounded_concurrency(s: &mut Suite) -> anyhow::Result<()> {

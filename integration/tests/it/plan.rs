@@ -1,9 +1,10 @@
 //! Plan before apply (issue 46): `PlanResource` over the demo's `bom-cel`
-//! (a composition declared as data) with the demo's leaf workers running:
-//! a new tree, a team added, a team removed, nothing changed and a delete
-//! are planned exactly, nothing is written, a worker composer's children are
-//! said not to be planned, bad input is refused, and `converge plan`/`diff`
-//! print the tree and exit 6 when something would change.
+//! (a composition declared as data) and `bom` (a composer worker, asked in
+//! plan mode) with the demo worker process running: a new tree, a team
+//! added, a team removed, nothing changed and a delete are planned exactly,
+//! nothing is written, bad input and a missing composer are refused, and
+//! `converge plan`/`diff` print the tree and exit 6 when something would
+//! change.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -32,6 +33,7 @@ async fn plan(client: &Client, kind: &str, name: &str, spec: Value) -> Result<Pl
         .plan_resource(PlanResourceRequest {
             change: Some(Change::Apply(apply(kind, name, spec))),
             max_depth: 0,
+            compose_timeout: None,
         })
         .await?
         .into_inner())
@@ -84,6 +86,17 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
     for manifest in converge_examples::manifests()? {
         apply_manifest(&client, manifest).await?;
     }
+    // A worker composer with no worker connected: a clear refusal.
+    expect_error(
+        plan(&client, "bom", "w", bom(&["a"])).await,
+        Code::Unavailable,
+        "COMPOSER_UNAVAILABLE",
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM plan_requests").await?,
+        0,
+        "the request is removed"
+    );
     let _worker = tokio::process::Command::new(binary("converge-demo-worker")?)
         .args(["--broker", &server.address(), "--delay-ms", "0"])
         .env("LOG_LEVEL", "error")
@@ -92,134 +105,10 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
         .kill_on_drop(true)
         .spawn()?;
 
-    // A new tree: everything created, nothing written.
-    let before = footprint(&pool).await?;
-    let answer = plan(&client, "bom-cel", "p", bom(&["a", "b"])).await?;
-    let root = answer.plan.clone().unwrap_or_default();
-    assert!(answer.changes);
-    assert_eq!(action(&root), PlanAction::Create);
-    assert_eq!(PlanComposer::try_from(root.composer)?, PlanComposer::Server);
-    assert!(root.reconciles);
-    assert_eq!(
-        refs(&root.children, PlanAction::Create),
-        BTreeSet::from(
-            [
-                "account/p-network",
-                "tgw/p-tgw",
-                "account/p-a",
-                "account/p-b",
-                "vpc/p-a",
-                "vpc/p-b",
-                "route/p-a",
-                "route/p-b"
-            ]
-            .map(String::from)
-        )
-    );
-    assert_eq!(root.edges_added.len(), 7);
-    assert!(edge_names(&root, true).contains("route/p-a -> vpc/p-a"));
-    assert_eq!(footprint(&pool).await?, before, "planning wrote nothing");
-
-    apply_ok(&client, apply("bom-cel", "p", bom(&["a", "b"]))).await?;
-    eventually(Duration::from_secs(90), || async {
-        Ok((get(&client, "bom-cel", "p").await?.phase() == Phase::Ready).then_some(()))
-    })
-    .await?;
-
-    // Nothing changes.
-    let same = plan(&client, "bom-cel", "p", bom(&["a", "b"])).await?;
-    let same_root = same.plan.clone().unwrap_or_default();
-    assert!(!same.changes, "{same:?}");
-    assert_eq!(action(&same_root), PlanAction::Unchanged);
-    assert!(same_root.children.is_empty() && same_root.edges_added.is_empty() && same_root.edges_removed.is_empty());
-    assert_eq!(same_root.unchanged_children, 8);
-
-    // One team more: its account, VPC and route, and their three edges.
-    let before = footprint(&pool).await?;
-    let more = plan(&client, "bom-cel", "p", bom(&["a", "b", "c"])).await?;
-    let more_root = more.plan.clone().unwrap_or_default();
-    assert_eq!(action(&more_root), PlanAction::Update);
-    assert_eq!(more_root.spec_changes.len(), 1);
-    assert_eq!(more_root.spec_changes[0].path, "/teams/2");
-    assert_eq!(
-        refs(&more_root.children, PlanAction::Create),
-        BTreeSet::from(["account/p-c", "vpc/p-c", "route/p-c"].map(String::from))
-    );
-    assert_eq!(more_root.children.len(), 3, "{:?}", more_root.children);
-    assert_eq!(more_root.unchanged_children, 8);
-    assert_eq!(
-        edge_names(&more_root, true),
-        BTreeSet::from(
-            [
-                "vpc/p-c -> account/p-c",
-                "route/p-c -> vpc/p-c",
-                "route/p-c -> tgw/p-tgw"
-            ]
-            .map(String::from)
-        )
-    );
-    assert!(more_root.edges_removed.is_empty());
-    assert_eq!(footprint(&pool).await?, before, "planning wrote nothing");
-
-    // One team less: its three children pruned, and team b's range moves.
-    let fewer = plan(&client, "bom-cel", "p", bom(&["b"])).await?;
-    let fewer_root = fewer.plan.clone().unwrap_or_default();
-    assert_eq!(
-        refs(&fewer_root.children, PlanAction::Delete),
-        BTreeSet::from(["account/p-a", "vpc/p-a", "route/p-a"].map(String::from))
-    );
-    assert_eq!(
-        refs(&fewer_root.children, PlanAction::Update),
-        BTreeSet::from(["vpc/p-b", "route/p-b"].map(String::from))
-    );
-    let vpc_b = fewer_root
-        .children
-        .iter()
-        .find(|c| c.resource.as_ref().is_some_and(|r| r.kind == "vpc" && r.name == "p-b"))
-        .cloned()
-        .unwrap_or_default();
-    let paths: Vec<&str> = vpc_b.spec_changes.iter().map(|c| c.path.as_str()).collect();
-    assert_eq!(paths, ["/cidr"], "the flowed accountId is not a change");
-    assert!(vpc_b.reconciles);
-    assert_eq!(edge_names(&fewer_root, false).len(), 3);
-
-    // A delete: routes before VPCs before accounts, the gateway before the
-    // network account, the root last.
-    let deleting = client
-        .resources()
-        .plan_resource(PlanResourceRequest {
-            change: Some(Change::Delete(ResourceRef {
-                kind: "bom-cel".into(),
-                name: "p".into(),
-            })),
-            max_depth: 0,
-        })
-        .await?
-        .into_inner();
-    let order: Vec<String> = deleting
-        .plan
-        .unwrap_or_default()
-        .teardown_order
-        .iter()
-        .map(|r| format!("{}/{}", r.kind, r.name))
-        .collect();
-    let at = |name: &str| order.iter().position(|o| o == name).unwrap_or(usize::MAX);
-    assert_eq!(order.len(), 9, "{order:?}");
-    assert!(
-        at("route/p-a") < at("vpc/p-a") && at("vpc/p-a") < at("account/p-a"),
-        "{order:?}"
-    );
-    assert!(
-        at("route/p-b") < at("tgw/p-tgw") && at("tgw/p-tgw") < at("account/p-network"),
-        "{order:?}"
-    );
-    assert_eq!(order.last().map(String::as_str), Some("bom-cel/p"));
-
-    // A worker composer's children are not planned, and the plan says so.
-    let worker = plan(&client, "bom", "w", bom(&["a"])).await?;
-    let worker_root = worker.plan.unwrap_or_default();
-    assert_eq!(PlanComposer::try_from(worker_root.composer)?, PlanComposer::Worker);
-    assert!(worker_root.children.is_empty() && !worker_root.not_planned.is_empty());
+    // Planned the same way whether the composition is data (evaluated in
+    // the server) or a composer worker's (asked in plan mode).
+    tree_plans(&client, &pool, "bom-cel", PlanComposer::Server).await?;
+    tree_plans(&client, &pool, "bom", PlanComposer::Worker).await?;
 
     // The batch form plans each against what is stored.
     let batch = client
@@ -229,10 +118,12 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
                 PlanResourceRequest {
                     change: Some(Change::Apply(apply("bom-cel", "p", bom(&["a", "b"])))),
                     max_depth: 1,
+                    compose_timeout: None,
                 },
                 PlanResourceRequest {
                     change: Some(Change::Apply(apply("bom-cel", "q", bom(&["z"])))),
                     max_depth: 1,
+                    compose_timeout: None,
                 },
             ],
         })
@@ -264,6 +155,7 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
                     name: "missing".into(),
                 })),
                 max_depth: 0,
+                compose_timeout: None,
             })
             .await,
         Code::NotFound,
@@ -275,6 +167,7 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
             .plan_resource(PlanResourceRequest {
                 change: Some(Change::Apply(apply("bom-cel", "p", bom(&["a"])))),
                 max_depth: 9,
+                compose_timeout: None,
             })
             .await,
         Code::InvalidArgument,
@@ -328,4 +221,150 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
     );
     assert!(String::from_utf8_lossy(&unchanged.stdout).contains("no changes"));
     server.shutdown().await
+}
+
+/// Plans a BOM named after `kind` through its life: a new tree, nothing
+/// changed, a team more, a team less and a delete, each exactly, and each
+/// writing nothing; `composer` computes its children.
+async fn tree_plans(client: &Client, pool: &PgPool, kind: &str, composer: PlanComposer) -> anyhow::Result<()> {
+    let name = if composer == PlanComposer::Server { "p" } else { "w" };
+    // A new tree: everything created, nothing written.
+    let before = footprint(pool).await?;
+    let answer = plan(client, kind, name, bom(&["a", "b"])).await?;
+    let root = answer.plan.clone().unwrap_or_default();
+    assert!(answer.changes);
+    assert_eq!(action(&root), PlanAction::Create);
+    assert_eq!(PlanComposer::try_from(root.composer)?, composer, "{}", root.not_planned);
+    assert!(root.reconciles);
+    assert_eq!(
+        refs(&root.children, PlanAction::Create),
+        named(
+            name,
+            &[
+                "account/{n}-network",
+                "tgw/{n}-tgw",
+                "account/{n}-a",
+                "account/{n}-b",
+                "vpc/{n}-a",
+                "vpc/{n}-b",
+                "route/{n}-a",
+                "route/{n}-b"
+            ]
+        )
+    );
+    assert_eq!(root.edges_added.len(), 7);
+    assert!(edge_names(&root, true).contains(&format!("route/{name}-a -> vpc/{name}-a")));
+    assert_eq!(footprint(pool).await?, before, "planning wrote nothing");
+
+    apply_ok(client, apply(kind, name, bom(&["a", "b"]))).await?;
+    eventually(Duration::from_secs(90), || async {
+        Ok((get(client, kind, name).await?.phase() == Phase::Ready).then_some(()))
+    })
+    .await?;
+
+    // Nothing changes.
+    let same = plan(client, kind, name, bom(&["a", "b"])).await?;
+    let same_root = same.plan.clone().unwrap_or_default();
+    assert!(!same.changes, "{same:?}");
+    assert_eq!(action(&same_root), PlanAction::Unchanged);
+    assert!(same_root.children.is_empty() && same_root.edges_added.is_empty() && same_root.edges_removed.is_empty());
+    assert_eq!(same_root.unchanged_children, 8);
+
+    // One team more: its account, VPC and route, and their three edges.
+    let before = footprint(pool).await?;
+    let more = plan(client, kind, name, bom(&["a", "b", "c"])).await?;
+    let more_root = more.plan.clone().unwrap_or_default();
+    assert_eq!(action(&more_root), PlanAction::Update);
+    assert_eq!(more_root.spec_changes.len(), 1);
+    assert_eq!(more_root.spec_changes[0].path, "/teams/2");
+    assert_eq!(
+        refs(&more_root.children, PlanAction::Create),
+        named(name, &["account/{n}-c", "vpc/{n}-c", "route/{n}-c"])
+    );
+    assert_eq!(more_root.children.len(), 3, "{:?}", more_root.children);
+    assert_eq!(more_root.unchanged_children, 8);
+    assert_eq!(
+        edge_names(&more_root, true),
+        named(
+            name,
+            &[
+                "vpc/{n}-c -> account/{n}-c",
+                "route/{n}-c -> vpc/{n}-c",
+                "route/{n}-c -> tgw/{n}-tgw"
+            ]
+        )
+    );
+    assert!(more_root.edges_removed.is_empty());
+    assert_eq!(footprint(pool).await?, before, "planning wrote nothing");
+
+    // One team less: its three children pruned, and team b's range moves.
+    let fewer = plan(client, kind, name, bom(&["b"])).await?;
+    let fewer_root = fewer.plan.clone().unwrap_or_default();
+    assert_eq!(
+        refs(&fewer_root.children, PlanAction::Delete),
+        named(name, &["account/{n}-a", "vpc/{n}-a", "route/{n}-a"])
+    );
+    assert_eq!(
+        refs(&fewer_root.children, PlanAction::Update),
+        named(name, &["vpc/{n}-b", "route/{n}-b"])
+    );
+    let vpc_b = fewer_root
+        .children
+        .iter()
+        .find(|c| {
+            c.resource
+                .as_ref()
+                .is_some_and(|r| r.kind == "vpc" && r.name == format!("{name}-b"))
+        })
+        .cloned()
+        .unwrap_or_default();
+    let paths: Vec<&str> = vpc_b.spec_changes.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["/cidr"], "the flowed accountId is not a change");
+    assert!(vpc_b.reconciles);
+    assert_eq!(edge_names(&fewer_root, false).len(), 3);
+
+    // A delete: routes before VPCs before accounts, the gateway before the
+    // network account, the root last.
+    let deleting = client
+        .resources()
+        .plan_resource(PlanResourceRequest {
+            change: Some(Change::Delete(ResourceRef {
+                kind: kind.into(),
+                name: name.into(),
+            })),
+            max_depth: 0,
+            compose_timeout: None,
+        })
+        .await?
+        .into_inner();
+    let order: Vec<String> = deleting
+        .plan
+        .unwrap_or_default()
+        .teardown_order
+        .iter()
+        .map(|r| format!("{}/{}", r.kind, r.name))
+        .collect();
+    let at = |r: &str| order.iter().position(|o| o == r).unwrap_or(usize::MAX);
+    assert_eq!(order.len(), 9, "{order:?}");
+    assert!(
+        at(&format!("route/{name}-a")) < at(&format!("vpc/{name}-a"))
+            && at(&format!("vpc/{name}-a")) < at(&format!("account/{name}-a")),
+        "{order:?}"
+    );
+    assert!(
+        at(&format!("route/{name}-b")) < at(&format!("tgw/{name}-tgw"))
+            && at(&format!("tgw/{name}-tgw")) < at(&format!("account/{name}-network")),
+        "{order:?}"
+    );
+    assert_eq!(
+        order.last().map(String::as_str),
+        Some(format!("{kind}/{name}").as_str())
+    );
+
+    Ok(())
+}
+
+/// `templates` with `{n}` replaced by `name`.
+fn named(name: &str, templates: &[&str]) -> BTreeSet<String> {
+    templates.iter().map(|t| t.replace("{n}", name)).collect()
 }

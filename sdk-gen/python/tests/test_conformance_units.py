@@ -2,6 +2,7 @@
 composition, without a broker."""
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -126,7 +127,8 @@ def test_compose_builds_children_and_deduplicated_edges(tmp_path):
     ]
     assert outcome.status == {"phase": "composed", "children": 3, "language": "python"}
     lines = [json.loads(l) for l in (tmp_path / "log").read_text().splitlines()]
-    assert [l["event"] for l in lines] == ["start", "end"]
+    assert [l["event"] for l in lines] == ["start", "side-effect", "end"]
+    assert all(l["plan"] is False for l in lines)
     assert lines[0] == {
         "event": "start",
         "kind": "conf-composite",
@@ -134,8 +136,20 @@ def test_compose_builds_children_and_deduplicated_edges(tmp_path):
         "reaction": "compose",
         "generation": 3,
         "attempt": 2,
+        "plan": False,
         "language": "python",
     }
+
+
+def test_a_planned_compose_causes_no_side_effect(tmp_path):
+    log = EventLog(str(tmp_path / "log"), "python")
+    provider = composite_provider(log)
+    request = _request("compose", Stage.COMPOSE, _resource("conf-composite", "top", {"children": [{"name": "a"}]}))
+    outcome = asyncio.run(provider.handle(dataclasses.replace(request, plan=True)))
+    log.close()
+    assert [c.name for c in outcome.children] == ["a"]
+    lines = [json.loads(l) for l in (tmp_path / "log").read_text().splitlines()]
+    assert [(l["event"], l["plan"]) for l in lines] == [("start", True), ("end", True)]
 
 
 def test_rollup_counts_direct_children_only():

@@ -77,6 +77,7 @@ def test_a_resource_becomes_ready_served_by_the_worker(tmp_path):
         "reaction": "work",
         "generation": 1,
         "attempt": 1,
+        "plan": False,
         "language": "python",
     }
 

@@ -140,6 +140,7 @@ impl Conformance {
             "reaction": request.reaction,
             "generation": request.generation,
             "attempt": request.attempt,
+            "plan": request.plan,
             "language": LANGUAGE,
         })
         .to_string();
@@ -181,7 +182,17 @@ impl Provider for Conformance {
                 };
                 match request.reaction.as_str() {
                     "work" => work(&request).await,
-                    "compose" => Ok(compose(&request)),
+                    "compose" => {
+                        if spec_flag(&request, "hang") {
+                            std::future::pending::<()>().await;
+                        }
+                        // What a real composer does to the world (say,
+                        // reserving a name), skipped when only planning.
+                        if !request.plan {
+                            self.log("side-effect", &request);
+                        }
+                        Ok(compose(&request))
+                    }
                     _ => Ok(rollup(&request)),
                 }
             }

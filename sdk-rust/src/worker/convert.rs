@@ -329,6 +329,7 @@ pub fn request_from_task(
         resource,
         generation: task.generation,
         attempt: task.attempt,
+        plan: task.plan,
         input,
         default_config,
         config_override: task.provider_config.map(struct_to_json),

@@ -103,6 +103,7 @@ mod tests {
             reaction: reaction.to_owned(),
             stage: Stage::Work,
             trigger: Trigger::SpecChange,
+            plan: false,
             kind: KindVersion::new("noop", 1),
             resource: Resource {
                 uid: "u".into(),

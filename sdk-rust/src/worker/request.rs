@@ -27,6 +27,12 @@ pub struct ReactionRequest {
     pub generation: i64,
     /// 1-based attempt number of this task for this generation.
     pub attempt: i32,
+    /// A plan, not a reconcile (compose only): a client asked what applying
+    /// the resource would do. Compute the answer as usual but cause **no
+    /// side effects** (no calls that change the outside world, no writes of
+    /// your own): the outcome is shown to the client, never applied. The
+    /// resource may not exist yet (`uid` empty).
+    pub plan: bool,
     /// The stage-specific input.
     pub input: StageInput,
     /// The kind's default provider config as cached when the task arrived.

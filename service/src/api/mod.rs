@@ -72,6 +72,9 @@ pub struct ApiState {
     pub database: DatabaseStatus,
     /// The authorization policy in force (off unless configured).
     pub authz: crate::contract::authz::Authorizer,
+    /// This process's notification feed: calls that wait for another
+    /// process (a plan's composer) wake on it; without it they poll.
+    pub notifications: Option<crate::db::notify::Notifications>,
 }
 
 impl ApiState {
@@ -98,7 +101,14 @@ impl ApiState {
             broker,
             database: DatabaseStatus::reachable(),
             authz: crate::contract::authz::Authorizer::off(),
+            notifications: None,
         }
+    }
+
+    /// The same state waking on `notifications`.
+    pub fn with_notifications(mut self, notifications: crate::db::notify::Notifications) -> Self {
+        self.notifications = Some(notifications);
+        self
     }
 
     /// The same state deciding calls by `authz`.

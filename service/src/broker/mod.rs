@@ -16,6 +16,15 @@ mod registry;
 mod session;
 mod wire;
 
+pub use wire::Composition;
+
+/// A composer worker's answer to a plan as a session stored it (an encoded
+/// `ComposeResult`), in domain form.
+pub fn plan_answer(encoded: &[u8]) -> Result<Composition, prost::DecodeError> {
+    use prost::Message as _;
+    converge_proto::worker_v1::ComposeResult::decode(encoded).map(wire::composition)
+}
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
@@ -116,6 +125,9 @@ pub struct Broker {
     /// Bumped on every `work_ready` notification; a session that was busy
     /// when it changed still sees the change (no lost wake-ups).
     wake: watch::Sender<u64>,
+    /// Bumped on every `plan_requested` notification: sessions of workers
+    /// that compose then look for plans (and only then).
+    plan_wake: watch::Sender<u64>,
     /// When work this broker requeued falls due: the due timer bumps `wake`
     /// then, so the work is claimed when it becomes due, not on the next
     /// idle poll.
@@ -196,6 +208,7 @@ impl Broker {
             catalog,
             shards,
             wake: watch::channel(0).0,
+            plan_wake: watch::channel(0).0,
             due: Arc::default(),
             configs: configs::DefaultConfigs::new(),
             stats: Arc::default(),
@@ -210,6 +223,12 @@ impl Broker {
         tokio::spawn(forward_wakes(
             Arc::downgrade(&broker),
             notifications.subscribe(&[Channel::WorkReady]),
+            |broker| &broker.wake,
+        ));
+        tokio::spawn(forward_wakes(
+            Arc::downgrade(&broker),
+            notifications.subscribe(&[Channel::PlanRequested]),
+            |broker| &broker.plan_wake,
         ));
         tokio::spawn(wake_when_due(Arc::downgrade(&broker), broker.due.clone()));
         broker.start_server_sessions(notifications);
@@ -329,14 +348,19 @@ async fn server_only_kinds(broker: &Broker) -> Result<BTreeSet<(String, i32)>, c
     Ok(kinds)
 }
 
-/// Forwards `work_ready` notifications (and possibly missed ones) to the
-/// sessions until the broker is dropped or the feed stops.
-async fn forward_wakes(broker: std::sync::Weak<Broker>, mut work_ready: Subscription) {
-    while work_ready.next().await.is_some() {
+/// Forwards a subscription's notifications (and possibly missed ones) to
+/// the sessions as bumps of the `signal` they watch, until the broker is
+/// dropped or the feed stops.
+async fn forward_wakes(
+    broker: std::sync::Weak<Broker>,
+    mut notices: Subscription,
+    signal: fn(&Broker) -> &watch::Sender<u64>,
+) {
+    while notices.next().await.is_some() {
         let Some(broker) = broker.upgrade() else {
             return;
         };
-        broker.wake.send_modify(|n| *n = n.wrapping_add(1));
+        signal(&broker).send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

@@ -22,6 +22,7 @@ use crate::domain::resource::{ConditionInput, ConditionStatus, MAX_LIVENESS_MS, 
 use crate::domain::violation::Violation;
 use crate::store::operations::ClaimedOperation;
 use crate::store::pipeline::{EdgeRow, MemberRow};
+use crate::store::plans::ClaimedPlan;
 use crate::store::reactors::ClaimedDelivery;
 use crate::store::work::{CONFIG_CHANGE, ClaimedTask};
 
@@ -89,12 +90,7 @@ pub fn stage_task(
             } else {
                 wpb::Trigger::SpecChange
             },
-            wpb::stage_task::Input::ComposeInput(wpb::ComposeInput {
-                desired: observed.iter().map(child_of).collect(),
-                observed: observed.into_iter().map(member).collect(),
-                edges: edges.into_iter().map(edge_of).collect(),
-                configs: configs.into_iter().map(config_of).collect(),
-            }),
+            wpb::stage_task::Input::ComposeInput(compose_input(observed, edges, configs)),
         ),
         Input::Work(status) => (
             wpb::Stage::Work,
@@ -134,7 +130,81 @@ pub fn stage_task(
             provider_config: task.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
             provider_bundle: task.config_data.clone().unwrap_or_default(),
             trace_context,
+            plan: false,
             input: Some(input),
+        })),
+    }
+}
+
+/// A compose task's input: the stored children (also as the desired ones,
+/// which they are), edges and owned configs.
+fn compose_input(observed: Vec<MemberRow>, edges: Vec<EdgeRow>, configs: Vec<ProviderConfig>) -> wpb::ComposeInput {
+    wpb::ComposeInput {
+        desired: observed.iter().map(child_of).collect(),
+        observed: observed.into_iter().map(member).collect(),
+        edges: edges.into_iter().map(edge_of).collect(),
+        configs: configs.into_iter().map(config_of).collect(),
+    }
+}
+
+/// What a plan's compose task carries besides the request.
+pub struct PlanInput {
+    /// The compose reaction.
+    pub reaction: String,
+    /// The manifest the reaction was chosen from.
+    pub manifest_version: i64,
+    /// The stored children, edges and owned configs (none for a resource
+    /// that would be created).
+    pub observed: Vec<MemberRow>,
+    /// Edges as stored.
+    pub edges: Vec<EdgeRow>,
+    /// Configs it owns.
+    pub configs: Vec<ProviderConfig>,
+    /// The proposed provider config override, as stored now.
+    pub config_override: Option<ProviderConfig>,
+}
+
+/// The COMPOSE task of a plan (`StageTask.plan`): the proposed resource,
+/// fenced by the request's id as lease token and claim epoch 0.
+pub fn plan_task(request: &ClaimedPlan, input: PlanInput) -> wpb::WorkStreamResponse {
+    let resource = wpb::Resource {
+        uid: request.resource_id.map(|id| id.to_string()).unwrap_or_default(),
+        kind: request.kind.clone(),
+        kind_version: request.kind_version,
+        name: request.name.clone(),
+        labels: request.labels.0.clone(),
+        spec: json_to_struct(&request.spec.0),
+        status: request.status.as_ref().and_then(|s| json_to_struct(&s.0)),
+        generation: request.generation,
+        ..Default::default()
+    };
+    let (provider_config, provider_bundle) = match input.config_override {
+        Some(config) => (json_to_struct(&config.spec), config.data),
+        None => (None, Vec::new()),
+    };
+    wpb::WorkStreamResponse {
+        payload: Some(Down::Task(wpb::StageTask {
+            stage: wpb::Stage::Compose.into(),
+            kind: request.kind.clone(),
+            kind_version: request.kind_version,
+            resource: Some(resource),
+            generation: request.generation,
+            reaction: input.reaction,
+            trigger: wpb::Trigger::SpecChange.into(),
+            lease_token: request.id.to_string(),
+            claim_epoch: 0,
+            manifest_version: input.manifest_version,
+            task_deadline: Some(duration(request.remaining_secs.max(0.001))),
+            attempt: 1,
+            provider_config,
+            provider_bundle,
+            trace_context: Default::default(),
+            plan: true,
+            input: Some(wpb::stage_task::Input::ComposeInput(compose_input(
+                input.observed,
+                input.edges,
+                input.configs,
+            ))),
         })),
     }
 }
@@ -231,6 +301,7 @@ pub fn react_task(delivery: &ClaimedDelivery, reaction: &str) -> wpb::WorkStream
             provider_config: None,
             provider_bundle: Vec::new(),
             trace_context: Default::default(),
+            plan: false,
             input: Some(wpb::stage_task::Input::ReactInput(wpb::ReactInput {
                 transition: transition.into(),
                 dedup_token: delivery.dedup_token.clone(),
@@ -260,6 +331,7 @@ pub fn operate_task(operation: &ClaimedOperation, reaction: &str) -> wpb::WorkSt
             provider_config: operation.config_spec.as_ref().and_then(|s| json_to_struct(&s.0)),
             provider_bundle: operation.config_data.clone().unwrap_or_default(),
             trace_context: Default::default(),
+            plan: false,
             input: Some(wpb::stage_task::Input::OperateInput(wpb::OperateInput {
                 operation: Some(wpb::Operation {
                     uid: operation.operation_id.to_string(),

@@ -14,7 +14,7 @@ use converge_sdk::proto::v1 as pb;
 use super::apply;
 use super::envelope::Object;
 use super::error::CliError;
-use super::output::print;
+use super::output::{parse_duration, print};
 
 /// Examples of `converge plan`.
 pub const EXAMPLES: &str = "Examples:
@@ -43,6 +43,11 @@ pub struct PlanArgs {
     /// Levels of composition planned below each resource (1-8; 3 by default).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=8))]
     pub max_depth: Option<i32>,
+
+    /// How long each plan waits for composer workers' answers (a kind whose
+    /// compose a worker runs is planned by a connected worker; at most 60s).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub compose_timeout: std::time::Duration,
 }
 
 /// Plans every resource named; `fields` prints each changed field.
@@ -86,6 +91,10 @@ pub async fn run(client: &Client, args: &PlanArgs, fields: bool) -> Result<(), C
             .plan_resource(pb::PlanResourceRequest {
                 change: Some(change),
                 max_depth: args.max_depth.unwrap_or(0),
+                compose_timeout: Some(prost_types::Duration {
+                    seconds: i64::try_from(args.compose_timeout.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(args.compose_timeout.subsec_nanos()).unwrap_or(0),
+                }),
             })
             .await
             .map_err(|status| {
@@ -125,6 +134,24 @@ fn value(v: Option<&prost_types::Value>) -> String {
         .unwrap_or_else(|| "(absent)".to_owned())
 }
 
+/// One line per changed field.
+fn write_fields(out: &mut String, pad: &str, changes: &[pb::FieldChange]) {
+    for change in changes {
+        let _ = writeln!(
+            out,
+            "{pad}    {} {}: {} -> {}",
+            match (&change.before, &change.after) {
+                (None, _) => "+",
+                (_, None) => "-",
+                _ => "~",
+            },
+            change.path,
+            value(change.before.as_ref()),
+            value(change.after.as_ref())
+        );
+    }
+}
+
 /// One resource's lines, then its children's, indented.
 fn write_plan(out: &mut String, plan: &pb::ResourcePlan, depth: usize, fields: bool) {
     let pad = "  ".repeat(depth);
@@ -154,25 +181,26 @@ fn write_plan(out: &mut String, plan: &pb::ResourcePlan, depth: usize, fields: b
         name(plan.resource.as_ref())
     );
     if fields {
-        for change in &plan.spec_changes {
-            let _ = writeln!(
-                out,
-                "{pad}    {} {}: {} -> {}",
-                match (&change.before, &change.after) {
-                    (None, _) => "+",
-                    (_, None) => "-",
-                    _ => "~",
-                },
-                change.path,
-                value(change.before.as_ref()),
-                value(change.after.as_ref())
-            );
-        }
+        write_fields(out, &pad, &plan.spec_changes);
     } else if !plan.spec_changes.is_empty() {
         let _ = writeln!(out, "{pad}    {} spec field(s) change", plan.spec_changes.len());
     }
     for child in &plan.children {
         write_plan(out, child, depth + 1, fields);
+    }
+    for config in &plan.provider_configs {
+        let data = if config.data_changes { " (data changes)" } else { "" };
+        let _ = writeln!(
+            out,
+            "{pad}  {} providerconfig/{} for {}@{}{data}",
+            marker(config.action),
+            config.name,
+            config.kind,
+            config.kind_version
+        );
+        if fields {
+            write_fields(out, &pad, &config.spec_changes);
+        }
     }
     for (sign, edges) in [("+", &plan.edges_added), ("-", &plan.edges_removed)] {
         for edge in edges {

@@ -127,6 +127,10 @@ reasons! {
     MigrationInProgress => "MIGRATION_IN_PROGRESS",
     /// No such kind migration.
     MigrationNotFound => "MIGRATION_NOT_FOUND",
+    /// No connected composer worker took a plan's compose.
+    ComposerUnavailable => "COMPOSER_UNAVAILABLE",
+    /// A composer worker took a plan's compose and did not answer in time.
+    ComposerTimedOut => "COMPOSER_TIMED_OUT",
     /// A new spec schema would reject specs already stored.
     SchemaRejectsExistingResources => "SCHEMA_REJECTS_EXISTING_RESOURCES",
     /// The etag does not match the stored one.
@@ -206,7 +210,11 @@ impl Reason {
                 Code::ResourceExhausted
             }
             Reason::ResourceVersionTooOld | Reason::ResourceVersionTooNew => Code::OutOfRange,
-            Reason::DatabaseUnavailable | Reason::ShuttingDown | Reason::WatchUnavailable => Code::Unavailable,
+            Reason::DatabaseUnavailable
+            | Reason::ShuttingDown
+            | Reason::WatchUnavailable
+            | Reason::ComposerUnavailable => Code::Unavailable,
+            Reason::ComposerTimedOut => Code::DeadlineExceeded,
             Reason::IdentityNotAllowed | Reason::NotAuthorized => Code::PermissionDenied,
             Reason::Internal => Code::Internal,
         }
@@ -312,7 +320,7 @@ impl ApiError {
         match self {
             ApiError::DatabaseUnavailable(_) | ApiError::DatabaseDown => Some(Duration::from_secs(1)),
             ApiError::Refused {
-                reason: Reason::WatchUnavailable,
+                reason: Reason::WatchUnavailable | Reason::ComposerUnavailable,
                 ..
             } => Some(Duration::from_secs(1)),
             ApiError::ShuttingDown => Some(Duration::from_millis(100)),

@@ -40,11 +40,15 @@ pub enum Channel {
     /// The default provider config of a pair changed; the payload is
     /// `kind:version`.
     ProviderConfigChanged,
+    /// A plan waits for a composer worker; the payload is `kind:version`.
+    PlanRequested,
+    /// A composer worker answered a plan; the payload is the request id.
+    PlanAnswered,
 }
 
 impl Channel {
     /// Every channel, in the order they are listened to.
-    pub const ALL: [Channel; 7] = [
+    pub const ALL: [Channel; 9] = [
         Channel::KindManifestChanged,
         Channel::ResourceChanged,
         Channel::EventChanged,
@@ -52,6 +56,8 @@ impl Channel {
         Channel::WorkReady,
         Channel::ClusterChanged,
         Channel::ProviderConfigChanged,
+        Channel::PlanRequested,
+        Channel::PlanAnswered,
     ];
 
     /// The channel's name in `NOTIFY`.
@@ -64,6 +70,8 @@ impl Channel {
             Channel::WorkReady => "work_ready",
             Channel::ClusterChanged => "cluster_changed",
             Channel::ProviderConfigChanged => "provider_config_changed",
+            Channel::PlanRequested => "plan_requested",
+            Channel::PlanAnswered => "plan_answered",
         }
     }
 

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::RetentionArgs;
-use crate::store::{StoreError, changes, events, operations, reactors, requests};
+use crate::store::{StoreError, changes, events, operations, plans, reactors, requests};
 
 /// Rows deleted per statement.
 const BATCH: i64 = 5_000;
@@ -31,6 +31,8 @@ pub struct SweepReport {
     pub failed_deliveries: u64,
     /// Finished operations deleted.
     pub operations: u64,
+    /// Plan requests their callers left behind.
+    pub plans: u64,
 }
 
 /// Runs one sweep. `timelines` includes the per-timeline backstop: it ranks
@@ -54,6 +56,7 @@ pub async fn sweep(pool: &PgPool, retention: &RetentionArgs, timelines: bool) ->
     }
     let max_age = retention.operation_max_age_secs as f64;
     report.operations = drain(|| operations::trim_finished(pool, max_age, BATCH)).await?;
+    report.plans = drain(|| plans::trim_expired(pool, BATCH)).await?;
     Ok(report)
 }
 

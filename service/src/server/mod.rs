@@ -540,7 +540,8 @@ async fn prepare_and_spawn(
         watch,
         broker,
     )
-    .with_authz(authz.clone());
+    .with_authz(authz.clone())
+    .with_notifications(notifications.clone());
     let database = state.database.clone();
     if let Some(meter) = crate::telemetry::metrics::meter() {
         instruments::database(meter, database.clone(), db.embedded().is_some());

@@ -60,6 +60,7 @@ mod measured;
 pub mod migrations;
 pub mod operations;
 pub mod pipeline;
+pub mod plans;
 pub mod provider_configs;
 pub mod reactors;
 pub mod requests;

@@ -355,6 +355,7 @@ func requestFromTask(t *workerv1.StageTask, defaultConfig *ProviderConfig, deadl
 		Resource:       resourceFromProto(t.GetResource()),
 		Generation:     t.GetGeneration(),
 		Attempt:        t.GetAttempt(),
+		Plan:           t.GetPlan(),
 		DefaultConfig:  defaultConfig,
 		ConfigOverride: structToMap(t.GetProviderConfig()),
 		BundleOverride: t.GetProviderBundle(),

@@ -26,6 +26,12 @@ type ReactionRequest struct {
 	Generation int64
 	// Attempt is the 1-based attempt number of this task for this generation.
 	Attempt int32
+	// Plan is set when a client asked what applying the resource would do
+	// (compose only): compute the answer as usual but cause no side
+	// effects (no calls that change the outside world, no writes of your
+	// own); the outcome is shown to the client and never applied. The
+	// resource may not exist yet (empty UID).
+	Plan bool
 
 	// Exactly one stage input is set, matching Stage (none if the broker sent
 	// none).

@@ -149,6 +149,7 @@ func (h *handlers) teardown(ctx context.Context, req *worker.ReactionRequest) (*
 
 // compositeSpec is a conf-composite spec.
 type compositeSpec struct {
+	Hang     bool `json:"hang"`
 	Children []struct {
 		Name      string         `json:"name"`
 		Spec      map[string]any `json:"spec"`
@@ -161,11 +162,22 @@ type compositeSpec struct {
 	} `json:"children"`
 }
 
-func (h *handlers) compose(_ context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
+func (h *handlers) compose(ctx context.Context, req *worker.ReactionRequest) (*worker.Outcome, error) {
 	return h.logged(req, func() (*worker.Outcome, error) {
 		var spec compositeSpec
 		if err := req.Resource.DecodeSpec(&spec); err != nil {
 			return nil, worker.Terminal(err)
+		}
+		if spec.Hang {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		// What a real composer does to the world (say, reserving a name),
+		// skipped when only planning.
+		if !req.Plan {
+			if err := h.log.Write(EventSideEffect, req); err != nil {
+				return nil, err
+			}
 		}
 		outcome := &worker.Outcome{}
 		for _, c := range spec.Children {

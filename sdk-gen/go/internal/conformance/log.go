@@ -15,6 +15,9 @@ const (
 	EventStart    = "start"
 	EventEnd      = "end"
 	EventTeardown = "teardown"
+	// EventSideEffect stands for what a real composer does to the world;
+	// written by a compose that is not a plan.
+	EventSideEffect = "side-effect"
 )
 
 // Line is one line of the conformance log; the field order is the contract's.
@@ -25,6 +28,7 @@ type Line struct {
 	Reaction   string `json:"reaction"`
 	Generation int64  `json:"generation"`
 	Attempt    int32  `json:"attempt"`
+	Plan       bool   `json:"plan"`
 	Language   string `json:"language"`
 }
 
@@ -66,6 +70,7 @@ func (l *Log) Write(event string, req *worker.ReactionRequest) error {
 		Reaction:   req.Reaction,
 		Generation: req.Generation,
 		Attempt:    req.Attempt,
+		Plan:       req.Plan,
 		Language:   Language,
 	})
 	if err != nil {

@@ -90,6 +90,8 @@ class ErrorReason(str, enum.Enum):
     CONVERSION_NOT_DECLARED = enum.auto()
     MIGRATION_IN_PROGRESS = enum.auto()
     MIGRATION_NOT_FOUND = enum.auto()
+    COMPOSER_UNAVAILABLE = enum.auto()
+    COMPOSER_TIMED_OUT = enum.auto()
 
     def __str__(self) -> str:
         return str(self.value)

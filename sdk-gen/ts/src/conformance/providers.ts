@@ -59,6 +59,7 @@ function logLine(event: string, request: ReactionRequest): JsonObject {
     reaction: request.reaction,
     generation: request.generation,
     attempt: request.attempt,
+    plan: request.plan,
     language: LANGUAGE,
   };
 }
@@ -185,9 +186,17 @@ function childrenOf(spec: JsonObject): ChildEntry[] {
   });
 }
 
-function compose(request: ReactionRequest, log: ConformanceLog): Outcome {
+async function compose(request: ReactionRequest, log: ConformanceLog): Promise<Outcome> {
   log(logLine("start", request));
   try {
+    if (request.resource.spec["hang"] === true) {
+      await untilAborted(request.signal);
+    }
+    if (!request.plan) {
+      // What a real composer does to the world (say, reserving a name),
+      // skipped when only planning.
+      log(logLine("side-effect", request));
+    }
     const entries = childrenOf(request.resource.spec);
     const children: ChildSpec[] = entries.map((c) => ({
       kind: LEAF_KIND,

@@ -230,6 +230,7 @@ export function requestFromTask(
     resource: resourceFromProto(task.resource),
     generation: Number(task.generation),
     attempt: task.attempt,
+    plan: task.plan,
     input: inputFromProto(task.input),
     defaultConfig,
     configOverride: task.providerConfig,

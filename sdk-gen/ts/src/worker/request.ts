@@ -12,6 +12,7 @@ export interface ReactionRequestInit {
   resource: Resource;
   generation: number;
   attempt: number;
+  plan?: boolean;
   input: StageInput;
   defaultConfig: ProviderConfig | undefined;
   configOverride: JsonObject | undefined;
@@ -41,6 +42,14 @@ export class ReactionRequest {
   readonly generation: number;
   /** 1-based attempt number of this task for this generation. */
   readonly attempt: number;
+  /**
+   * A plan, not a reconcile (compose only): a client asked what applying the
+   * resource would do. Compute the answer as usual but cause **no side
+   * effects** (no calls that change the outside world, no writes of your
+   * own): the outcome is shown to the client, never applied. The resource may
+   * not exist yet (empty `uid`).
+   */
+  readonly plan: boolean;
   /** The stage-specific input. */
   readonly input: StageInput;
   /** The kind's default provider config as cached when the task arrived. */
@@ -67,6 +76,7 @@ export class ReactionRequest {
     this.resource = init.resource;
     this.generation = init.generation;
     this.attempt = init.attempt;
+    this.plan = init.plan ?? false;
     this.input = init.input;
     this.defaultConfig = init.defaultConfig;
     this.configOverride = init.configOverride;

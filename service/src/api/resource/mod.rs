@@ -322,6 +322,18 @@ impl ResourceApi {
                 return Err(Violation::new("/max_depth", format!("must be 0 to {}", plan::MAX_DEPTH)).into());
             }
         };
+        let compose_timeout = match req.compose_timeout {
+            None => plan::DEFAULT_COMPOSE_TIMEOUT,
+            Some(d) => match u64::try_from(d.seconds).ok().zip(u32::try_from(d.nanos).ok()) {
+                Some((secs, nanos)) if std::time::Duration::new(secs, nanos) <= plan::MAX_COMPOSE_TIMEOUT => {
+                    std::time::Duration::new(secs, nanos)
+                }
+                _ => {
+                    let max = plan::MAX_COMPOSE_TIMEOUT.as_secs();
+                    return Err(Violation::new("/compose_timeout", format!("must be 0 to {max} s")).into());
+                }
+            },
+        };
         match req.change {
             None => Err(Violation::new("/change", "is required: apply or delete").into()),
             Some(Change::Delete(target)) => {
@@ -359,7 +371,7 @@ impl ResourceApi {
                 })
                 .await
                 .map_err(|e| e.within("/apply"))?;
-                plan::plan_apply(&self.state, current.as_ref(), &written, depth).await
+                plan::plan_apply(&self.state, current.as_ref(), &written, depth, compose_timeout).await
             }
         }
     }

@@ -6,6 +6,7 @@
 
 mod deliveries;
 mod operations;
+mod plans;
 mod reconciles;
 
 use std::collections::{BTreeSet, HashMap};
@@ -35,6 +36,7 @@ use crate::store::reactors::{self, ClaimedDelivery};
 use crate::store::work::{self, TaskResult};
 use crate::store::{StoreError, StoreResult};
 use operations::HeldOperation;
+use plans::HeldPlan;
 use reconciles::InFlight;
 
 /// Failsafe interval between claim attempts when idle.
@@ -134,12 +136,18 @@ pub(super) struct Session {
     /// Everything this stream holds, by lease token (unique across the
     /// three leased tables): one lookup per completion.
     held: HashMap<Uuid, Held>,
+    /// The plans' composes sent to the worker, by request id (apart from
+    /// `held`: they take no task slot and have no lease row).
+    plans: HashMap<Uuid, HeldPlan>,
     /// Deliveries that succeeded, not yet acknowledged in the database
     /// (written with the batch, like results).
     delivered: Vec<(Uuid, i64)>,
     /// When the next claim round looks for operations (now after a wake-up
     /// or a completion; an idle poll later after a claim found none).
     operations_due: tokio::time::Instant,
+    /// Whether the next claim round looks for plans (after a
+    /// `plan_requested` notification, or a full claim of them).
+    plans_due: bool,
     /// Final results not yet written to the outbox.
     results: Vec<TaskResult>,
     /// How many tasks this stream last counted into the broker's gauge.
@@ -172,8 +180,10 @@ impl Session {
             kinds,
             max,
             held: HashMap::new(),
+            plans: HashMap::new(),
             delivered: Vec::new(),
             operations_due: tokio::time::Instant::now(),
+            plans_due: false,
             results: Vec::new(),
             counted: 0,
             actor,
@@ -255,6 +265,7 @@ impl Session {
         let stream = i64::from(inbound.is_some());
         self.broker.stats.connected.fetch_add(stream, Ordering::Relaxed);
         let mut wake = self.broker.wake.subscribe();
+        let mut plan_wake = self.broker.plan_wake.subscribe();
         let mut config_updates = self.broker.configs.subscribe();
         let mut closing = self.broker.closing.clone();
         let mut policy = self.broker.authz.changes();
@@ -320,6 +331,7 @@ impl Session {
                     busy_until = tokio::time::Instant::now() + LINGER;
                     self.operations_due = tokio::time::Instant::now();
                 }
+                _ = plan_wake.changed() => self.plans_due = true,
                 update = config_updates.recv() => match update {
                     Ok(update) => {
                         if !self.push_config(&update).await {
@@ -352,6 +364,8 @@ impl Session {
         }
         self.broker.stats.connected.fetch_sub(stream, Ordering::Relaxed);
         self.broker.stats.in_flight.fetch_sub(self.counted, Ordering::Relaxed);
+        // A plan is not resumed on another stream: it goes back to be claimed.
+        self.release_plans().await;
         if *closing.borrow() {
             // This process is going away: the worker reconnects (to another
             // pod, or to this one restarted) and resumes its leases there,
@@ -588,6 +602,17 @@ impl Session {
         let shards = *self.broker.shards.borrow();
         let probe_operations = tokio::time::Instant::now() >= self.operations_due;
         let mut more_operations = false;
+        if std::mem::take(&mut self.plans_due) {
+            for (kind, version) in &ready {
+                let plan = self.plan(kind, *version).await;
+                if plan.compose.is_some() {
+                    match self.dispatch_plans(kind, *version, &plan).await? {
+                        Some(full) => self.plans_due |= full,
+                        None => return Ok(0),
+                    }
+                }
+            }
+        }
         let mut sent = 0;
         for (kind, version) in ready {
             let free = self.max.saturating_sub(self.held());
@@ -657,6 +682,8 @@ impl Session {
                     match self.held.get(&lease.0).map(Held::table) {
                         Some(Leased::Deliveries) => attested.deliveries.push(lease),
                         Some(Leased::Operations) => attested.operations.push(lease),
+                        // A plan has no lease row to keep.
+                        None if self.plans.contains_key(&lease.0) => {}
                         Some(Leased::Tasks) | None => attested.tasks.push(lease),
                     }
                 }
@@ -697,6 +724,10 @@ impl Session {
         let Ok(token) = Uuid::parse_str(&complete.lease_token) else {
             return stale(self);
         };
+        if let Some(plan) = self.plans.remove(&token) {
+            self.planned(plan, complete).await?;
+            return Ok(());
+        }
         // A completion that does not match the dispatch leaves the lease
         // held: the right answer may still come.
         match self.held.remove(&token) {

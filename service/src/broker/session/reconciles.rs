@@ -397,24 +397,16 @@ impl Session {
         composition: Composition,
         healthy: Option<bool>,
     ) -> Result<(), StoreError> {
+        if let Err(problems) = self.check_all(&composition).await {
+            self.fail(&flight, "CompositionInvalid", "the composition", &problems);
+            return Ok(());
+        }
         let Composition {
             children,
             edges,
             configs,
-            unstorable,
+            ..
         } = composition;
-        let checked = match self.check_composition(&children, &edges, &configs).await {
-            Ok(()) if unstorable.is_empty() => Ok(()),
-            Ok(()) => Err(unstorable),
-            Err(mut problems) => {
-                problems.extend(unstorable);
-                Err(problems)
-            }
-        };
-        if let Err(problems) = checked {
-            self.fail(&flight, "CompositionInvalid", "the composition", &problems);
-            return Ok(());
-        }
         let task = &flight.task;
         let composed = pipeline::apply_composition(
             &self.broker.pool,
@@ -530,6 +522,17 @@ impl Session {
             terminal: true,
             ..result_of(flight)
         });
+    }
+
+    /// Everything checked of a composer's result before it is applied (or
+    /// answered to a plan): storable specs, and [`Self::check_composition`].
+    pub(super) async fn check_all(&self, composition: &Composition) -> Result<(), Vec<Violation>> {
+        let checked = self
+            .check_composition(&composition.children, &composition.edges, &composition.configs)
+            .await;
+        let mut problems = checked.err().unwrap_or_default();
+        problems.extend(composition.unstorable.iter().cloned());
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 
     /// The shape, kinds and spec and config schemas of a composition.

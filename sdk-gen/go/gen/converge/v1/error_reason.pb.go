@@ -240,6 +240,13 @@ const (
 	ErrorReason_ERROR_REASON_MIGRATION_IN_PROGRESS ErrorReason = 52
 	// NOT_FOUND, when a kind migration uid names no migration.
 	ErrorReason_ERROR_REASON_MIGRATION_NOT_FOUND ErrorReason = 53
+	// UNAVAILABLE, when a plan needs a composer worker's answer and no
+	// connected worker serving the kind's compose reaction took the request
+	// (none is connected, or none has room); retry once one is.
+	ErrorReason_ERROR_REASON_COMPOSER_UNAVAILABLE ErrorReason = 54
+	// DEADLINE_EXCEEDED, when a composer worker took a plan's compose and did
+	// not answer within the request's compose_timeout.
+	ErrorReason_ERROR_REASON_COMPOSER_TIMED_OUT ErrorReason = 55
 )
 
 // Enum value maps for ErrorReason.
@@ -299,6 +306,8 @@ var (
 		51: "ERROR_REASON_CONVERSION_NOT_DECLARED",
 		52: "ERROR_REASON_MIGRATION_IN_PROGRESS",
 		53: "ERROR_REASON_MIGRATION_NOT_FOUND",
+		54: "ERROR_REASON_COMPOSER_UNAVAILABLE",
+		55: "ERROR_REASON_COMPOSER_TIMED_OUT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":                       0,
@@ -355,6 +364,8 @@ var (
 		"ERROR_REASON_CONVERSION_NOT_DECLARED":           51,
 		"ERROR_REASON_MIGRATION_IN_PROGRESS":             52,
 		"ERROR_REASON_MIGRATION_NOT_FOUND":               53,
+		"ERROR_REASON_COMPOSER_UNAVAILABLE":              54,
+		"ERROR_REASON_COMPOSER_TIMED_OUT":                55,
 	}
 )
 
@@ -389,7 +400,7 @@ var File_converge_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_converge_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1econverge/v1/error_reason.proto\x12\vconverge.v1*\xfe\x0f\n" +
+	"\x1econverge/v1/error_reason.proto\x12\vconverge.v1*\xca\x10\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_INVALID_FIELD\x10\x01\x12\x1d\n" +
@@ -445,7 +456,9 @@ const file_converge_v1_error_reason_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x102\x12(\n" +
 	"$ERROR_REASON_CONVERSION_NOT_DECLARED\x103\x12&\n" +
 	"\"ERROR_REASON_MIGRATION_IN_PROGRESS\x104\x12$\n" +
-	" ERROR_REASON_MIGRATION_NOT_FOUND\x105B\xa0\x01\n" +
+	" ERROR_REASON_MIGRATION_NOT_FOUND\x105\x12%\n" +
+	"!ERROR_REASON_COMPOSER_UNAVAILABLE\x106\x12#\n" +
+	"\x1fERROR_REASON_COMPOSER_TIMED_OUT\x107B\xa0\x01\n" +
 	"\x0fcom.converge.v1B\x10ErrorReasonProtoP\x01Z.converge.dev/sdk/go/gen/converge/v1;convergev1\xa2\x02\x03CXX\xaa\x02\vConverge.V1\xca\x02\vConverge\\V1\xe2\x02\x17Converge\\V1\\GPBMetadata\xea\x02\fConverge::V1b\x06proto3"
 
 var (

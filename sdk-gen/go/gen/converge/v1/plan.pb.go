@@ -100,8 +100,8 @@ const (
 	PlanComposer_PLAN_COMPOSER_NONE PlanComposer = 1
 	// A composition declared as data: planned in the server.
 	PlanComposer_PLAN_COMPOSER_SERVER PlanComposer = 2
-	// A composer worker: its children are not planned (see
-	// ResourcePlan.not_planned).
+	// A composer worker: planned by a connected worker of the kind running
+	// its compose in plan mode.
 	PlanComposer_PLAN_COMPOSER_WORKER PlanComposer = 3
 )
 
@@ -246,15 +246,20 @@ type ResourcePlan struct {
 	// composed, in the order they would be torn down (a resource after its
 	// children and after the resources that depend on it). At most 10,000.
 	TeardownOrder []*ResourceRef `protobuf:"bytes,12,rep,name=teardown_order,json=teardownOrder,proto3" json:"teardown_order,omitempty"`
-	// Output only. Why its children were not planned, when they were not: a
-	// composer worker (only compositions declared as data are planned), or
-	// the request's depth or the size cap reached. Empty when they were.
+	// Output only. Why its children were not planned, when they were not:
+	// the request's depth or the size cap reached, or the composition failing
+	// (its expressions, or the composer worker's handler, with what the apply
+	// would fail with). Empty when they were.
 	NotPlanned string `protobuf:"bytes,13,opt,name=not_planned,json=notPlanned,proto3" json:"not_planned,omitempty"`
 	// Output only. The provider config override it would have, when that
 	// changes (empty = none).
 	ProviderConfig *string `protobuf:"bytes,14,opt,name=provider_config,json=providerConfig,proto3,oneof" json:"provider_config,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Output only. The provider configs its composer would create, change or
+	// delete (a composer worker may emit configs the resource owns);
+	// unchanged ones are left out.
+	ProviderConfigs []*ProviderConfigPlan `protobuf:"bytes,15,rep,name=provider_configs,json=providerConfigs,proto3" json:"provider_configs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ResourcePlan) Reset() {
@@ -385,6 +390,113 @@ func (x *ResourcePlan) GetProviderConfig() string {
 	return ""
 }
 
+func (x *ResourcePlan) GetProviderConfigs() []*ProviderConfigPlan {
+	if x != nil {
+		return x.ProviderConfigs
+	}
+	return nil
+}
+
+// What a plan says would happen to one provider config a composer owns.
+type ProviderConfigPlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output only. The config's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Output only. The kind it configures.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Output only. The kind version it configures.
+	KindVersion int32 `protobuf:"varint,3,opt,name=kind_version,json=kindVersion,proto3" json:"kind_version,omitempty"`
+	// Output only. CREATE, UPDATE or DELETE.
+	Action PlanAction `protobuf:"varint,4,opt,name=action,proto3,enum=converge.v1.PlanAction" json:"action,omitempty"`
+	// Output only. The spec fields that would change.
+	SpecChanges []*FieldChange `protobuf:"bytes,5,rep,name=spec_changes,json=specChanges,proto3" json:"spec_changes,omitempty"`
+	// Output only. Whether its opaque data would change.
+	DataChanges bool `protobuf:"varint,6,opt,name=data_changes,json=dataChanges,proto3" json:"data_changes,omitempty"`
+	// Output only. Whether it is (or would become) its pair's default.
+	IsDefault     bool `protobuf:"varint,7,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderConfigPlan) Reset() {
+	*x = ProviderConfigPlan{}
+	mi := &file_converge_v1_plan_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderConfigPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderConfigPlan) ProtoMessage() {}
+
+func (x *ProviderConfigPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_v1_plan_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderConfigPlan.ProtoReflect.Descriptor instead.
+func (*ProviderConfigPlan) Descriptor() ([]byte, []int) {
+	return file_converge_v1_plan_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ProviderConfigPlan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProviderConfigPlan) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ProviderConfigPlan) GetKindVersion() int32 {
+	if x != nil {
+		return x.KindVersion
+	}
+	return 0
+}
+
+func (x *ProviderConfigPlan) GetAction() PlanAction {
+	if x != nil {
+		return x.Action
+	}
+	return PlanAction_PLAN_ACTION_UNSPECIFIED
+}
+
+func (x *ProviderConfigPlan) GetSpecChanges() []*FieldChange {
+	if x != nil {
+		return x.SpecChanges
+	}
+	return nil
+}
+
+func (x *ProviderConfigPlan) GetDataChanges() bool {
+	if x != nil {
+		return x.DataChanges
+	}
+	return false
+}
+
+func (x *ProviderConfigPlan) GetIsDefault() bool {
+	if x != nil {
+		return x.IsDefault
+	}
+	return false
+}
+
 var File_converge_v1_plan_proto protoreflect.FileDescriptor
 
 const file_converge_v1_plan_proto_rawDesc = "" +
@@ -393,7 +505,7 @@ const file_converge_v1_plan_proto_rawDesc = "" +
 	"\vFieldChange\x12\x18\n" +
 	"\x04path\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04path\x124\n" +
 	"\x06before\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x04\xe2A\x01\x03R\x06before\x122\n" +
-	"\x05after\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xe2A\x01\x03R\x05after\"\xc4\x06\n" +
+	"\x05after\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xe2A\x01\x03R\x05after\"\x96\a\n" +
 	"\fResourcePlan\x12:\n" +
 	"\bresource\x18\x01 \x01(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\bresource\x12'\n" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\vkindVersion\x125\n" +
@@ -415,8 +527,18 @@ const file_converge_v1_plan_proto_rawDesc = "" +
 	"\x0eteardown_order\x18\f \x03(\v2\x18.converge.v1.ResourceRefB\x04\xe2A\x01\x03R\rteardownOrder\x12%\n" +
 	"\vnot_planned\x18\r \x01(\tB\x04\xe2A\x01\x03R\n" +
 	"notPlanned\x122\n" +
-	"\x0fprovider_config\x18\x0e \x01(\tB\x04\xe2A\x01\x03H\x00R\x0eproviderConfig\x88\x01\x01B\x12\n" +
-	"\x10_provider_config*\xa4\x01\n" +
+	"\x0fprovider_config\x18\x0e \x01(\tB\x04\xe2A\x01\x03H\x00R\x0eproviderConfig\x88\x01\x01\x12P\n" +
+	"\x10provider_configs\x18\x0f \x03(\v2\x1f.converge.v1.ProviderConfigPlanB\x04\xe2A\x01\x03R\x0fproviderConfigsB\x12\n" +
+	"\x10_provider_config\"\xb9\x02\n" +
+	"\x12ProviderConfigPlan\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x04kind\x12'\n" +
+	"\fkind_version\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\vkindVersion\x125\n" +
+	"\x06action\x18\x04 \x01(\x0e2\x17.converge.v1.PlanActionB\x04\xe2A\x01\x03R\x06action\x12A\n" +
+	"\fspec_changes\x18\x05 \x03(\v2\x18.converge.v1.FieldChangeB\x04\xe2A\x01\x03R\vspecChanges\x12'\n" +
+	"\fdata_changes\x18\x06 \x01(\bB\x04\xe2A\x01\x03R\vdataChanges\x12#\n" +
+	"\n" +
+	"is_default\x18\a \x01(\bB\x04\xe2A\x01\x03R\tisDefault*\xa4\x01\n" +
 	"\n" +
 	"PlanAction\x12\x1b\n" +
 	"\x17PLAN_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -445,33 +567,37 @@ func file_converge_v1_plan_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_v1_plan_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_converge_v1_plan_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_converge_v1_plan_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_converge_v1_plan_proto_goTypes = []any{
-	(PlanAction)(0),        // 0: converge.v1.PlanAction
-	(PlanComposer)(0),      // 1: converge.v1.PlanComposer
-	(*FieldChange)(nil),    // 2: converge.v1.FieldChange
-	(*ResourcePlan)(nil),   // 3: converge.v1.ResourcePlan
-	(*structpb.Value)(nil), // 4: google.protobuf.Value
-	(*ResourceRef)(nil),    // 5: converge.v1.ResourceRef
-	(*DependencyEdge)(nil), // 6: converge.v1.DependencyEdge
+	(PlanAction)(0),            // 0: converge.v1.PlanAction
+	(PlanComposer)(0),          // 1: converge.v1.PlanComposer
+	(*FieldChange)(nil),        // 2: converge.v1.FieldChange
+	(*ResourcePlan)(nil),       // 3: converge.v1.ResourcePlan
+	(*ProviderConfigPlan)(nil), // 4: converge.v1.ProviderConfigPlan
+	(*structpb.Value)(nil),     // 5: google.protobuf.Value
+	(*ResourceRef)(nil),        // 6: converge.v1.ResourceRef
+	(*DependencyEdge)(nil),     // 7: converge.v1.DependencyEdge
 }
 var file_converge_v1_plan_proto_depIdxs = []int32{
-	4,  // 0: converge.v1.FieldChange.before:type_name -> google.protobuf.Value
-	4,  // 1: converge.v1.FieldChange.after:type_name -> google.protobuf.Value
-	5,  // 2: converge.v1.ResourcePlan.resource:type_name -> converge.v1.ResourceRef
+	5,  // 0: converge.v1.FieldChange.before:type_name -> google.protobuf.Value
+	5,  // 1: converge.v1.FieldChange.after:type_name -> google.protobuf.Value
+	6,  // 2: converge.v1.ResourcePlan.resource:type_name -> converge.v1.ResourceRef
 	0,  // 3: converge.v1.ResourcePlan.action:type_name -> converge.v1.PlanAction
 	2,  // 4: converge.v1.ResourcePlan.spec_changes:type_name -> converge.v1.FieldChange
 	1,  // 5: converge.v1.ResourcePlan.composer:type_name -> converge.v1.PlanComposer
 	3,  // 6: converge.v1.ResourcePlan.children:type_name -> converge.v1.ResourcePlan
-	6,  // 7: converge.v1.ResourcePlan.edges_added:type_name -> converge.v1.DependencyEdge
-	6,  // 8: converge.v1.ResourcePlan.edges_removed:type_name -> converge.v1.DependencyEdge
-	5,  // 9: converge.v1.ResourcePlan.dependents:type_name -> converge.v1.ResourceRef
-	5,  // 10: converge.v1.ResourcePlan.teardown_order:type_name -> converge.v1.ResourceRef
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 7: converge.v1.ResourcePlan.edges_added:type_name -> converge.v1.DependencyEdge
+	7,  // 8: converge.v1.ResourcePlan.edges_removed:type_name -> converge.v1.DependencyEdge
+	6,  // 9: converge.v1.ResourcePlan.dependents:type_name -> converge.v1.ResourceRef
+	6,  // 10: converge.v1.ResourcePlan.teardown_order:type_name -> converge.v1.ResourceRef
+	4,  // 11: converge.v1.ResourcePlan.provider_configs:type_name -> converge.v1.ProviderConfigPlan
+	0,  // 12: converge.v1.ProviderConfigPlan.action:type_name -> converge.v1.PlanAction
+	2,  // 13: converge.v1.ProviderConfigPlan.spec_changes:type_name -> converge.v1.FieldChange
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_plan_proto_init() }
@@ -487,7 +613,7 @@ func file_converge_v1_plan_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_v1_plan_proto_rawDesc), len(file_converge_v1_plan_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

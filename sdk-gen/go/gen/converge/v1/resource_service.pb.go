@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -36,9 +37,12 @@ type PlanResourceRequest struct {
 	Change isPlanResourceRequest_Change `protobuf_oneof:"change"`
 	// Optional. Levels of composition planned below the resource: 1 = its
 	// children only. 0 = 3; at most 8.
-	MaxDepth      int32 `protobuf:"varint,3,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxDepth int32 `protobuf:"varint,3,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	// Optional. How long the whole plan waits for composer workers' answers.
+	// Absent = 10 s; at most 60 s.
+	ComposeTimeout *durationpb.Duration `protobuf:"bytes,4,opt,name=compose_timeout,json=composeTimeout,proto3" json:"compose_timeout,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanResourceRequest) Reset() {
@@ -101,6 +105,13 @@ func (x *PlanResourceRequest) GetMaxDepth() int32 {
 		return x.MaxDepth
 	}
 	return 0
+}
+
+func (x *PlanResourceRequest) GetComposeTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ComposeTimeout
+	}
+	return nil
 }
 
 type isPlanResourceRequest_Change interface {
@@ -2686,11 +2697,12 @@ var File_converge_v1_resource_service_proto protoreflect.FileDescriptor
 
 const file_converge_v1_resource_service_proto_rawDesc = "" +
 	"\n" +
-	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x16converge/v1/plan.proto\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"\"converge/v1/resource_service.proto\x12\vconverge.v1\x1a\x16converge/v1/plan.proto\x1a\x1aconverge/v1/resource.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfb\x01\n" +
 	"\x13PlanResourceRequest\x129\n" +
 	"\x05apply\x18\x01 \x01(\v2!.converge.v1.ApplyResourceRequestH\x00R\x05apply\x122\n" +
 	"\x06delete\x18\x02 \x01(\v2\x18.converge.v1.ResourceRefH\x00R\x06delete\x12!\n" +
-	"\tmax_depth\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bmaxDepthB\b\n" +
+	"\tmax_depth\x18\x03 \x01(\x05B\x04\xe2A\x01\x01R\bmaxDepth\x12H\n" +
+	"\x0fcompose_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x04\xe2A\x01\x01R\x0ecomposeTimeoutB\b\n" +
 	"\x06change\"_\n" +
 	"\x14PlanResourceResponse\x12-\n" +
 	"\x04plan\x18\x01 \x01(\v2\x19.converge.v1.ResourcePlanR\x04plan\x12\x18\n" +
@@ -2962,102 +2974,104 @@ var file_converge_v1_resource_service_proto_goTypes = []any{
 	nil,                                  // 36: converge.v1.ApplyResourceRequest.LabelsEntry
 	nil,                                  // 37: converge.v1.CreateResourceRequest.LabelsEntry
 	(*ResourceRef)(nil),                  // 38: converge.v1.ResourceRef
-	(*ResourcePlan)(nil),                 // 39: converge.v1.ResourcePlan
-	(*structpb.Struct)(nil),              // 40: google.protobuf.Struct
-	(*Resource)(nil),                     // 41: converge.v1.Resource
-	(*Wait)(nil),                         // 42: converge.v1.Wait
-	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
-	(Phase)(0),                           // 44: converge.v1.Phase
-	(WatchEventType)(0),                  // 45: converge.v1.WatchEventType
-	(EventType)(0),                       // 46: converge.v1.EventType
-	(*ResourceEvent)(nil),                // 47: converge.v1.ResourceEvent
-	(EventWatchType)(0),                  // 48: converge.v1.EventWatchType
-	(*GraphNode)(nil),                    // 49: converge.v1.GraphNode
-	(*DependencyEdge)(nil),               // 50: converge.v1.DependencyEdge
-	(*SpecRevision)(nil),                 // 51: converge.v1.SpecRevision
+	(*durationpb.Duration)(nil),          // 39: google.protobuf.Duration
+	(*ResourcePlan)(nil),                 // 40: converge.v1.ResourcePlan
+	(*structpb.Struct)(nil),              // 41: google.protobuf.Struct
+	(*Resource)(nil),                     // 42: converge.v1.Resource
+	(*Wait)(nil),                         // 43: converge.v1.Wait
+	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
+	(Phase)(0),                           // 45: converge.v1.Phase
+	(WatchEventType)(0),                  // 46: converge.v1.WatchEventType
+	(EventType)(0),                       // 47: converge.v1.EventType
+	(*ResourceEvent)(nil),                // 48: converge.v1.ResourceEvent
+	(EventWatchType)(0),                  // 49: converge.v1.EventWatchType
+	(*GraphNode)(nil),                    // 50: converge.v1.GraphNode
+	(*DependencyEdge)(nil),               // 51: converge.v1.DependencyEdge
+	(*SpecRevision)(nil),                 // 52: converge.v1.SpecRevision
 }
 var file_converge_v1_resource_service_proto_depIdxs = []int32{
 	4,  // 0: converge.v1.PlanResourceRequest.apply:type_name -> converge.v1.ApplyResourceRequest
 	38, // 1: converge.v1.PlanResourceRequest.delete:type_name -> converge.v1.ResourceRef
-	39, // 2: converge.v1.PlanResourceResponse.plan:type_name -> converge.v1.ResourcePlan
-	0,  // 3: converge.v1.PlanResourcesRequest.requests:type_name -> converge.v1.PlanResourceRequest
-	1,  // 4: converge.v1.PlanResourcesResponse.plans:type_name -> converge.v1.PlanResourceResponse
-	36, // 5: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
-	40, // 6: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
-	41, // 7: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
-	4,  // 8: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
-	5,  // 9: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
-	37, // 10: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
-	40, // 11: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
-	41, // 12: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
-	41, // 13: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
-	41, // 14: converge.v1.ExplainResourceResponse.resource:type_name -> converge.v1.Resource
-	42, // 15: converge.v1.ExplainResourceResponse.waiting_for:type_name -> converge.v1.Wait
-	43, // 16: converge.v1.ExplainResourceResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	43, // 17: converge.v1.ExplainResourceResponse.read_time:type_name -> google.protobuf.Timestamp
-	44, // 18: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
-	38, // 19: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	38, // 20: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	41, // 21: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
-	41, // 22: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
-	38, // 23: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
-	38, // 24: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
-	45, // 25: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
-	41, // 26: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
-	41, // 27: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
-	41, // 28: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	41, // 29: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
-	46, // 30: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
-	43, // 31: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
-	47, // 32: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
-	48, // 33: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
-	47, // 34: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
-	49, // 35: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
-	49, // 36: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
-	50, // 37: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
-	51, // 38: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
-	41, // 39: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
-	4,  // 40: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
-	6,  // 41: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
-	8,  // 42: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
-	10, // 43: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
-	12, // 44: converge.v1.ResourceService.ExplainResource:input_type -> converge.v1.ExplainResourceRequest
-	14, // 45: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
-	16, // 46: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
-	18, // 47: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
-	20, // 48: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
-	22, // 49: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
-	24, // 50: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
-	26, // 51: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
-	28, // 52: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
-	30, // 53: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
-	32, // 54: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
-	34, // 55: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
-	0,  // 56: converge.v1.ResourceService.PlanResource:input_type -> converge.v1.PlanResourceRequest
-	2,  // 57: converge.v1.ResourceService.PlanResources:input_type -> converge.v1.PlanResourcesRequest
-	5,  // 58: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
-	7,  // 59: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
-	9,  // 60: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
-	11, // 61: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
-	13, // 62: converge.v1.ResourceService.ExplainResource:output_type -> converge.v1.ExplainResourceResponse
-	15, // 63: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
-	17, // 64: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
-	19, // 65: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
-	21, // 66: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
-	23, // 67: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
-	25, // 68: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
-	27, // 69: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
-	29, // 70: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
-	31, // 71: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
-	33, // 72: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
-	35, // 73: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
-	1,  // 74: converge.v1.ResourceService.PlanResource:output_type -> converge.v1.PlanResourceResponse
-	3,  // 75: converge.v1.ResourceService.PlanResources:output_type -> converge.v1.PlanResourcesResponse
-	58, // [58:76] is the sub-list for method output_type
-	40, // [40:58] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	39, // 2: converge.v1.PlanResourceRequest.compose_timeout:type_name -> google.protobuf.Duration
+	40, // 3: converge.v1.PlanResourceResponse.plan:type_name -> converge.v1.ResourcePlan
+	0,  // 4: converge.v1.PlanResourcesRequest.requests:type_name -> converge.v1.PlanResourceRequest
+	1,  // 5: converge.v1.PlanResourcesResponse.plans:type_name -> converge.v1.PlanResourceResponse
+	36, // 6: converge.v1.ApplyResourceRequest.labels:type_name -> converge.v1.ApplyResourceRequest.LabelsEntry
+	41, // 7: converge.v1.ApplyResourceRequest.spec:type_name -> google.protobuf.Struct
+	42, // 8: converge.v1.ApplyResourceResponse.resource:type_name -> converge.v1.Resource
+	4,  // 9: converge.v1.BatchApplyResourcesRequest.requests:type_name -> converge.v1.ApplyResourceRequest
+	5,  // 10: converge.v1.BatchApplyResourcesResponse.responses:type_name -> converge.v1.ApplyResourceResponse
+	37, // 11: converge.v1.CreateResourceRequest.labels:type_name -> converge.v1.CreateResourceRequest.LabelsEntry
+	41, // 12: converge.v1.CreateResourceRequest.spec:type_name -> google.protobuf.Struct
+	42, // 13: converge.v1.CreateResourceResponse.resource:type_name -> converge.v1.Resource
+	42, // 14: converge.v1.GetResourceResponse.resource:type_name -> converge.v1.Resource
+	42, // 15: converge.v1.ExplainResourceResponse.resource:type_name -> converge.v1.Resource
+	43, // 16: converge.v1.ExplainResourceResponse.waiting_for:type_name -> converge.v1.Wait
+	44, // 17: converge.v1.ExplainResourceResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	44, // 18: converge.v1.ExplainResourceResponse.read_time:type_name -> google.protobuf.Timestamp
+	45, // 19: converge.v1.ListResourcesRequest.phases:type_name -> converge.v1.Phase
+	38, // 20: converge.v1.ListResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	38, // 21: converge.v1.ListResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	42, // 22: converge.v1.ListResourcesResponse.resources:type_name -> converge.v1.Resource
+	42, // 23: converge.v1.DeleteResourceResponse.resource:type_name -> converge.v1.Resource
+	38, // 24: converge.v1.WatchResourcesRequest.owner:type_name -> converge.v1.ResourceRef
+	38, // 25: converge.v1.WatchResourcesRequest.root:type_name -> converge.v1.ResourceRef
+	46, // 26: converge.v1.WatchResourcesResponse.type:type_name -> converge.v1.WatchEventType
+	42, // 27: converge.v1.WatchResourcesResponse.resource:type_name -> converge.v1.Resource
+	42, // 28: converge.v1.ReconcileResourceResponse.resource:type_name -> converge.v1.Resource
+	42, // 29: converge.v1.QuarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	42, // 30: converge.v1.UnquarantineResourceResponse.resource:type_name -> converge.v1.Resource
+	47, // 31: converge.v1.ListResourceEventsRequest.type:type_name -> converge.v1.EventType
+	44, // 32: converge.v1.ListResourceEventsRequest.since:type_name -> google.protobuf.Timestamp
+	48, // 33: converge.v1.ListResourceEventsResponse.events:type_name -> converge.v1.ResourceEvent
+	49, // 34: converge.v1.WatchResourceEventsResponse.type:type_name -> converge.v1.EventWatchType
+	48, // 35: converge.v1.WatchResourceEventsResponse.event:type_name -> converge.v1.ResourceEvent
+	50, // 36: converge.v1.GetResourceGraphResponse.root:type_name -> converge.v1.GraphNode
+	50, // 37: converge.v1.GetResourceGraphResponse.nodes:type_name -> converge.v1.GraphNode
+	51, // 38: converge.v1.GetResourceGraphResponse.edges:type_name -> converge.v1.DependencyEdge
+	52, // 39: converge.v1.ListSpecRevisionsResponse.revisions:type_name -> converge.v1.SpecRevision
+	42, // 40: converge.v1.RollbackResourceResponse.resource:type_name -> converge.v1.Resource
+	4,  // 41: converge.v1.ResourceService.ApplyResource:input_type -> converge.v1.ApplyResourceRequest
+	6,  // 42: converge.v1.ResourceService.BatchApplyResources:input_type -> converge.v1.BatchApplyResourcesRequest
+	8,  // 43: converge.v1.ResourceService.CreateResource:input_type -> converge.v1.CreateResourceRequest
+	10, // 44: converge.v1.ResourceService.GetResource:input_type -> converge.v1.GetResourceRequest
+	12, // 45: converge.v1.ResourceService.ExplainResource:input_type -> converge.v1.ExplainResourceRequest
+	14, // 46: converge.v1.ResourceService.ListResources:input_type -> converge.v1.ListResourcesRequest
+	16, // 47: converge.v1.ResourceService.DeleteResource:input_type -> converge.v1.DeleteResourceRequest
+	18, // 48: converge.v1.ResourceService.WatchResources:input_type -> converge.v1.WatchResourcesRequest
+	20, // 49: converge.v1.ResourceService.ReconcileResource:input_type -> converge.v1.ReconcileResourceRequest
+	22, // 50: converge.v1.ResourceService.QuarantineResource:input_type -> converge.v1.QuarantineResourceRequest
+	24, // 51: converge.v1.ResourceService.UnquarantineResource:input_type -> converge.v1.UnquarantineResourceRequest
+	26, // 52: converge.v1.ResourceService.ListResourceEvents:input_type -> converge.v1.ListResourceEventsRequest
+	28, // 53: converge.v1.ResourceService.WatchResourceEvents:input_type -> converge.v1.WatchResourceEventsRequest
+	30, // 54: converge.v1.ResourceService.GetResourceGraph:input_type -> converge.v1.GetResourceGraphRequest
+	32, // 55: converge.v1.ResourceService.ListSpecRevisions:input_type -> converge.v1.ListSpecRevisionsRequest
+	34, // 56: converge.v1.ResourceService.RollbackResource:input_type -> converge.v1.RollbackResourceRequest
+	0,  // 57: converge.v1.ResourceService.PlanResource:input_type -> converge.v1.PlanResourceRequest
+	2,  // 58: converge.v1.ResourceService.PlanResources:input_type -> converge.v1.PlanResourcesRequest
+	5,  // 59: converge.v1.ResourceService.ApplyResource:output_type -> converge.v1.ApplyResourceResponse
+	7,  // 60: converge.v1.ResourceService.BatchApplyResources:output_type -> converge.v1.BatchApplyResourcesResponse
+	9,  // 61: converge.v1.ResourceService.CreateResource:output_type -> converge.v1.CreateResourceResponse
+	11, // 62: converge.v1.ResourceService.GetResource:output_type -> converge.v1.GetResourceResponse
+	13, // 63: converge.v1.ResourceService.ExplainResource:output_type -> converge.v1.ExplainResourceResponse
+	15, // 64: converge.v1.ResourceService.ListResources:output_type -> converge.v1.ListResourcesResponse
+	17, // 65: converge.v1.ResourceService.DeleteResource:output_type -> converge.v1.DeleteResourceResponse
+	19, // 66: converge.v1.ResourceService.WatchResources:output_type -> converge.v1.WatchResourcesResponse
+	21, // 67: converge.v1.ResourceService.ReconcileResource:output_type -> converge.v1.ReconcileResourceResponse
+	23, // 68: converge.v1.ResourceService.QuarantineResource:output_type -> converge.v1.QuarantineResourceResponse
+	25, // 69: converge.v1.ResourceService.UnquarantineResource:output_type -> converge.v1.UnquarantineResourceResponse
+	27, // 70: converge.v1.ResourceService.ListResourceEvents:output_type -> converge.v1.ListResourceEventsResponse
+	29, // 71: converge.v1.ResourceService.WatchResourceEvents:output_type -> converge.v1.WatchResourceEventsResponse
+	31, // 72: converge.v1.ResourceService.GetResourceGraph:output_type -> converge.v1.GetResourceGraphResponse
+	33, // 73: converge.v1.ResourceService.ListSpecRevisions:output_type -> converge.v1.ListSpecRevisionsResponse
+	35, // 74: converge.v1.ResourceService.RollbackResource:output_type -> converge.v1.RollbackResourceResponse
+	1,  // 75: converge.v1.ResourceService.PlanResource:output_type -> converge.v1.PlanResourceResponse
+	3,  // 76: converge.v1.ResourceService.PlanResources:output_type -> converge.v1.PlanResourcesResponse
+	59, // [59:77] is the sub-list for method output_type
+	41, // [41:59] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_converge_v1_resource_service_proto_init() }

@@ -153,10 +153,13 @@ type ResourceServiceClient interface {
 	// fields that would change, the children its composition would create,
 	// change, delete or orphan with the edges that would move, the resources
 	// that would reconcile again and, for a delete, the teardown order.
-	// Compositions declared as data are planned in the server, level by level
-	// down to max_depth; a composer worker's children are not planned (the
-	// plan says so in not_planned). Needs the permission the change itself
-	// would need.
+	// Compositions declared as data are planned in the server; a composer
+	// worker's are planned by sending a connected worker of the kind its
+	// compose in plan mode (StageTask.plan: the handler must cause no side
+	// effects), level by level down to max_depth. Fails with UNAVAILABLE
+	// (COMPOSER_UNAVAILABLE) when no connected worker takes that compose, and
+	// DEADLINE_EXCEEDED (COMPOSER_TIMED_OUT) when it does not answer within
+	// compose_timeout. Needs the permission the change itself would need.
 	PlanResource(ctx context.Context, in *PlanResourceRequest, opts ...grpc.CallOption) (*PlanResourceResponse, error)
 	// PlanResource for up to 100 changes, each planned against what is stored
 	// now (not against each other); the first refused one refuses the call,
@@ -484,10 +487,13 @@ type ResourceServiceServer interface {
 	// fields that would change, the children its composition would create,
 	// change, delete or orphan with the edges that would move, the resources
 	// that would reconcile again and, for a delete, the teardown order.
-	// Compositions declared as data are planned in the server, level by level
-	// down to max_depth; a composer worker's children are not planned (the
-	// plan says so in not_planned). Needs the permission the change itself
-	// would need.
+	// Compositions declared as data are planned in the server; a composer
+	// worker's are planned by sending a connected worker of the kind its
+	// compose in plan mode (StageTask.plan: the handler must cause no side
+	// effects), level by level down to max_depth. Fails with UNAVAILABLE
+	// (COMPOSER_UNAVAILABLE) when no connected worker takes that compose, and
+	// DEADLINE_EXCEEDED (COMPOSER_TIMED_OUT) when it does not answer within
+	// compose_timeout. Needs the permission the change itself would need.
 	PlanResource(context.Context, *PlanResourceRequest) (*PlanResourceResponse, error)
 	// PlanResource for up to 100 changes, each planned against what is stored
 	// now (not against each other); the first refused one refuses the call,

@@ -136,6 +136,13 @@ def composite_provider(log: EventLog) -> Reactions:
     async def compose(request: ReactionRequest) -> Outcome:
         log.write("start", request)
         try:
+            if request.resource.spec.get("hang") is True:
+                # Never returns on its own: the runtime cancels it at the deadline.
+                await asyncio.Event().wait()
+            if not request.plan:
+                # What a real composer does to the world (say, reserving a
+                # name), skipped when only planning.
+                log.write("side-effect", request)
             return _compose(request)
         finally:
             log.write("end", request)

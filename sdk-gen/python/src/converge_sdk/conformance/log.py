@@ -22,8 +22,8 @@ class EventLog:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: str, request: ReactionRequest) -> None:
-        """Appends the line of ``event`` (``start``, ``end`` or
-        ``teardown``) for ``request``."""
+        """Appends the line of ``event`` (``start``, ``end``,
+        ``teardown`` or ``side-effect``) for ``request``."""
         if self._fd is None:
             return
         line = json.dumps(
@@ -34,6 +34,7 @@ class EventLog:
                 "reaction": request.reaction,
                 "generation": request.generation,
                 "attempt": request.attempt,
+                "plan": request.plan,
                 "language": self._language,
             },
             separators=(",", ":"),

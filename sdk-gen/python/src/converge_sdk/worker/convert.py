@@ -332,6 +332,7 @@ def request_from_task(
         generation=task.generation,
         attempt=task.attempt,
         input=_stage_input(task),
+        plan=task.plan,
         default_config=default_config,
         config_override=struct_to_json(task.provider_config) if task.HasField("provider_config") else None,
         bundle_override=task.provider_bundle,

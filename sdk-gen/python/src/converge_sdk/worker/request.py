@@ -49,6 +49,12 @@ class ReactionRequest:
     attempt: int
     #: The stage-specific input.
     input: StageInput
+    #: A plan, not a reconcile (compose only): a client asked what applying
+    #: the resource would do. Compute the answer as usual but cause **no
+    #: side effects** (no calls that change the outside world, no writes of
+    #: your own): the outcome is shown to the client, never applied. The
+    #: resource may not exist yet (empty ``uid``).
+    plan: bool = False
     #: The kind's default provider config as cached when the task arrived.
     default_config: Optional[ProviderConfig] = None
     #: The resource's config override (spec of its custom ProviderConfig).

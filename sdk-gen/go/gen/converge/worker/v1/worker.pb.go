@@ -1783,6 +1783,15 @@ type StageTask struct {
 	// continue the trace in its handler span. Empty when the server does not
 	// trace or the reconcile is not sampled.
 	TraceContext map[string]string `protobuf:"bytes,15,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A plan, not a reconcile (COMPOSE only): a client asked what applying
+	// this resource would do (ResourceService.PlanResource). The handler
+	// computes its answer as usual but MUST NOT cause side effects: no calls
+	// that change the outside world, no writes of its own. The resource may
+	// not exist (uid empty, generation 0); observed, desired, edges and
+	// configs are the stored ones. The result is an answer to the client and
+	// is never applied: status, conditions and events are ignored, and the
+	// fence fields are echoed as for any task.
+	Plan bool `protobuf:"varint,16,opt,name=plan,proto3" json:"plan,omitempty"`
 	// The stage-specific input; exactly one is set, matching stage.
 	//
 	// Types that are valid to be assigned to Input:
@@ -1931,6 +1940,13 @@ func (x *StageTask) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *StageTask) GetPlan() bool {
+	if x != nil {
+		return x.Plan
+	}
+	return false
 }
 
 func (x *StageTask) GetInput() isStageTask_Input {
@@ -3037,7 +3053,7 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\fkind_version\x18\x02 \x01(\x05B\x04\xe2A\x01\x02R\vkindVersion\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\bR\x05ready\"E\n" +
 	"\rWorkHeartbeat\x124\n" +
-	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\x9d\t\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\xb1\t\n" +
 	"\tStageTask\x12/\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x19.converge.worker.v1.StageR\x05stage\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12!\n" +
@@ -3058,7 +3074,8 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\aattempt\x18\f \x01(\x05R\aattempt\x12@\n" +
 	"\x0fprovider_config\x18\r \x01(\v2\x17.google.protobuf.StructR\x0eproviderConfig\x12'\n" +
 	"\x0fprovider_bundle\x18\x0e \x01(\fR\x0eproviderBundle\x12T\n" +
-	"\rtrace_context\x18\x0f \x03(\v2/.converge.worker.v1.StageTask.TraceContextEntryR\ftraceContext\x12G\n" +
+	"\rtrace_context\x18\x0f \x03(\v2/.converge.worker.v1.StageTask.TraceContextEntryR\ftraceContext\x12\x12\n" +
+	"\x04plan\x18\x10 \x01(\bR\x04plan\x12G\n" +
 	"\rcompose_input\x18\x14 \x01(\v2 .converge.worker.v1.ComposeInputH\x00R\fcomposeInput\x12>\n" +
 	"\n" +
 	"work_input\x18\x15 \x01(\v2\x1d.converge.worker.v1.WorkInputH\x00R\tworkInput\x12D\n" +

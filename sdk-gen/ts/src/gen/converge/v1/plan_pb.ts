@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file converge/v1/plan.proto.
  */
 export const file_converge_v1_plan: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb252ZXJnZS92MS9wbGFuLnByb3RvEgtjb252ZXJnZS52MSJ8CgtGaWVsZENoYW5nZRISCgRwYXRoGAEgASgJQgTiQQEDEiwKBmJlZm9yZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUIE4kEBAxIrCgVhZnRlchgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUIE4kEBAyKUBQoMUmVzb3VyY2VQbGFuEjAKCHJlc291cmNlGAEgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQEDEi0KBmFjdGlvbhgDIAEoDjIXLmNvbnZlcmdlLnYxLlBsYW5BY3Rpb25CBOJBAQMSNAoMc3BlY19jaGFuZ2VzGAQgAygLMhguY29udmVyZ2UudjEuRmllbGRDaGFuZ2VCBOJBAQMSGAoKcmVjb25jaWxlcxgFIAEoCEIE4kEBAxIxCghjb21wb3NlchgGIAEoDjIZLmNvbnZlcmdlLnYxLlBsYW5Db21wb3NlckIE4kEBAxIxCghjaGlsZHJlbhgHIAMoCzIZLmNvbnZlcmdlLnYxLlJlc291cmNlUGxhbkIE4kEBAxIgChJ1bmNoYW5nZWRfY2hpbGRyZW4YCCABKAVCBOJBAQMSNgoLZWRnZXNfYWRkZWQYCSADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZUIE4kEBAxI4Cg1lZGdlc19yZW1vdmVkGAogAygLMhsuY29udmVyZ2UudjEuRGVwZW5kZW5jeUVkZ2VCBOJBAQMSMgoKZGVwZW5kZW50cxgLIAMoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEDEjYKDnRlYXJkb3duX29yZGVyGAwgAygLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGQoLbm90X3BsYW5uZWQYDSABKAlCBOJBAQMSIgoPcHJvdmlkZXJfY29uZmlnGA4gASgJQgTiQQEDSACIAQFCEgoQX3Byb3ZpZGVyX2NvbmZpZyqkAQoKUGxhbkFjdGlvbhIbChdQTEFOX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKElBMQU5fQUNUSU9OX0NSRUFURRABEhYKElBMQU5fQUNUSU9OX1VQREFURRACEhkKFVBMQU5fQUNUSU9OX1VOQ0hBTkdFRBADEhYKElBMQU5fQUNUSU9OX0RFTEVURRAEEhYKElBMQU5fQUNUSU9OX09SUEhBThAFKnkKDFBsYW5Db21wb3NlchIdChlQTEFOX0NPTVBPU0VSX1VOU1BFQ0lGSUVEEAASFgoSUExBTl9DT01QT1NFUl9OT05FEAESGAoUUExBTl9DT01QT1NFUl9TRVJWRVIQAhIYChRQTEFOX0NPTVBPU0VSX1dPUktFUhADQpkBCg9jb20uY29udmVyZ2UudjFCCVBsYW5Qcm90b1ABWi5jb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS92MTtjb252ZXJnZXYxogIDQ1hYqgILQ29udmVyZ2UuVjHKAgtDb252ZXJnZVxWMeICF0NvbnZlcmdlXFYxXEdQQk1ldGFkYXRh6gIMQ29udmVyZ2U6OlYxYgZwcm90bzM", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct]);
+  fileDesc("ChZjb252ZXJnZS92MS9wbGFuLnByb3RvEgtjb252ZXJnZS52MSJ8CgtGaWVsZENoYW5nZRISCgRwYXRoGAEgASgJQgTiQQEDEiwKBmJlZm9yZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUIE4kEBAxIrCgVhZnRlchgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUIE4kEBAyLVBQoMUmVzb3VyY2VQbGFuEjAKCHJlc291cmNlGAEgASgLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQEDEi0KBmFjdGlvbhgDIAEoDjIXLmNvbnZlcmdlLnYxLlBsYW5BY3Rpb25CBOJBAQMSNAoMc3BlY19jaGFuZ2VzGAQgAygLMhguY29udmVyZ2UudjEuRmllbGRDaGFuZ2VCBOJBAQMSGAoKcmVjb25jaWxlcxgFIAEoCEIE4kEBAxIxCghjb21wb3NlchgGIAEoDjIZLmNvbnZlcmdlLnYxLlBsYW5Db21wb3NlckIE4kEBAxIxCghjaGlsZHJlbhgHIAMoCzIZLmNvbnZlcmdlLnYxLlJlc291cmNlUGxhbkIE4kEBAxIgChJ1bmNoYW5nZWRfY2hpbGRyZW4YCCABKAVCBOJBAQMSNgoLZWRnZXNfYWRkZWQYCSADKAsyGy5jb252ZXJnZS52MS5EZXBlbmRlbmN5RWRnZUIE4kEBAxI4Cg1lZGdlc19yZW1vdmVkGAogAygLMhsuY29udmVyZ2UudjEuRGVwZW5kZW5jeUVkZ2VCBOJBAQMSMgoKZGVwZW5kZW50cxgLIAMoCzIYLmNvbnZlcmdlLnYxLlJlc291cmNlUmVmQgTiQQEDEjYKDnRlYXJkb3duX29yZGVyGAwgAygLMhguY29udmVyZ2UudjEuUmVzb3VyY2VSZWZCBOJBAQMSGQoLbm90X3BsYW5uZWQYDSABKAlCBOJBAQMSIgoPcHJvdmlkZXJfY29uZmlnGA4gASgJQgTiQQEDSACIAQESPwoQcHJvdmlkZXJfY29uZmlncxgPIAMoCzIfLmNvbnZlcmdlLnYxLlByb3ZpZGVyQ29uZmlnUGxhbkIE4kEBA0ISChBfcHJvdmlkZXJfY29uZmlnIvMBChJQcm92aWRlckNvbmZpZ1BsYW4SEgoEbmFtZRgBIAEoCUIE4kEBAxISCgRraW5kGAIgASgJQgTiQQEDEhoKDGtpbmRfdmVyc2lvbhgDIAEoBUIE4kEBAxItCgZhY3Rpb24YBCABKA4yFy5jb252ZXJnZS52MS5QbGFuQWN0aW9uQgTiQQEDEjQKDHNwZWNfY2hhbmdlcxgFIAMoCzIYLmNvbnZlcmdlLnYxLkZpZWxkQ2hhbmdlQgTiQQEDEhoKDGRhdGFfY2hhbmdlcxgGIAEoCEIE4kEBAxIYCgppc19kZWZhdWx0GAcgASgIQgTiQQEDKqQBCgpQbGFuQWN0aW9uEhsKF1BMQU5fQUNUSU9OX1VOU1BFQ0lGSUVEEAASFgoSUExBTl9BQ1RJT05fQ1JFQVRFEAESFgoSUExBTl9BQ1RJT05fVVBEQVRFEAISGQoVUExBTl9BQ1RJT05fVU5DSEFOR0VEEAMSFgoSUExBTl9BQ1RJT05fREVMRVRFEAQSFgoSUExBTl9BQ1RJT05fT1JQSEFOEAUqeQoMUGxhbkNvbXBvc2VyEh0KGVBMQU5fQ09NUE9TRVJfVU5TUEVDSUZJRUQQABIWChJQTEFOX0NPTVBPU0VSX05PTkUQARIYChRQTEFOX0NPTVBPU0VSX1NFUlZFUhACEhgKFFBMQU5fQ09NUE9TRVJfV09SS0VSEANCmQEKD2NvbS5jb252ZXJnZS52MUIJUGxhblByb3RvUAFaLmNvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3YxO2NvbnZlcmdldjGiAgNDWFiqAgtDb252ZXJnZS5WMcoCC0NvbnZlcmdlXFYx4gIXQ29udmVyZ2VcVjFcR1BCTWV0YWRhdGHqAgxDb252ZXJnZTo6VjFiBnByb3RvMw", [file_converge_v1_resource, file_google_api_field_behavior, file_google_protobuf_struct]);
 
 /**
  * One field of a spec that would change, by JSON pointer.
@@ -150,9 +150,10 @@ export type ResourcePlan = Message<"converge.v1.ResourcePlan"> & {
   teardownOrder: ResourceRef[];
 
   /**
-   * Output only. Why its children were not planned, when they were not: a
-   * composer worker (only compositions declared as data are planned), or
-   * the request's depth or the size cap reached. Empty when they were.
+   * Output only. Why its children were not planned, when they were not:
+   * the request's depth or the size cap reached, or the composition failing
+   * (its expressions, or the composer worker's handler, with what the apply
+   * would fail with). Empty when they were.
    *
    * @generated from field: string not_planned = 13;
    */
@@ -165,6 +166,15 @@ export type ResourcePlan = Message<"converge.v1.ResourcePlan"> & {
    * @generated from field: optional string provider_config = 14;
    */
   providerConfig?: string | undefined;
+
+  /**
+   * Output only. The provider configs its composer would create, change or
+   * delete (a composer worker may emit configs the resource owns);
+   * unchanged ones are left out.
+   *
+   * @generated from field: repeated converge.v1.ProviderConfigPlan provider_configs = 15;
+   */
+  providerConfigs: ProviderConfigPlan[];
 };
 
 /**
@@ -173,6 +183,69 @@ export type ResourcePlan = Message<"converge.v1.ResourcePlan"> & {
  */
 export const ResourcePlanSchema: GenMessage<ResourcePlan> = /*@__PURE__*/
   messageDesc(file_converge_v1_plan, 1);
+
+/**
+ * What a plan says would happen to one provider config a composer owns.
+ *
+ * @generated from message converge.v1.ProviderConfigPlan
+ */
+export type ProviderConfigPlan = Message<"converge.v1.ProviderConfigPlan"> & {
+  /**
+   * Output only. The config's name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Output only. The kind it configures.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * Output only. The kind version it configures.
+   *
+   * @generated from field: int32 kind_version = 3;
+   */
+  kindVersion: number;
+
+  /**
+   * Output only. CREATE, UPDATE or DELETE.
+   *
+   * @generated from field: converge.v1.PlanAction action = 4;
+   */
+  action: PlanAction;
+
+  /**
+   * Output only. The spec fields that would change.
+   *
+   * @generated from field: repeated converge.v1.FieldChange spec_changes = 5;
+   */
+  specChanges: FieldChange[];
+
+  /**
+   * Output only. Whether its opaque data would change.
+   *
+   * @generated from field: bool data_changes = 6;
+   */
+  dataChanges: boolean;
+
+  /**
+   * Output only. Whether it is (or would become) its pair's default.
+   *
+   * @generated from field: bool is_default = 7;
+   */
+  isDefault: boolean;
+};
+
+/**
+ * Describes the message converge.v1.ProviderConfigPlan.
+ * Use `create(ProviderConfigPlanSchema)` to create a new message.
+ */
+export const ProviderConfigPlanSchema: GenMessage<ProviderConfigPlan> = /*@__PURE__*/
+  messageDesc(file_converge_v1_plan, 2);
 
 /**
  * What a plan says would happen to one resource.
@@ -259,8 +332,8 @@ export enum PlanComposer {
   SERVER = 2,
 
   /**
-   * A composer worker: its children are not planned (see
-   * ResourcePlan.not_planned).
+   * A composer worker: planned by a connected worker of the kind running
+   * its compose in plan mode.
    *
    * @generated from enum value: PLAN_COMPOSER_WORKER = 3;
    */

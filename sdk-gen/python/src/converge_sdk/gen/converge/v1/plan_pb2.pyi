@@ -47,7 +47,7 @@ class FieldChange(_message.Message):
     def __init__(self, path: _Optional[str] = ..., before: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., after: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
 
 class ResourcePlan(_message.Message):
-    __slots__ = ("resource", "kind_version", "action", "spec_changes", "reconciles", "composer", "children", "unchanged_children", "edges_added", "edges_removed", "dependents", "teardown_order", "not_planned", "provider_config")
+    __slots__ = ("resource", "kind_version", "action", "spec_changes", "reconciles", "composer", "children", "unchanged_children", "edges_added", "edges_removed", "dependents", "teardown_order", "not_planned", "provider_config", "provider_configs")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class ResourcePlan(_message.Message):
     TEARDOWN_ORDER_FIELD_NUMBER: _ClassVar[int]
     NOT_PLANNED_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     resource: _resource_pb2.ResourceRef
     kind_version: int
     action: PlanAction
@@ -76,4 +77,23 @@ class ResourcePlan(_message.Message):
     teardown_order: _containers.RepeatedCompositeFieldContainer[_resource_pb2.ResourceRef]
     not_planned: str
     provider_config: str
-    def __init__(self, resource: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., kind_version: _Optional[int] = ..., action: _Optional[_Union[PlanAction, str]] = ..., spec_changes: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ..., reconciles: _Optional[bool] = ..., composer: _Optional[_Union[PlanComposer, str]] = ..., children: _Optional[_Iterable[_Union[ResourcePlan, _Mapping]]] = ..., unchanged_children: _Optional[int] = ..., edges_added: _Optional[_Iterable[_Union[_resource_pb2.DependencyEdge, _Mapping]]] = ..., edges_removed: _Optional[_Iterable[_Union[_resource_pb2.DependencyEdge, _Mapping]]] = ..., dependents: _Optional[_Iterable[_Union[_resource_pb2.ResourceRef, _Mapping]]] = ..., teardown_order: _Optional[_Iterable[_Union[_resource_pb2.ResourceRef, _Mapping]]] = ..., not_planned: _Optional[str] = ..., provider_config: _Optional[str] = ...) -> None: ...
+    provider_configs: _containers.RepeatedCompositeFieldContainer[ProviderConfigPlan]
+    def __init__(self, resource: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., kind_version: _Optional[int] = ..., action: _Optional[_Union[PlanAction, str]] = ..., spec_changes: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ..., reconciles: _Optional[bool] = ..., composer: _Optional[_Union[PlanComposer, str]] = ..., children: _Optional[_Iterable[_Union[ResourcePlan, _Mapping]]] = ..., unchanged_children: _Optional[int] = ..., edges_added: _Optional[_Iterable[_Union[_resource_pb2.DependencyEdge, _Mapping]]] = ..., edges_removed: _Optional[_Iterable[_Union[_resource_pb2.DependencyEdge, _Mapping]]] = ..., dependents: _Optional[_Iterable[_Union[_resource_pb2.ResourceRef, _Mapping]]] = ..., teardown_order: _Optional[_Iterable[_Union[_resource_pb2.ResourceRef, _Mapping]]] = ..., not_planned: _Optional[str] = ..., provider_config: _Optional[str] = ..., provider_configs: _Optional[_Iterable[_Union[ProviderConfigPlan, _Mapping]]] = ...) -> None: ...
+
+class ProviderConfigPlan(_message.Message):
+    __slots__ = ("name", "kind", "kind_version", "action", "spec_changes", "data_changes", "is_default")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KIND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SPEC_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    DATA_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    kind_version: int
+    action: PlanAction
+    spec_changes: _containers.RepeatedCompositeFieldContainer[FieldChange]
+    data_changes: bool
+    is_default: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., action: _Optional[_Union[PlanAction, str]] = ..., spec_changes: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ..., data_changes: _Optional[bool] = ..., is_default: _Optional[bool] = ...) -> None: ...

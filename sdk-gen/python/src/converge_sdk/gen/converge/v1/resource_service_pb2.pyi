@@ -3,6 +3,7 @@ import datetime
 from converge_sdk.gen.converge.v1 import plan_pb2 as _plan_pb2
 from converge_sdk.gen.converge.v1 import resource_pb2 as _resource_pb2
 from google.api import field_behavior_pb2 as _field_behavior_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -14,14 +15,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PlanResourceRequest(_message.Message):
-    __slots__ = ("apply", "delete", "max_depth")
+    __slots__ = ("apply", "delete", "max_depth", "compose_timeout")
     APPLY_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    COMPOSE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     apply: ApplyResourceRequest
     delete: _resource_pb2.ResourceRef
     max_depth: int
-    def __init__(self, apply: _Optional[_Union[ApplyResourceRequest, _Mapping]] = ..., delete: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., max_depth: _Optional[int] = ...) -> None: ...
+    compose_timeout: _duration_pb2.Duration
+    def __init__(self, apply: _Optional[_Union[ApplyResourceRequest, _Mapping]] = ..., delete: _Optional[_Union[_resource_pb2.ResourceRef, _Mapping]] = ..., max_depth: _Optional[int] = ..., compose_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PlanResourceResponse(_message.Message):
     __slots__ = ("plan", "changes")

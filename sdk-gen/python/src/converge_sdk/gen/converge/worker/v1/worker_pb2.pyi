@@ -310,7 +310,7 @@ class WorkHeartbeat(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
 
 class StageTask(_message.Message):
-    __slots__ = ("stage", "kind", "kind_version", "resource", "generation", "reaction", "trigger", "lease_token", "claim_epoch", "manifest_version", "task_deadline", "attempt", "provider_config", "provider_bundle", "trace_context", "compose_input", "work_input", "rollup_input", "delete_input", "operate_input", "react_input")
+    __slots__ = ("stage", "kind", "kind_version", "resource", "generation", "reaction", "trigger", "lease_token", "claim_epoch", "manifest_version", "task_deadline", "attempt", "provider_config", "provider_bundle", "trace_context", "plan", "compose_input", "work_input", "rollup_input", "delete_input", "operate_input", "react_input")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +333,7 @@ class StageTask(_message.Message):
     PROVIDER_CONFIG_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_BUNDLE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     COMPOSE_INPUT_FIELD_NUMBER: _ClassVar[int]
     WORK_INPUT_FIELD_NUMBER: _ClassVar[int]
     ROLLUP_INPUT_FIELD_NUMBER: _ClassVar[int]
@@ -354,13 +355,14 @@ class StageTask(_message.Message):
     provider_config: _struct_pb2.Struct
     provider_bundle: bytes
     trace_context: _containers.ScalarMap[str, str]
+    plan: bool
     compose_input: ComposeInput
     work_input: WorkInput
     rollup_input: RollupInput
     delete_input: DeleteInput
     operate_input: OperateInput
     react_input: ReactInput
-    def __init__(self, stage: _Optional[_Union[Stage, str]] = ..., kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., resource: _Optional[_Union[Resource, _Mapping]] = ..., generation: _Optional[int] = ..., reaction: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., lease_token: _Optional[str] = ..., claim_epoch: _Optional[int] = ..., manifest_version: _Optional[int] = ..., task_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., provider_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., provider_bundle: _Optional[bytes] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., compose_input: _Optional[_Union[ComposeInput, _Mapping]] = ..., work_input: _Optional[_Union[WorkInput, _Mapping]] = ..., rollup_input: _Optional[_Union[RollupInput, _Mapping]] = ..., delete_input: _Optional[_Union[DeleteInput, _Mapping]] = ..., operate_input: _Optional[_Union[OperateInput, _Mapping]] = ..., react_input: _Optional[_Union[ReactInput, _Mapping]] = ...) -> None: ...
+    def __init__(self, stage: _Optional[_Union[Stage, str]] = ..., kind: _Optional[str] = ..., kind_version: _Optional[int] = ..., resource: _Optional[_Union[Resource, _Mapping]] = ..., generation: _Optional[int] = ..., reaction: _Optional[str] = ..., trigger: _Optional[_Union[Trigger, str]] = ..., lease_token: _Optional[str] = ..., claim_epoch: _Optional[int] = ..., manifest_version: _Optional[int] = ..., task_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., provider_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., provider_bundle: _Optional[bytes] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., plan: _Optional[bool] = ..., compose_input: _Optional[_Union[ComposeInput, _Mapping]] = ..., work_input: _Optional[_Union[WorkInput, _Mapping]] = ..., rollup_input: _Optional[_Union[RollupInput, _Mapping]] = ..., delete_input: _Optional[_Union[DeleteInput, _Mapping]] = ..., operate_input: _Optional[_Union[OperateInput, _Mapping]] = ..., react_input: _Optional[_Union[ReactInput, _Mapping]] = ...) -> None: ...
 
 class ComposeInput(_message.Message):
     __slots__ = ("observed", "desired", "edges", "configs")
