@@ -471,6 +471,75 @@ async fn a_dropped_stream_resumes_leases_and_redelivers_buffered_results() {
 }
 
 #[tokio::test]
+async fn a_result_is_kept_until_acknowledged_and_sent_again_on_the_next_stream() {
+    let broker = Broker::start().await;
+    let (_noop, noop_p) = provider("noop", 1);
+    let worker = Running::start(broker.worker().provider(noop_p));
+    broker.stream_opened(0).await;
+
+    // Sent, but the broker cannot write it (no acknowledgement).
+    broker.withhold_acks(true);
+    let mut a = task("A", "noop", 1, json!({}));
+    a.claim_epoch = 7;
+    broker.send_task(0, a).await;
+    broker.completion("A").await;
+    assert_eq!(worker.handle.stats().buffered, 1, "kept until acknowledged");
+    // Its lease is attested meanwhile.
+    broker
+        .wait_for("A attested", |h| {
+            h.heartbeats()
+                .iter()
+                .any(|(_, leases)| leases.iter().any(|l| l == "A"))
+                .then_some(())
+        })
+        .await;
+
+    // The stream goes: the next one resumes A and sends its result again.
+    broker.withhold_acks(false);
+    broker.break_stream(0).await;
+    broker.stream_opened(1).await;
+    broker
+        .wait_for("A sent again", |h| {
+            h.completes()
+                .iter()
+                .any(|(_, s, c)| *s == 1 && c.lease_token == "A" && c.claim_epoch == 7)
+                .then_some(())
+        })
+        .await;
+    let history = common::History(broker.events());
+    let Up::Subscribe(subscribe) = &history.stream(1)[0] else {
+        panic!("no Subscribe first");
+    };
+    assert_eq!(
+        subscribe
+            .resumed
+            .iter()
+            .map(|r| r.lease_token.as_str())
+            .collect::<Vec<_>>(),
+        ["A"]
+    );
+
+    // Acknowledged now: forgotten, and not sent on a third stream.
+    let handle = worker.handle.clone();
+    tokio::time::timeout(common::WAIT, async {
+        while handle.stats().buffered != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the acknowledged result was never forgotten");
+    broker.break_stream(1).await;
+    broker.stream_opened(2).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let history = common::History(broker.events());
+    assert!(
+        history.stream(2).iter().all(|m| !matches!(m, Up::Complete(_))),
+        "an acknowledged result was sent again"
+    );
+    worker.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_full_result_buffer_discards_the_oldest() {
     let broker = Broker::start().await;
     let (noop, noop_p) = provider("noop", 1);

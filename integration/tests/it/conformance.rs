@@ -317,7 +317,7 @@ fn condition<'a>(resource: &'a Resource, type_: &str) -> Option<&'a Condition> {
 type Scenario = for<'a> fn(&'a mut Suite) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
 
 /// Every scenario, in the order they run (drain last: it stops the worker).
-const SCENARIOS: [(&str, Scenario); 20] = [
+const SCENARIOS: [(&str, Scenario); 21] = [
     ("ready", |s| Box::pin(ready(s))),
     ("events-and-liveness", |s| Box::pin(events_and_liveness(s))),
     ("heartbeats", |s| Box::pin(heartbeats(s))),
@@ -333,6 +333,7 @@ const SCENARIOS: [(&str, Scenario); 20] = [
     ("plan", |s| Box::pin(plan(s))),
     ("bounded-concurrency", |s| Box::pin(bounded_concurrency(s))),
     ("reconnect", |s| Box::pin(reconnect(s))),
+    ("broker-drain", |s| Box::pin(broker_drain(s))),
     ("worker-killed", |s| Box::pin(worker_killed(s))),
     ("mtls", |s| Box::pin(mtls(s))),
     ("tls-reload", |s| Box::pin(tls_reload(s))),
@@ -810,6 +811,35 @@ async fn reconnect(s: &mut Suite) -> anyhow::Result<()> {
     anyhow::ensure!(status["attempt"] == 1, "the task ran again after the restart: {status}");
     let starts = s.lines("start", &name).len();
     anyhow::ensure!(starts == 1, "{starts} starts");
+    Ok(())
+}
+
+/// The server drains (a graceful stop) while the worker's handlers finish
+/// one after another, before, during and after the drain's last read of the
+/// stream: every result is kept by the worker until the broker
+/// acknowledges it, and sent again on the next stream if it was not, so
+/// nothing is lost and no task runs twice.
+async fn broker_drain(s: &mut Suite) -> anyhow::Result<()> {
+    let names: Vec<String> = (0..MAX_PARALLEL).map(|i| s.name(&format!("drained-{i}"))).collect();
+    for (i, name) in names.iter().enumerate() {
+        s.apply(name, json!({"sleepMs": 200 + 350 * i})).await?;
+    }
+    eventually(Duration::from_secs(20), || async {
+        Ok(names.iter().all(|n| !s.lines("start", n).is_empty()).then_some(()))
+    })
+    .await?;
+    if let Some(server) = s.server.take() {
+        server.shutdown().await?;
+    }
+    let server = serve(&s.database, s.listen).await?;
+    s.client = server.client().await?;
+    s.server = Some(server);
+    for name in &names {
+        let status = status_json(&s.ready("conf-leaf", name).await?);
+        anyhow::ensure!(status["attempt"] == 1, "{name} ran again after the drain: {status}");
+        let starts = s.lines("start", name).len();
+        anyhow::ensure!(starts == 1, "{name}: {starts} starts");
+    }
     Ok(())
 }
 

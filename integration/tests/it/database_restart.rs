@@ -15,7 +15,7 @@ use converge_integration::api::{apply, apply_manifest, work_kind};
 use converge_integration::eventually;
 use converge_integration::postgres::PrivateServer;
 use converge_integration::processes::{
-    connect_when_up, converge_process_with, free_local_addr, noop_worker, signal, stop_cleanly,
+    connect_when_up, converge_process_with, free_local_addr, noop_worker, signal, stop_cleanly, worked,
 };
 use converge_proto::v1::{GetResourceRequest, ListClusterMembersRequest};
 use converge_sdk::Client;
@@ -252,6 +252,28 @@ async fn a_restarted_database_is_ridden_out_and_nothing_is_lost() -> anyhow::Res
     };
     outage.ride_out(&mut database, Fault::Stop).await?;
     check_membership(&client).await?;
+    // Results the broker held while the database was away were kept,
+    // written when it came back and only then acknowledged to the worker
+    // (which keeps and re-sends them until then): no task ran twice, and
+    // the outage delayed them by its length, not by the lease timeout.
+    {
+        let pool = PgPool::connect_with(database.connect_options("converge")?).await?;
+        let so_far = outcomes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .applied
+            .clone();
+        wait_ready(&pool, &so_far).await.map_err(|e| with_log(e, &log))?;
+        pool.close().await;
+        let repeats: Vec<(String, usize)> = worked(&scratch.path().join("worked"))?
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .collect();
+        assert!(
+            repeats.is_empty(),
+            "tasks ran again after a database restart: {repeats:?}"
+        );
+    }
 
     // A crash: the postmaster is killed; unlogged tables come back empty.
     outage.ride_out(&mut database, Fault::Kill).await?;

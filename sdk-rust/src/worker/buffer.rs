@@ -4,8 +4,9 @@ use std::collections::VecDeque;
 
 use converge_proto::worker_v1::StageComplete;
 
-/// Completions not yet handed to a stream, oldest first. While connected it
-/// is drained at once; while disconnected it holds results for redelivery.
+/// Completions, oldest first: those not yet handed to a stream (while
+/// connected drained at once; while disconnected held for redelivery), and
+/// those sent but not yet acknowledged by the broker.
 ///
 /// Overflow policy: when full, the OLDEST result is discarded. Its lease is
 /// the likeliest to be past its deadline or already reclaimed by the broker
@@ -49,6 +50,16 @@ impl ResultBuffer {
 
     pub(crate) fn pop(&mut self) -> Option<StageComplete> {
         self.items.pop_front()
+    }
+
+    /// Takes the newest result.
+    pub(crate) fn pop_back(&mut self) -> Option<StageComplete> {
+        self.items.pop_back()
+    }
+
+    /// Keeps only the results `keep` says yes to.
+    pub(crate) fn retain(&mut self, keep: impl FnMut(&StageComplete) -> bool) {
+        self.items.retain(keep);
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -34,7 +34,9 @@
 //! - opens `WorkStream` with `Subscribe` first (served pairs, `max_inflight`
 //!   = `max_parallel`, and the tasks it still runs or holds results for),
 //!   followed by `Interest{ready: false}` for every unready provider;
-//! - redelivers buffered results first on every new stream;
+//! - keeps every result until the broker acknowledges it (`ResultAck`,
+//!   written or stale), and redelivers unsent and unacknowledged results
+//!   first on every new stream;
 //! - runs at most `max_parallel` handlers at once, each bounded by its task
 //!   deadline (expiry = transient "deadline exceeded"), with panics turned
 //!   into transient failures; handlers run on the process, so a stream drop
@@ -43,7 +45,8 @@
 //! - answers each task with one `StageComplete` echoing its fence;
 //! - sends a `WorkHeartbeat` every interval listing the leases of accepted
 //!   tasks whose handlers have not finished (including any waiting for a
-//!   slot: they are the worker's responsibility until answered);
+//!   slot: they are the worker's responsibility until answered) and of
+//!   results not yet acknowledged;
 //! - polls [`Provider::ready`] and sends `Interest` on every change; tasks
 //!   for an unknown or unready pair fail transiently. A provider whose
 //!   [`Provider::requires_default_config`] is true counts as unready until

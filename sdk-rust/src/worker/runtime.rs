@@ -81,7 +81,8 @@ pub struct WorkerStats {
     pub sessions: u64,
     /// Tasks accepted whose handler has not finished (now).
     pub running: usize,
-    /// Results waiting to be sent (now).
+    /// Results not yet acknowledged by the broker: waiting to be sent, or
+    /// sent and kept until acknowledged (now).
     pub buffered: usize,
 }
 

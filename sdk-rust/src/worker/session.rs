@@ -68,14 +68,17 @@ impl Outbox {
 
     /// Hands every buffered result to the stream, oldest first. A result
     /// that cannot be sent goes back to the buffer for the next stream.
+    /// A sent result is kept until the broker acknowledges it.
     fn flush(&self, shared: &Shared) -> Result<(), StreamGone> {
         while let Some(complete) = shared.pop_result() {
+            let copy = complete.clone();
             if let Err(error) = self.tx.send(complete_request(complete)) {
                 if let Some(Up::Complete(complete)) = error.0.payload {
                     shared.unpop_result(complete);
                 }
                 return Err(StreamGone);
             }
+            shared.sent(copy);
         }
         Ok(())
     }
@@ -94,6 +97,8 @@ pub(crate) async fn run_session<F: Future<Output = ()>>(run: &mut Run, mut shutd
     let (tx, rx) = unbounded_channel();
     let outbox = Outbox { tx };
 
+    // What the last stream did not acknowledge is sent again on this one.
+    shared.requeue_unacknowledged();
     // The opening burst is queued before the call starts, so Subscribe is
     // the first message and the Interest frames ride right behind it.
     let resumed = shared.resumed();
@@ -181,6 +186,10 @@ pub(crate) async fn run_session<F: Future<Output = ()>>(run: &mut Run, mut shutd
                     apply_update(&shared, update);
                     Ok(())
                 }
+                Some(Ok(WorkStreamResponse { payload: Some(Down::ResultAck(ack)) })) => {
+                    shared.acknowledge(&ack.leases);
+                    Ok(())
+                }
                 Some(Ok(WorkStreamResponse { payload: None })) => Ok(()),
                 Some(Err(status)) => {
                     tracing::warn!(%status, "work stream failed");
@@ -193,7 +202,7 @@ pub(crate) async fn run_session<F: Future<Output = ()>>(run: &mut Run, mut shutd
             },
             () = shared.results_ready.notified() => outbox.flush(&shared),
             _ = heartbeat.tick() => {
-                let leases = shared.running_leases();
+                let leases = shared.attested_leases();
                 outbox.send(Up::Heartbeat(WorkHeartbeat { leases }))
             }
             _ = poll.tick(), if !run.draining() => poll_readiness(&shared, &outbox, &mut readiness),

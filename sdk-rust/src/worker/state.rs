@@ -31,6 +31,9 @@ struct TaskBook {
     running: HashMap<String, i64>,
     /// Finished results not yet handed to a stream.
     results: ResultBuffer,
+    /// Results handed to a stream and not yet acknowledged by the broker
+    /// (ResultAck), oldest first: sent again on the next stream.
+    unacked: ResultBuffer,
 }
 
 /// The default provider configs as last applied.
@@ -80,6 +83,7 @@ impl Shared {
             book: Mutex::new(TaskBook {
                 running: HashMap::new(),
                 results: ResultBuffer::new(settings.result_buffer_capacity),
+                unacked: ResultBuffer::new(settings.result_buffer_capacity),
             }),
             providers,
             settings,
@@ -135,18 +139,61 @@ impl Shared {
         }
     }
 
-    /// Leases of accepted tasks whose handlers have not finished, sorted.
-    pub(crate) fn running_leases(&self) -> Vec<LeaseRef> {
+    /// Keeps a result handed to a stream until the broker acknowledges it.
+    pub(crate) fn sent(&self, complete: StageComplete) {
+        if let Some(dropped) = lock(&self.book).unacked.push(complete) {
+            self.counters.buffered_dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(lease = %dropped.lease_token, "too many unacknowledged results; forgot the oldest");
+        }
+    }
+
+    /// Forgets the results the broker acknowledged.
+    pub(crate) fn acknowledge(&self, leases: &[LeaseRef]) {
+        let tokens: std::collections::HashSet<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
+        lock(&self.book)
+            .unacked
+            .retain(|c| !tokens.contains(c.lease_token.as_str()));
+    }
+
+    /// Puts the unacknowledged results back in front of the buffer, to be
+    /// sent again on a new stream (the fence drops a copy the broker had
+    /// already written).
+    pub(crate) fn requeue_unacknowledged(&self) {
+        let mut book = lock(&self.book);
+        let book = &mut *book;
+        let mut dropped = 0;
+        while let Some(complete) = book.unacked.pop_back() {
+            if book.results.push_front(complete).is_some() {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.counters.buffered_dropped.fetch_add(dropped, Ordering::Relaxed);
+            tracing::warn!(
+                dropped,
+                "result buffer full; discarded the oldest unacknowledged results"
+            );
+        }
+    }
+
+    /// Leases to attest in a heartbeat, sorted: those of accepted tasks
+    /// whose handlers have not finished, and of results not yet
+    /// acknowledged (the broker may be waiting for the database to write
+    /// them).
+    pub(crate) fn attested_leases(&self) -> Vec<LeaseRef> {
         let book = lock(&self.book);
         let mut leases: Vec<LeaseRef> = book
             .running
             .iter()
+            .map(|(token, epoch)| (token.as_str(), *epoch))
+            .chain(book.unacked.leases())
             .map(|(token, epoch)| LeaseRef {
-                lease_token: token.clone(),
-                claim_epoch: *epoch,
+                lease_token: token.to_owned(),
+                claim_epoch: epoch,
             })
             .collect();
         leases.sort_by(|a, b| a.lease_token.cmp(&b.lease_token));
+        leases.dedup();
         leases
     }
 
@@ -168,10 +215,10 @@ impl Shared {
         resumed
     }
 
-    /// (running handlers, undelivered results).
+    /// (running handlers, results not yet acknowledged: unsent or sent).
     pub(crate) fn outstanding(&self) -> (usize, usize) {
         let book = lock(&self.book);
-        (book.running.len(), book.results.len())
+        (book.running.len(), book.results.len() + book.unacked.len())
     }
 
     /// A provider's readiness: its own `ready()` (a panic counts as not

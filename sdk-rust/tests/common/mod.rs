@@ -22,8 +22,8 @@ use converge_proto::worker_v1::work_stream_request::Payload as Up;
 use converge_proto::worker_v1::work_stream_response::Payload as Down;
 use converge_proto::worker_v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use converge_proto::worker_v1::{
-    GetProviderConfigRequest, GetProviderConfigResponse, ProviderConfigEntry, ProviderConfigUpdate, Stage,
-    StageComplete, StageTask, WorkStreamRequest, WorkStreamResponse,
+    GetProviderConfigRequest, GetProviderConfigResponse, LeaseRef, ProviderConfigEntry, ProviderConfigUpdate,
+    ResultAck, Stage, StageComplete, StageTask, WorkStreamRequest, WorkStreamResponse,
 };
 use converge_sdk::worker::convert::json_to_struct;
 use converge_sdk::worker::{
@@ -63,6 +63,8 @@ struct Inner {
     streams: Mutex<HashMap<usize, mpsc::Sender<Result<WorkStreamResponse, Status>>>>,
     next_stream: AtomicUsize,
     reject: AtomicBool,
+    /// Acknowledge no completion (a broker that cannot write them).
+    withhold_acks: AtomicBool,
     configs: Mutex<Vec<ProviderConfigEntry>>,
     changed: Option<watch::Sender<usize>>,
 }
@@ -106,6 +108,23 @@ impl WorkerService for Service {
         tokio::spawn(async move {
             while let Some(Ok(message)) = inbound.next().await {
                 if let Some(payload) = message.payload {
+                    // Acknowledged at once, as a broker does once written.
+                    if let Up::Complete(complete) = &payload
+                        && !inner.withhold_acks.load(Ordering::SeqCst)
+                    {
+                        let ack = WorkStreamResponse {
+                            payload: Some(Down::ResultAck(ResultAck {
+                                leases: vec![LeaseRef {
+                                    lease_token: complete.lease_token.clone(),
+                                    claim_epoch: complete.claim_epoch,
+                                }],
+                            })),
+                        };
+                        let sender = inner.streams.lock().unwrap().get(&id).cloned();
+                        if let Some(sender) = sender {
+                            let _ = sender.send(Ok(ack)).await;
+                        }
+                    }
                     inner.record(Event::Message(id, payload));
                 }
             }
@@ -266,6 +285,11 @@ impl Broker {
             .send(Err(Status::unavailable("scripted stream drop")))
             .await
             .unwrap();
+    }
+
+    /// Acknowledge no completion from now on (true), or every one (false).
+    pub fn withhold_acks(&self, withhold: bool) {
+        self.inner.withhold_acks.store(withhold, Ordering::SeqCst);
     }
 
     /// Refuse (true) or accept (false) new streams.

@@ -56,12 +56,24 @@ impl Session {
         let stats = &self.broker.stats;
         match reactors::acknowledge(&self.broker.pool, &delivered).await {
             Ok(accepted) => {
+                self.write_retry = None;
                 stats.applied.fetch_add(accepted, Ordering::Relaxed);
                 stats
                     .stale
                     .fetch_add((delivered.len() as u64).saturating_sub(accepted), Ordering::Relaxed);
+                self.acks.extend(delivered.iter().map(|(token, epoch)| wpb::LeaseRef {
+                    lease_token: token.to_string(),
+                    claim_epoch: *epoch,
+                }));
             }
-            Err(e) => tracing::warn!(error = %e, deliveries = delivered.len(), "could not acknowledge deliveries"),
+            // Kept and written again shortly, like results.
+            Err(e) => {
+                tracing::warn!(error = %e, deliveries = delivered.len(), "could not acknowledge deliveries; keeping them to retry");
+                self.back_off();
+                let mut kept = delivered;
+                kept.append(&mut self.delivered);
+                self.delivered = kept;
+            }
         }
     }
 

@@ -63,6 +63,13 @@ const MAX_BATCH: usize = 512;
 const MAX_ROLLUP_DESCENDANTS: i64 = 10_000;
 /// Most children handed to a composer as observed.
 const MAX_OBSERVED_CHILDREN: i64 = 10_000;
+/// Most final results a session keeps while the database refuses them
+/// (beyond it the oldest go: their workers resend them after a reconnect,
+/// or the reaper frees their leases).
+const MAX_KEPT_RESULTS: usize = 10_000;
+/// First and longest pause between attempts to write results the database
+/// refused.
+const WRITE_RETRY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
 /// The next message of a worker's stream; never for converge's own session.
 async fn next_message(
@@ -148,8 +155,15 @@ pub(super) struct Session {
     /// Whether the next claim round looks for plans (after a
     /// `plan_requested` notification, or a full claim of them).
     plans_due: bool,
-    /// Final results not yet written to the outbox.
+    /// Final results not yet written to the outbox (kept across a failed
+    /// write, and written when the database is back).
     results: Vec<TaskResult>,
+    /// Completions this session is done with, to acknowledge to the worker
+    /// with the next flush (ResultAck).
+    acks: Vec<wpb::LeaseRef>,
+    /// After a failed write of results: when to try again, and the pause
+    /// after that.
+    write_retry: Option<(tokio::time::Instant, Duration)>,
     /// How many tasks this stream last counted into the broker's gauge.
     counted: i64,
     /// Who the worker is, as its events record it ("worker:<identity>").
@@ -185,6 +199,8 @@ impl Session {
             operations_due: tokio::time::Instant::now(),
             plans_due: false,
             results: Vec::new(),
+            acks: Vec::new(),
+            write_retry: None,
             counted: 0,
             actor,
             out,
@@ -509,19 +525,82 @@ impl Session {
         }
     }
 
-    /// Writes the pending results; the fence drops stale ones.
+    /// Writes the pending results (the fence drops stale ones) and
+    /// acknowledges what is done to the worker.
     async fn flush(&mut self) {
+        self.write_results().await;
+        self.send_acks().await;
+    }
+
+    /// Tells the worker which completions it may forget.
+    async fn send_acks(&mut self) {
+        if self.acks.is_empty() {
+            return;
+        }
+        let leases = std::mem::take(&mut self.acks);
+        let message = wpb::WorkStreamResponse {
+            payload: Some(wpb::work_stream_response::Payload::ResultAck(wpb::ResultAck { leases })),
+        };
+        // A stream that is gone ends the session; its worker resends.
+        let _ = self.out.send(Ok(message)).await;
+    }
+
+    /// Acknowledges `results` (written, or found stale) to the worker.
+    fn acknowledge(&mut self, results: &[TaskResult]) {
+        self.acks.extend(results.iter().map(|r| wpb::LeaseRef {
+            lease_token: r.lease.to_string(),
+            claim_epoch: r.epoch,
+        }));
+    }
+
+    /// Keeps results the database refused, to write them when it is back
+    /// (the worker keeps attesting their leases meanwhile).
+    fn keep_unwritten(&mut self, mut results: Vec<TaskResult>) {
+        self.back_off();
+        results.append(&mut self.results);
+        let excess = results.len().saturating_sub(MAX_KEPT_RESULTS);
+        if excess > 0 {
+            tracing::warn!(
+                dropped = excess,
+                "too many unwritten results kept; the oldest are left to their workers' resends"
+            );
+            results.drain(..excess);
+        }
+        self.results = results;
+    }
+
+    /// Waits longer before the next write after a failed one.
+    fn back_off(&mut self) {
+        let pause = self
+            .write_retry
+            .map_or(WRITE_RETRY.0, |(_, pause)| (pause * 2).min(WRITE_RETRY.1));
+        self.write_retry = Some((tokio::time::Instant::now() + pause, pause));
+    }
+
+    /// Writes the pending deliveries and results; the fence drops stale
+    /// ones. After a failed write, waits its pause before trying again.
+    async fn write_results(&mut self) {
+        if self.results.is_empty() && self.delivered.is_empty() {
+            return;
+        }
+        if let Some((at, _)) = self.write_retry
+            && tokio::time::Instant::now() < at
+        {
+            return;
+        }
         self.flush_deliveries().await;
         if self.results.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.results);
-        let stats = &self.broker.stats;
+        let stats = self.broker.stats.clone();
         // Requeued work falls due its delay after the fence (the database
         // counts from the result's fence time): wake up for it then.
         let flushed_at = tokio::time::Instant::now();
         match self.write(&results).await {
             Ok(accepted) => {
+                self.write_retry = None;
+                self.acknowledge(&results);
                 self.note_due_work(&results, &accepted, flushed_at).await;
                 let accepted_count = accepted.len() as u64;
                 let failed = results
@@ -536,9 +615,12 @@ impl Session {
                     stats.stale.fetch_add(stale, Ordering::Relaxed);
                 }
             }
-            // The leases stay held without heartbeats: the reaper frees
-            // them and the work runs again (at least once).
-            Err(e) => tracing::warn!(error = %e, results = results.len(), "could not write results"),
+            // Kept and written again shortly; the worker keeps them too
+            // (unacknowledged) and attests their leases meanwhile.
+            Err(e) => {
+                tracing::warn!(error = %e, results = results.len(), "could not write results; keeping them to retry");
+                self.keep_unwritten(results);
+            }
         }
     }
 
@@ -716,7 +798,31 @@ impl Session {
         }
     }
 
+    /// Handles a completion, then acknowledges it unless it became a
+    /// result or delivery still to write (acknowledged once written, kept
+    /// and retried while the database refuses it).
     async fn complete(&mut self, complete: wpb::StageComplete) -> Result<(), SessionError> {
+        let lease = wpb::LeaseRef {
+            lease_token: complete.lease_token.clone(),
+            claim_epoch: complete.claim_epoch,
+        };
+        let settled = self.settle(complete).await;
+        let token = Uuid::parse_str(&lease.lease_token).ok();
+        let to_write = settled.is_ok()
+            && token.is_some_and(|token| {
+                self.results.last().is_some_and(|r| r.lease == token)
+                    || self.delivered.last().is_some_and(|(t, _)| *t == token)
+            });
+        // Also after a database failure mid-stage (not a final result): the
+        // worker must stop attesting the lease so that it lapses and the
+        // task runs again, as it would have without acknowledgements.
+        if !to_write {
+            self.acks.push(lease);
+        }
+        settled
+    }
+
+    async fn settle(&mut self, complete: wpb::StageComplete) -> Result<(), SessionError> {
         let stale = |session: &Self| {
             session.broker.stats.stale.fetch_add(1, Ordering::Relaxed);
             Ok(())

@@ -1349,6 +1349,7 @@ type WorkStreamResponse struct {
 	//
 	//	*WorkStreamResponse_Task
 	//	*WorkStreamResponse_ProviderConfigUpdate
+	//	*WorkStreamResponse_ResultAck
 	Payload       isWorkStreamResponse_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1409,6 +1410,15 @@ func (x *WorkStreamResponse) GetProviderConfigUpdate() *ProviderConfigUpdate {
 	return nil
 }
 
+func (x *WorkStreamResponse) GetResultAck() *ResultAck {
+	if x != nil {
+		if x, ok := x.Payload.(*WorkStreamResponse_ResultAck); ok {
+			return x.ResultAck
+		}
+	}
+	return nil
+}
+
 type isWorkStreamResponse_Payload interface {
 	isWorkStreamResponse_Payload()
 }
@@ -1423,9 +1433,73 @@ type WorkStreamResponse_ProviderConfigUpdate struct {
 	ProviderConfigUpdate *ProviderConfigUpdate `protobuf:"bytes,2,opt,name=provider_config_update,json=providerConfigUpdate,proto3,oneof"`
 }
 
+type WorkStreamResponse_ResultAck struct {
+	// Completions the broker is done with.
+	ResultAck *ResultAck `protobuf:"bytes,3,opt,name=result_ack,json=resultAck,proto3,oneof"`
+}
+
 func (*WorkStreamResponse_Task) isWorkStreamResponse_Payload() {}
 
 func (*WorkStreamResponse_ProviderConfigUpdate) isWorkStreamResponse_Payload() {}
+
+func (*WorkStreamResponse_ResultAck) isWorkStreamResponse_Payload() {}
+
+// The broker is done with these completions: it wrote their outcome
+// durably (a final result committed, a stage's effects applied, a plan's
+// answer recorded), found them stale, or gave up on them (the database
+// failed while it applied a stage that is not the last one: the lease is
+// left to lapse and the task runs again), so the worker may forget them
+// and stops attesting their leases.
+// Until a completion is acknowledged the worker keeps it and, after a
+// reconnect, lists its lease in Subscribe.resumed and sends it again on the
+// new stream (the fence makes a second copy harmless). A broker that cannot
+// write a completion (the database is down) keeps it and writes it when it
+// can, acknowledging it then. Completions are identified by the lease of
+// the task they answer.
+type ResultAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leases of the acknowledged completions.
+	Leases        []*LeaseRef `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultAck) Reset() {
+	*x = ResultAck{}
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultAck) ProtoMessage() {}
+
+func (x *ResultAck) ProtoReflect() protoreflect.Message {
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
+func (*ResultAck) Descriptor() ([]byte, []int) {
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResultAck) GetLeases() []*LeaseRef {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
 
 // Opens a worker session. The worker sends no identity: the broker takes it
 // from the transport (mTLS SPIFFE ID, trusted mesh header or peer address).
@@ -1440,8 +1514,8 @@ type Subscribe struct {
 	// has more unresolved tasks outstanding on this stream.
 	MaxInflight int32 `protobuf:"varint,2,opt,name=max_inflight,json=maxInflight,proto3" json:"max_inflight,omitempty"`
 	// Tasks from a previous session that are still running or whose results
-	// are buffered for redelivery. The broker keeps their leases alive and
-	// counts them against max_inflight.
+	// are buffered for redelivery or not yet acknowledged (ResultAck). The
+	// broker keeps their leases alive and counts them against max_inflight.
 	Resumed []*ResumedTask `protobuf:"bytes,3,rep,name=resumed,proto3" json:"resumed,omitempty"`
 	// Optional free-form description of the worker software, e.g.
 	// "converge-sdk-rust/0.1.0". Display only.
@@ -1452,7 +1526,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1538,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1551,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Subscribe) GetKinds() []*KindVersion {
@@ -1521,7 +1595,7 @@ type ResumedTask struct {
 
 func (x *ResumedTask) Reset() {
 	*x = ResumedTask{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1607,7 @@ func (x *ResumedTask) String() string {
 func (*ResumedTask) ProtoMessage() {}
 
 func (x *ResumedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1620,7 @@ func (x *ResumedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumedTask.ProtoReflect.Descriptor instead.
 func (*ResumedTask) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResumedTask) GetLeaseToken() string {
@@ -1576,7 +1650,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1662,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1675,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseRef) GetLeaseToken() string {
@@ -1635,7 +1709,7 @@ type Interest struct {
 
 func (x *Interest) Reset() {
 	*x = Interest{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1721,7 @@ func (x *Interest) String() string {
 func (*Interest) ProtoMessage() {}
 
 func (x *Interest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1734,7 @@ func (x *Interest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interest.ProtoReflect.Descriptor instead.
 func (*Interest) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Interest) GetKind() string {
@@ -1690,7 +1764,8 @@ func (x *Interest) GetReady() bool {
 // reclaimed.
 type WorkHeartbeat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Leases whose handlers are running.
+	// Leases whose handlers are running, and those whose completions are not
+	// yet acknowledged.
 	Leases        []*LeaseRef `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1698,7 +1773,7 @@ type WorkHeartbeat struct {
 
 func (x *WorkHeartbeat) Reset() {
 	*x = WorkHeartbeat{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1785,7 @@ func (x *WorkHeartbeat) String() string {
 func (*WorkHeartbeat) ProtoMessage() {}
 
 func (x *WorkHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1798,7 @@ func (x *WorkHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHeartbeat.ProtoReflect.Descriptor instead.
 func (*WorkHeartbeat) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkHeartbeat) GetLeases() []*LeaseRef {
@@ -1809,7 +1884,7 @@ type StageTask struct {
 
 func (x *StageTask) Reset() {
 	*x = StageTask{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1896,7 @@ func (x *StageTask) String() string {
 func (*StageTask) ProtoMessage() {}
 
 func (x *StageTask) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1909,7 @@ func (x *StageTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageTask.ProtoReflect.Descriptor instead.
 func (*StageTask) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StageTask) GetStage() Stage {
@@ -2073,7 +2148,7 @@ type ComposeInput struct {
 
 func (x *ComposeInput) Reset() {
 	*x = ComposeInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2160,7 @@ func (x *ComposeInput) String() string {
 func (*ComposeInput) ProtoMessage() {}
 
 func (x *ComposeInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2173,7 @@ func (x *ComposeInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeInput.ProtoReflect.Descriptor instead.
 func (*ComposeInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ComposeInput) GetObserved() []*Resource {
@@ -2141,7 +2216,7 @@ type WorkInput struct {
 
 func (x *WorkInput) Reset() {
 	*x = WorkInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2228,7 @@ func (x *WorkInput) String() string {
 func (*WorkInput) ProtoMessage() {}
 
 func (x *WorkInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2241,7 @@ func (x *WorkInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkInput.ProtoReflect.Descriptor instead.
 func (*WorkInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkInput) GetStatus() *structpb.Struct {
@@ -2190,7 +2265,7 @@ type RollupInput struct {
 
 func (x *RollupInput) Reset() {
 	*x = RollupInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2277,7 @@ func (x *RollupInput) String() string {
 func (*RollupInput) ProtoMessage() {}
 
 func (x *RollupInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2290,7 @@ func (x *RollupInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollupInput.ProtoReflect.Descriptor instead.
 func (*RollupInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RollupInput) GetDescendants() []*Resource {
@@ -2243,7 +2318,7 @@ type DeleteInput struct {
 
 func (x *DeleteInput) Reset() {
 	*x = DeleteInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2330,7 @@ func (x *DeleteInput) String() string {
 func (*DeleteInput) ProtoMessage() {}
 
 func (x *DeleteInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[21]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2343,7 @@ func (x *DeleteInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInput.ProtoReflect.Descriptor instead.
 func (*DeleteInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{21}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteInput) GetFinalizer() string {
@@ -2289,7 +2364,7 @@ type OperateInput struct {
 
 func (x *OperateInput) Reset() {
 	*x = OperateInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2376,7 @@ func (x *OperateInput) String() string {
 func (*OperateInput) ProtoMessage() {}
 
 func (x *OperateInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[22]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2389,7 @@ func (x *OperateInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperateInput.ProtoReflect.Descriptor instead.
 func (*OperateInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{22}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OperateInput) GetOperation() *Operation {
@@ -2340,7 +2415,7 @@ type ReactInput struct {
 
 func (x *ReactInput) Reset() {
 	*x = ReactInput{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2427,7 @@ func (x *ReactInput) String() string {
 func (*ReactInput) ProtoMessage() {}
 
 func (x *ReactInput) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[23]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2440,7 @@ func (x *ReactInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReactInput.ProtoReflect.Descriptor instead.
 func (*ReactInput) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{23}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReactInput) GetTransition() Transition {
@@ -2438,7 +2513,7 @@ type StageComplete struct {
 
 func (x *StageComplete) Reset() {
 	*x = StageComplete{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2525,7 @@ func (x *StageComplete) String() string {
 func (*StageComplete) ProtoMessage() {}
 
 func (x *StageComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[24]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2538,7 @@ func (x *StageComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageComplete.ProtoReflect.Descriptor instead.
 func (*StageComplete) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{24}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StageComplete) GetLeaseToken() string {
@@ -2573,7 +2648,7 @@ type ComposeResult struct {
 
 func (x *ComposeResult) Reset() {
 	*x = ComposeResult{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2660,7 @@ func (x *ComposeResult) String() string {
 func (*ComposeResult) ProtoMessage() {}
 
 func (x *ComposeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[25]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2673,7 @@ func (x *ComposeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeResult.ProtoReflect.Descriptor instead.
 func (*ComposeResult) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{25}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ComposeResult) GetDesired() []*ChildSpec {
@@ -2640,7 +2715,7 @@ type TaskError struct {
 
 func (x *TaskError) Reset() {
 	*x = TaskError{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2727,7 @@ func (x *TaskError) String() string {
 func (*TaskError) ProtoMessage() {}
 
 func (x *TaskError) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[26]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2740,7 @@ func (x *TaskError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskError.ProtoReflect.Descriptor instead.
 func (*TaskError) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{26}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskError) GetMessage() string {
@@ -2710,7 +2785,7 @@ type ProviderConfigUpdate struct {
 
 func (x *ProviderConfigUpdate) Reset() {
 	*x = ProviderConfigUpdate{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2797,7 @@ func (x *ProviderConfigUpdate) String() string {
 func (*ProviderConfigUpdate) ProtoMessage() {}
 
 func (x *ProviderConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[27]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2810,7 @@ func (x *ProviderConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ProviderConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{27}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProviderConfigUpdate) GetKind() string {
@@ -2784,7 +2859,7 @@ type GetProviderConfigRequest struct {
 
 func (x *GetProviderConfigRequest) Reset() {
 	*x = GetProviderConfigRequest{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2871,7 @@ func (x *GetProviderConfigRequest) String() string {
 func (*GetProviderConfigRequest) ProtoMessage() {}
 
 func (x *GetProviderConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[28]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2884,7 @@ func (x *GetProviderConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderConfigRequest) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{28}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetProviderConfigRequest) GetKinds() []*KindVersion {
@@ -2831,7 +2906,7 @@ type GetProviderConfigResponse struct {
 
 func (x *GetProviderConfigResponse) Reset() {
 	*x = GetProviderConfigResponse{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2918,7 @@ func (x *GetProviderConfigResponse) String() string {
 func (*GetProviderConfigResponse) ProtoMessage() {}
 
 func (x *GetProviderConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[29]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2931,7 @@ func (x *GetProviderConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetProviderConfigResponse) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{29}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetProviderConfigResponse) GetEntries() []*ProviderConfigEntry {
@@ -2883,7 +2958,7 @@ type ProviderConfigEntry struct {
 
 func (x *ProviderConfigEntry) Reset() {
 	*x = ProviderConfigEntry{}
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2970,7 @@ func (x *ProviderConfigEntry) String() string {
 func (*ProviderConfigEntry) ProtoMessage() {}
 
 func (x *ProviderConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_converge_worker_v1_worker_proto_msgTypes[30]
+	mi := &file_converge_worker_v1_worker_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +2983,7 @@ func (x *ProviderConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfigEntry.ProtoReflect.Descriptor instead.
 func (*ProviderConfigEntry) Descriptor() ([]byte, []int) {
-	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{30}
+	return file_converge_worker_v1_worker_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProviderConfigEntry) GetKind() string {
@@ -3028,11 +3103,15 @@ const file_converge_worker_v1_worker_proto_rawDesc = "" +
 	"\bcomplete\x18\x02 \x01(\v2!.converge.worker.v1.StageCompleteH\x00R\bcomplete\x12:\n" +
 	"\binterest\x18\x03 \x01(\v2\x1c.converge.worker.v1.InterestH\x00R\binterest\x12A\n" +
 	"\theartbeat\x18\x04 \x01(\v2!.converge.worker.v1.WorkHeartbeatH\x00R\theartbeatB\t\n" +
-	"\apayload\"\xb6\x01\n" +
+	"\apayload\"\xf6\x01\n" +
 	"\x12WorkStreamResponse\x123\n" +
 	"\x04task\x18\x01 \x01(\v2\x1d.converge.worker.v1.StageTaskH\x00R\x04task\x12`\n" +
-	"\x16provider_config_update\x18\x02 \x01(\v2(.converge.worker.v1.ProviderConfigUpdateH\x00R\x14providerConfigUpdateB\t\n" +
-	"\apayload\"\xc2\x01\n" +
+	"\x16provider_config_update\x18\x02 \x01(\v2(.converge.worker.v1.ProviderConfigUpdateH\x00R\x14providerConfigUpdate\x12>\n" +
+	"\n" +
+	"result_ack\x18\x03 \x01(\v2\x1d.converge.worker.v1.ResultAckH\x00R\tresultAckB\t\n" +
+	"\apayload\"A\n" +
+	"\tResultAck\x124\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1c.converge.worker.v1.LeaseRefR\x06leases\"\xc2\x01\n" +
 	"\tSubscribe\x12;\n" +
 	"\x05kinds\x18\x01 \x03(\v2\x1f.converge.worker.v1.KindVersionB\x04\xe2A\x01\x02R\x05kinds\x12!\n" +
 	"\fmax_inflight\x18\x02 \x01(\x05R\vmaxInflight\x129\n" +
@@ -3210,7 +3289,7 @@ func file_converge_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_converge_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_converge_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_converge_worker_v1_worker_proto_goTypes = []any{
 	(Stage)(0),                        // 0: converge.worker.v1.Stage
 	(Trigger)(0),                      // 1: converge.worker.v1.Trigger
@@ -3229,105 +3308,108 @@ var file_converge_worker_v1_worker_proto_goTypes = []any{
 	(*Operation)(nil),                 // 14: converge.worker.v1.Operation
 	(*WorkStreamRequest)(nil),         // 15: converge.worker.v1.WorkStreamRequest
 	(*WorkStreamResponse)(nil),        // 16: converge.worker.v1.WorkStreamResponse
-	(*Subscribe)(nil),                 // 17: converge.worker.v1.Subscribe
-	(*ResumedTask)(nil),               // 18: converge.worker.v1.ResumedTask
-	(*LeaseRef)(nil),                  // 19: converge.worker.v1.LeaseRef
-	(*Interest)(nil),                  // 20: converge.worker.v1.Interest
-	(*WorkHeartbeat)(nil),             // 21: converge.worker.v1.WorkHeartbeat
-	(*StageTask)(nil),                 // 22: converge.worker.v1.StageTask
-	(*ComposeInput)(nil),              // 23: converge.worker.v1.ComposeInput
-	(*WorkInput)(nil),                 // 24: converge.worker.v1.WorkInput
-	(*RollupInput)(nil),               // 25: converge.worker.v1.RollupInput
-	(*DeleteInput)(nil),               // 26: converge.worker.v1.DeleteInput
-	(*OperateInput)(nil),              // 27: converge.worker.v1.OperateInput
-	(*ReactInput)(nil),                // 28: converge.worker.v1.ReactInput
-	(*StageComplete)(nil),             // 29: converge.worker.v1.StageComplete
-	(*ComposeResult)(nil),             // 30: converge.worker.v1.ComposeResult
-	(*TaskError)(nil),                 // 31: converge.worker.v1.TaskError
-	(*ProviderConfigUpdate)(nil),      // 32: converge.worker.v1.ProviderConfigUpdate
-	(*GetProviderConfigRequest)(nil),  // 33: converge.worker.v1.GetProviderConfigRequest
-	(*GetProviderConfigResponse)(nil), // 34: converge.worker.v1.GetProviderConfigResponse
-	(*ProviderConfigEntry)(nil),       // 35: converge.worker.v1.ProviderConfigEntry
-	nil,                               // 36: converge.worker.v1.Resource.LabelsEntry
-	nil,                               // 37: converge.worker.v1.ChildSpec.LabelsEntry
-	nil,                               // 38: converge.worker.v1.StageTask.TraceContextEntry
-	(*structpb.Struct)(nil),           // 39: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),     // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 41: google.protobuf.Duration
+	(*ResultAck)(nil),                 // 17: converge.worker.v1.ResultAck
+	(*Subscribe)(nil),                 // 18: converge.worker.v1.Subscribe
+	(*ResumedTask)(nil),               // 19: converge.worker.v1.ResumedTask
+	(*LeaseRef)(nil),                  // 20: converge.worker.v1.LeaseRef
+	(*Interest)(nil),                  // 21: converge.worker.v1.Interest
+	(*WorkHeartbeat)(nil),             // 22: converge.worker.v1.WorkHeartbeat
+	(*StageTask)(nil),                 // 23: converge.worker.v1.StageTask
+	(*ComposeInput)(nil),              // 24: converge.worker.v1.ComposeInput
+	(*WorkInput)(nil),                 // 25: converge.worker.v1.WorkInput
+	(*RollupInput)(nil),               // 26: converge.worker.v1.RollupInput
+	(*DeleteInput)(nil),               // 27: converge.worker.v1.DeleteInput
+	(*OperateInput)(nil),              // 28: converge.worker.v1.OperateInput
+	(*ReactInput)(nil),                // 29: converge.worker.v1.ReactInput
+	(*StageComplete)(nil),             // 30: converge.worker.v1.StageComplete
+	(*ComposeResult)(nil),             // 31: converge.worker.v1.ComposeResult
+	(*TaskError)(nil),                 // 32: converge.worker.v1.TaskError
+	(*ProviderConfigUpdate)(nil),      // 33: converge.worker.v1.ProviderConfigUpdate
+	(*GetProviderConfigRequest)(nil),  // 34: converge.worker.v1.GetProviderConfigRequest
+	(*GetProviderConfigResponse)(nil), // 35: converge.worker.v1.GetProviderConfigResponse
+	(*ProviderConfigEntry)(nil),       // 36: converge.worker.v1.ProviderConfigEntry
+	nil,                               // 37: converge.worker.v1.Resource.LabelsEntry
+	nil,                               // 38: converge.worker.v1.ChildSpec.LabelsEntry
+	nil,                               // 39: converge.worker.v1.StageTask.TraceContextEntry
+	(*structpb.Struct)(nil),           // 40: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 42: google.protobuf.Duration
 }
 var file_converge_worker_v1_worker_proto_depIdxs = []int32{
-	36, // 0: converge.worker.v1.Resource.labels:type_name -> converge.worker.v1.Resource.LabelsEntry
-	39, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
-	39, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
+	37, // 0: converge.worker.v1.Resource.labels:type_name -> converge.worker.v1.Resource.LabelsEntry
+	40, // 1: converge.worker.v1.Resource.spec:type_name -> google.protobuf.Struct
+	40, // 2: converge.worker.v1.Resource.status:type_name -> google.protobuf.Struct
 	6,  // 3: converge.worker.v1.Resource.owner:type_name -> converge.worker.v1.ResourceRef
 	6,  // 4: converge.worker.v1.Resource.root:type_name -> converge.worker.v1.ResourceRef
-	40, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
-	40, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
+	41, // 5: converge.worker.v1.Resource.delete_time:type_name -> google.protobuf.Timestamp
+	41, // 6: converge.worker.v1.Resource.orphan_expire_time:type_name -> google.protobuf.Timestamp
 	3,  // 7: converge.worker.v1.Condition.status:type_name -> converge.worker.v1.ConditionStatus
-	41, // 8: converge.worker.v1.Condition.liveness:type_name -> google.protobuf.Duration
+	42, // 8: converge.worker.v1.Condition.liveness:type_name -> google.protobuf.Duration
 	4,  // 9: converge.worker.v1.WorkerEvent.type:type_name -> converge.worker.v1.EventType
-	39, // 10: converge.worker.v1.WorkerEvent.detail:type_name -> google.protobuf.Struct
-	37, // 11: converge.worker.v1.ChildSpec.labels:type_name -> converge.worker.v1.ChildSpec.LabelsEntry
-	39, // 12: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
+	40, // 10: converge.worker.v1.WorkerEvent.detail:type_name -> google.protobuf.Struct
+	38, // 11: converge.worker.v1.ChildSpec.labels:type_name -> converge.worker.v1.ChildSpec.LabelsEntry
+	40, // 12: converge.worker.v1.ChildSpec.spec:type_name -> google.protobuf.Struct
 	6,  // 13: converge.worker.v1.DepEdge.dependent:type_name -> converge.worker.v1.ResourceRef
 	6,  // 14: converge.worker.v1.DepEdge.dependency:type_name -> converge.worker.v1.ResourceRef
 	11, // 15: converge.worker.v1.DepEdge.value_flows:type_name -> converge.worker.v1.ValueFlow
-	39, // 16: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
-	39, // 17: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
-	17, // 18: converge.worker.v1.WorkStreamRequest.subscribe:type_name -> converge.worker.v1.Subscribe
-	29, // 19: converge.worker.v1.WorkStreamRequest.complete:type_name -> converge.worker.v1.StageComplete
-	20, // 20: converge.worker.v1.WorkStreamRequest.interest:type_name -> converge.worker.v1.Interest
-	21, // 21: converge.worker.v1.WorkStreamRequest.heartbeat:type_name -> converge.worker.v1.WorkHeartbeat
-	22, // 22: converge.worker.v1.WorkStreamResponse.task:type_name -> converge.worker.v1.StageTask
-	32, // 23: converge.worker.v1.WorkStreamResponse.provider_config_update:type_name -> converge.worker.v1.ProviderConfigUpdate
-	5,  // 24: converge.worker.v1.Subscribe.kinds:type_name -> converge.worker.v1.KindVersion
-	18, // 25: converge.worker.v1.Subscribe.resumed:type_name -> converge.worker.v1.ResumedTask
-	19, // 26: converge.worker.v1.WorkHeartbeat.leases:type_name -> converge.worker.v1.LeaseRef
-	0,  // 27: converge.worker.v1.StageTask.stage:type_name -> converge.worker.v1.Stage
-	7,  // 28: converge.worker.v1.StageTask.resource:type_name -> converge.worker.v1.Resource
-	1,  // 29: converge.worker.v1.StageTask.trigger:type_name -> converge.worker.v1.Trigger
-	41, // 30: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
-	39, // 31: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
-	38, // 32: converge.worker.v1.StageTask.trace_context:type_name -> converge.worker.v1.StageTask.TraceContextEntry
-	23, // 33: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
-	24, // 34: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
-	25, // 35: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
-	26, // 36: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
-	27, // 37: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
-	28, // 38: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
-	7,  // 39: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
-	10, // 40: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
-	12, // 41: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
-	13, // 42: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	39, // 43: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
-	7,  // 44: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
-	39, // 45: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
-	14, // 46: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
-	2,  // 47: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
-	0,  // 48: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
-	39, // 49: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
-	8,  // 50: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
-	30, // 51: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
-	39, // 52: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
-	31, // 53: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
-	41, // 54: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
-	9,  // 55: converge.worker.v1.StageComplete.events:type_name -> converge.worker.v1.WorkerEvent
-	10, // 56: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
-	12, // 57: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
-	13, // 58: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
-	39, // 59: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
-	5,  // 60: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
-	35, // 61: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
-	39, // 62: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
-	15, // 63: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
-	33, // 64: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
-	16, // 65: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
-	34, // 66: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
-	65, // [65:67] is the sub-list for method output_type
-	63, // [63:65] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	40, // 16: converge.worker.v1.ProviderConfigSpec.spec:type_name -> google.protobuf.Struct
+	40, // 17: converge.worker.v1.Operation.input:type_name -> google.protobuf.Struct
+	18, // 18: converge.worker.v1.WorkStreamRequest.subscribe:type_name -> converge.worker.v1.Subscribe
+	30, // 19: converge.worker.v1.WorkStreamRequest.complete:type_name -> converge.worker.v1.StageComplete
+	21, // 20: converge.worker.v1.WorkStreamRequest.interest:type_name -> converge.worker.v1.Interest
+	22, // 21: converge.worker.v1.WorkStreamRequest.heartbeat:type_name -> converge.worker.v1.WorkHeartbeat
+	23, // 22: converge.worker.v1.WorkStreamResponse.task:type_name -> converge.worker.v1.StageTask
+	33, // 23: converge.worker.v1.WorkStreamResponse.provider_config_update:type_name -> converge.worker.v1.ProviderConfigUpdate
+	17, // 24: converge.worker.v1.WorkStreamResponse.result_ack:type_name -> converge.worker.v1.ResultAck
+	20, // 25: converge.worker.v1.ResultAck.leases:type_name -> converge.worker.v1.LeaseRef
+	5,  // 26: converge.worker.v1.Subscribe.kinds:type_name -> converge.worker.v1.KindVersion
+	19, // 27: converge.worker.v1.Subscribe.resumed:type_name -> converge.worker.v1.ResumedTask
+	20, // 28: converge.worker.v1.WorkHeartbeat.leases:type_name -> converge.worker.v1.LeaseRef
+	0,  // 29: converge.worker.v1.StageTask.stage:type_name -> converge.worker.v1.Stage
+	7,  // 30: converge.worker.v1.StageTask.resource:type_name -> converge.worker.v1.Resource
+	1,  // 31: converge.worker.v1.StageTask.trigger:type_name -> converge.worker.v1.Trigger
+	42, // 32: converge.worker.v1.StageTask.task_deadline:type_name -> google.protobuf.Duration
+	40, // 33: converge.worker.v1.StageTask.provider_config:type_name -> google.protobuf.Struct
+	39, // 34: converge.worker.v1.StageTask.trace_context:type_name -> converge.worker.v1.StageTask.TraceContextEntry
+	24, // 35: converge.worker.v1.StageTask.compose_input:type_name -> converge.worker.v1.ComposeInput
+	25, // 36: converge.worker.v1.StageTask.work_input:type_name -> converge.worker.v1.WorkInput
+	26, // 37: converge.worker.v1.StageTask.rollup_input:type_name -> converge.worker.v1.RollupInput
+	27, // 38: converge.worker.v1.StageTask.delete_input:type_name -> converge.worker.v1.DeleteInput
+	28, // 39: converge.worker.v1.StageTask.operate_input:type_name -> converge.worker.v1.OperateInput
+	29, // 40: converge.worker.v1.StageTask.react_input:type_name -> converge.worker.v1.ReactInput
+	7,  // 41: converge.worker.v1.ComposeInput.observed:type_name -> converge.worker.v1.Resource
+	10, // 42: converge.worker.v1.ComposeInput.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 43: converge.worker.v1.ComposeInput.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 44: converge.worker.v1.ComposeInput.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	40, // 45: converge.worker.v1.WorkInput.status:type_name -> google.protobuf.Struct
+	7,  // 46: converge.worker.v1.RollupInput.descendants:type_name -> converge.worker.v1.Resource
+	40, // 47: converge.worker.v1.RollupInput.status:type_name -> google.protobuf.Struct
+	14, // 48: converge.worker.v1.OperateInput.operation:type_name -> converge.worker.v1.Operation
+	2,  // 49: converge.worker.v1.ReactInput.transition:type_name -> converge.worker.v1.Transition
+	0,  // 50: converge.worker.v1.StageComplete.stage:type_name -> converge.worker.v1.Stage
+	40, // 51: converge.worker.v1.StageComplete.status:type_name -> google.protobuf.Struct
+	8,  // 52: converge.worker.v1.StageComplete.conditions:type_name -> converge.worker.v1.Condition
+	31, // 53: converge.worker.v1.StageComplete.compose_result:type_name -> converge.worker.v1.ComposeResult
+	40, // 54: converge.worker.v1.StageComplete.operation_output:type_name -> google.protobuf.Struct
+	32, // 55: converge.worker.v1.StageComplete.error:type_name -> converge.worker.v1.TaskError
+	42, // 56: converge.worker.v1.StageComplete.requeue_after:type_name -> google.protobuf.Duration
+	9,  // 57: converge.worker.v1.StageComplete.events:type_name -> converge.worker.v1.WorkerEvent
+	10, // 58: converge.worker.v1.ComposeResult.desired:type_name -> converge.worker.v1.ChildSpec
+	12, // 59: converge.worker.v1.ComposeResult.edges:type_name -> converge.worker.v1.DepEdge
+	13, // 60: converge.worker.v1.ComposeResult.configs:type_name -> converge.worker.v1.ProviderConfigSpec
+	40, // 61: converge.worker.v1.ProviderConfigUpdate.spec:type_name -> google.protobuf.Struct
+	5,  // 62: converge.worker.v1.GetProviderConfigRequest.kinds:type_name -> converge.worker.v1.KindVersion
+	36, // 63: converge.worker.v1.GetProviderConfigResponse.entries:type_name -> converge.worker.v1.ProviderConfigEntry
+	40, // 64: converge.worker.v1.ProviderConfigEntry.spec:type_name -> google.protobuf.Struct
+	15, // 65: converge.worker.v1.WorkerService.WorkStream:input_type -> converge.worker.v1.WorkStreamRequest
+	34, // 66: converge.worker.v1.WorkerService.GetProviderConfig:input_type -> converge.worker.v1.GetProviderConfigRequest
+	16, // 67: converge.worker.v1.WorkerService.WorkStream:output_type -> converge.worker.v1.WorkStreamResponse
+	35, // 68: converge.worker.v1.WorkerService.GetProviderConfig:output_type -> converge.worker.v1.GetProviderConfigResponse
+	67, // [67:69] is the sub-list for method output_type
+	65, // [65:67] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_converge_worker_v1_worker_proto_init() }
@@ -3344,8 +3426,9 @@ func file_converge_worker_v1_worker_proto_init() {
 	file_converge_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
 		(*WorkStreamResponse_Task)(nil),
 		(*WorkStreamResponse_ProviderConfigUpdate)(nil),
+		(*WorkStreamResponse_ResultAck)(nil),
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[17].OneofWrappers = []any{
+	file_converge_worker_v1_worker_proto_msgTypes[18].OneofWrappers = []any{
 		(*StageTask_ComposeInput)(nil),
 		(*StageTask_WorkInput)(nil),
 		(*StageTask_RollupInput)(nil),
@@ -3353,14 +3436,14 @@ func file_converge_worker_v1_worker_proto_init() {
 		(*StageTask_OperateInput)(nil),
 		(*StageTask_ReactInput)(nil),
 	}
-	file_converge_worker_v1_worker_proto_msgTypes[24].OneofWrappers = []any{}
+	file_converge_worker_v1_worker_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_converge_worker_v1_worker_proto_rawDesc), len(file_converge_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

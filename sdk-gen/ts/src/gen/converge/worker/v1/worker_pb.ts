@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file converge/worker/v1/worker.proto.
  */
 export const file_converge_worker_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("Ch9jb252ZXJnZS93b3JrZXIvdjEvd29ya2VyLnByb3RvEhJjb252ZXJnZS53b3JrZXIudjEiPQoLS2luZFZlcnNpb24SEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQIiKQoLUmVzb3VyY2VSZWYSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIsQECghSZXNvdXJjZRILCgN1aWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSDAoEbmFtZRgEIAEoCRI4CgZsYWJlbHMYBSADKAsyKC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpnZW5lcmF0aW9uGAggASgDEhsKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKAMSDQoFcmVhZHkYCiABKAgSDwoHaGVhbHRoeRgLIAEoCBIuCgVvd25lchgMIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhItCgRyb290GA0gASgLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlUmVmEhIKCmZpbmFsaXplcnMYDiADKAkSLwoLZGVsZXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjYKEm9ycGhhbl9leHBpcmVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcXVhcmFudGluZWQYESABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKiAQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSMwoGc3RhdHVzGAIgASgOMiMuY29udmVyZ2Uud29ya2VyLnYxLkNvbmRpdGlvblN0YXR1cxIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIxCghsaXZlbmVzcxgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIE4kEBASKiAQoLV29ya2VyRXZlbnQSEAoIY2F0ZWdvcnkYASABKAkSKwoEdHlwZRgCIAEoDjIdLmNvbnZlcmdlLndvcmtlci52MS5FdmVudFR5cGUSFAoGcmVhc29uGAMgASgJQgTiQQECEg8KB21lc3NhZ2UYBCABKAkSLQoGZGV0YWlsGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASL/AQoJQ2hpbGRTcGVjEhIKBGtpbmQYASABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQECEhIKBG5hbWUYAyABKAlCBOJBAQISOQoGbGFiZWxzGAQgAygLMikuY29udmVyZ2Uud29ya2VyLnYxLkNoaWxkU3BlYy5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIdCg9wcm92aWRlcl9jb25maWcYBiABKAlCBOJBAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJGCglWYWx1ZUZsb3cSHQoPZGVwZW5kZW50X2ZpZWxkGAEgASgJQgTiQQECEhoKDHNvdXJjZV9maWVsZBgCIAEoCUIE4kEBAiKyAQoHRGVwRWRnZRI4CglkZXBlbmRlbnQYASABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2VSZWZCBOJBAQISOQoKZGVwZW5kZW5jeRgCIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZkIE4kEBAhIyCgt2YWx1ZV9mbG93cxgDIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5WYWx1ZUZsb3cipwEKElByb3ZpZGVyQ29uZmlnU3BlYxISCgRuYW1lGAEgASgJQgTiQQECEhIKBGtpbmQYAiABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAMgASgFQgTiQQECEhIKCmlzX2RlZmF1bHQYBCABKAgSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoEZGF0YRgGIAEoDEIE4kEBASJ2CglPcGVyYXRpb24SCwoDdWlkGAEgASgJEgwKBHZlcmIYAiABKAkSJgoFaW5wdXQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCGF0dGVtcHRzGAQgASgFEhQKDHJlcXVlc3RlZF9ieRgFIAEoCSLzAQoRV29ya1N0cmVhbVJlcXVlc3QSMgoJc3Vic2NyaWJlGAEgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLlN1YnNjcmliZUgAEjUKCGNvbXBsZXRlGAIgASgLMiEuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlQ29tcGxldGVIABIwCghpbnRlcmVzdBgDIAEoCzIcLmNvbnZlcmdlLndvcmtlci52MS5JbnRlcmVzdEgAEjYKCWhlYXJ0YmVhdBgEIAEoCzIhLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrSGVhcnRiZWF0SABCCQoHcGF5bG9hZCKaAQoSV29ya1N0cmVhbVJlc3BvbnNlEi0KBHRhc2sYASABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VUYXNrSAASSgoWcHJvdmlkZXJfY29uZmlnX3VwZGF0ZRgCIAEoCzIoLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1VwZGF0ZUgAQgkKB3BheWxvYWQingEKCVN1YnNjcmliZRI0CgVraW5kcxgBIAMoCzIfLmNvbnZlcmdlLndvcmtlci52MS5LaW5kVmVyc2lvbkIE4kEBAhIUCgxtYXhfaW5mbGlnaHQYAiABKAUSMAoHcmVzdW1lZBgDIAMoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXN1bWVkVGFzaxITCgVhZ2VudBgEIAEoCUIE4kEBASJBCgtSZXN1bWVkVGFzaxIdCgtsZWFzZV90b2tlbhgBIAEoCUII4ozP1wgCCAESEwoLY2xhaW1fZXBvY2gYAiABKAMiPgoITGVhc2VSZWYSHQoLbGVhc2VfdG9rZW4YASABKAlCCOKMz9cIAggBEhMKC2NsYWltX2Vwb2NoGAIgASgDIkkKCEludGVyZXN0EhIKBGtpbmQYASABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQECEg0KBXJlYWR5GAMgASgIIj0KDVdvcmtIZWFydGJlYXQSLAoGbGVhc2VzGAEgAygLMhwuY29udmVyZ2Uud29ya2VyLnYxLkxlYXNlUmVmIqEHCglTdGFnZVRhc2sSKAoFc3RhZ2UYASABKA4yGS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2USDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSLgoIcmVzb3VyY2UYBCABKAsyHC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2USEgoKZ2VuZXJhdGlvbhgFIAEoAxIQCghyZWFjdGlvbhgGIAEoCRIsCgd0cmlnZ2VyGAcgASgOMhsuY29udmVyZ2Uud29ya2VyLnYxLlRyaWdnZXISHQoLbGVhc2VfdG9rZW4YCCABKAlCCOKMz9cIAggBEhMKC2NsYWltX2Vwb2NoGAkgASgDEhgKEG1hbmlmZXN0X3ZlcnNpb24YCiABKAMSMAoNdGFza19kZWFkbGluZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAwgASgFEjAKD3Byb3ZpZGVyX2NvbmZpZxgNIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFwoPcHJvdmlkZXJfYnVuZGxlGA4gASgMEkYKDXRyYWNlX2NvbnRleHQYDyADKAsyLy5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VUYXNrLlRyYWNlQ29udGV4dEVudHJ5EgwKBHBsYW4YECABKAgSOQoNY29tcG9zZV9pbnB1dBgUIAEoCzIgLmNvbnZlcmdlLndvcmtlci52MS5Db21wb3NlSW5wdXRIABIzCgp3b3JrX2lucHV0GBUgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLldvcmtJbnB1dEgAEjcKDHJvbGx1cF9pbnB1dBgWIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5Sb2xsdXBJbnB1dEgAEjcKDGRlbGV0ZV9pbnB1dBgXIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5EZWxldGVJbnB1dEgAEjkKDW9wZXJhdGVfaW5wdXQYGCABKAsyIC5jb252ZXJnZS53b3JrZXIudjEuT3BlcmF0ZUlucHV0SAASNQoLcmVhY3RfaW5wdXQYGSABKAsyHi5jb252ZXJnZS53b3JrZXIudjEuUmVhY3RJbnB1dEgAGjMKEVRyYWNlQ29udGV4dEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBwoFaW5wdXQi0wEKDENvbXBvc2VJbnB1dBIuCghvYnNlcnZlZBgBIAMoCzIcLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZRIuCgdkZXNpcmVkGAIgAygLMh0uY29udmVyZ2Uud29ya2VyLnYxLkNoaWxkU3BlYxIqCgVlZGdlcxgDIAMoCzIbLmNvbnZlcmdlLndvcmtlci52MS5EZXBFZGdlEjcKB2NvbmZpZ3MYBCADKAsyJi5jb252ZXJnZS53b3JrZXIudjEuUHJvdmlkZXJDb25maWdTcGVjIjQKCVdvcmtJbnB1dBInCgZzdGF0dXMYASABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0ImkKC1JvbGx1cElucHV0EjEKC2Rlc2NlbmRhbnRzGAEgAygLMhwuY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlEicKBnN0YXR1cxgCIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiIAoLRGVsZXRlSW5wdXQSEQoJZmluYWxpemVyGAEgASgJIkAKDE9wZXJhdGVJbnB1dBIwCglvcGVyYXRpb24YASABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuT3BlcmF0aW9uImYKClJlYWN0SW5wdXQSMgoKdHJhbnNpdGlvbhgBIAEoDjIeLmNvbnZlcmdlLndvcmtlci52MS5UcmFuc2l0aW9uEhMKC2RlZHVwX3Rva2VuGAIgASgJEg8KB2JpbmRpbmcYAyABKAkitAQKDVN0YWdlQ29tcGxldGUSIQoLbGVhc2VfdG9rZW4YASABKAlCDOJBAQLijM/XCAIIARIZCgtjbGFpbV9lcG9jaBgCIAEoA0IE4kEBAhIuCgVzdGFnZRgDIAEoDjIZLmNvbnZlcmdlLndvcmtlci52MS5TdGFnZUIE4kEBAhIYCgpnZW5lcmF0aW9uGAQgASgDQgTiQQECEh4KEG1hbmlmZXN0X3ZlcnNpb24YBSABKANCBOJBAQISJwoGc3RhdHVzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCgpjb25kaXRpb25zGAcgAygLMh0uY29udmVyZ2Uud29ya2VyLnYxLkNvbmRpdGlvbhI5Cg5jb21wb3NlX3Jlc3VsdBgIIAEoCzIhLmNvbnZlcmdlLndvcmtlci52MS5Db21wb3NlUmVzdWx0EjEKEG9wZXJhdGlvbl9vdXRwdXQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhQKB2hlYWx0aHkYCiABKAhIAIgBARIsCgVlcnJvchgLIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5UYXNrRXJyb3ISMAoNcmVxdWV1ZV9hZnRlchgMIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgZldmVudHMYDSADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuV29ya2VyRXZlbnRCCgoIX2hlYWx0aHkipAEKDUNvbXBvc2VSZXN1bHQSLgoHZGVzaXJlZBgBIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5DaGlsZFNwZWMSKgoFZWRnZXMYAiADKAsyGy5jb252ZXJnZS53b3JrZXIudjEuRGVwRWRnZRI3Cgdjb25maWdzGAMgAygLMiYuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnU3BlYyJKCglUYXNrRXJyb3ISFQoHbWVzc2FnZRgBIAEoCUIE4kEBAhIQCgh0ZXJtaW5hbBgCIAEoCBIUCgZyZWFzb24YAyABKAlCBOJBAQEigAEKFFByb3ZpZGVyQ29uZmlnVXBkYXRlEgwKBGtpbmQYASABKAkSFAoMa2luZF92ZXJzaW9uGAIgASgFEiUKBHNwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EgwKBGRhdGEYBCABKAwSDwoHZGVsZXRlZBgFIAEoCCJQChhHZXRQcm92aWRlckNvbmZpZ1JlcXVlc3QSNAoFa2luZHMYASADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuS2luZFZlcnNpb25CBOJBAQIiVQoZR2V0UHJvdmlkZXJDb25maWdSZXNwb25zZRI4CgdlbnRyaWVzGAEgAygLMicuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnRW50cnkibgoTUHJvdmlkZXJDb25maWdFbnRyeRIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRkYXRhGAQgASgMKokBCgVTdGFnZRIVChFTVEFHRV9VTlNQRUNJRklFRBAAEhEKDVNUQUdFX0NPTVBPU0UQARIOCgpTVEFHRV9XT1JLEAISEAoMU1RBR0VfUk9MTFVQEAMSEAoMU1RBR0VfREVMRVRFEAQSEQoNU1RBR0VfT1BFUkFURRAFEg8KC1NUQUdFX1JFQUNUEAYq0gEKB1RyaWdnZXISFwoTVFJJR0dFUl9VTlNQRUNJRklFRBAAEhcKE1RSSUdHRVJfU1BFQ19DSEFOR0UQARIcChhUUklHR0VSX0NISUxEUkVOX1NFVFRMRUQQAhIcChhUUklHR0VSX0RFTEVURV9SRVFVRVNURUQQAxIVChFUUklHR0VSX09QRVJBVElPThAEEhMKD1RSSUdHRVJfUkVBQ1RPUhAFEhIKDlRSSUdHRVJfUkVTWU5DEAYSGQoVVFJJR0dFUl9DT05GSUdfQ0hBTkdFEAcqnwEKClRyYW5zaXRpb24SGgoWVFJBTlNJVElPTl9VTlNQRUNJRklFRBAAEhYKElRSQU5TSVRJT05fQ1JFQVRFRBABEhUKEVRSQU5TSVRJT05fU1lOQ0VEEAISFwoTVFJBTlNJVElPTl9ERUdSQURFRBADEhUKEVRSQU5TSVRJT05fRkFJTEVEEAQSFgoSVFJBTlNJVElPTl9ERUxFVEVEEAUqiAEKD0NvbmRpdGlvblN0YXR1cxIgChxDT05ESVRJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASGQoVQ09ORElUSU9OX1NUQVRVU19UUlVFEAESGgoWQ09ORElUSU9OX1NUQVRVU19GQUxTRRACEhwKGENPTkRJVElPTl9TVEFUVVNfVU5LTk9XThADKlYKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFQoRRVZFTlRfVFlQRV9OT1JNQUwQARIWChJFVkVOVF9UWVBFX1dBUk5JTkcQAjLiAQoNV29ya2VyU2VydmljZRJfCgpXb3JrU3RyZWFtEiUuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXF1ZXN0GiYuY29udmVyZ2Uud29ya2VyLnYxLldvcmtTdHJlYW1SZXNwb25zZSgBMAEScAoRR2V0UHJvdmlkZXJDb25maWcSLC5jb252ZXJnZS53b3JrZXIudjEuR2V0UHJvdmlkZXJDb25maWdSZXF1ZXN0Gi0uY29udmVyZ2Uud29ya2VyLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2VCxAEKFmNvbS5jb252ZXJnZS53b3JrZXIudjFCC1dvcmtlclByb3RvUAFaM2NvbnZlcmdlLmRldi9zZGsvZ28vZ2VuL2NvbnZlcmdlL3dvcmtlci92MTt3b3JrZXJ2MaICA0NXWKoCEkNvbnZlcmdlLldvcmtlci5WMcoCEkNvbnZlcmdlXFdvcmtlclxWMeICHkNvbnZlcmdlXFdvcmtlclxWMVxHUEJNZXRhZGF0YeoCFENvbnZlcmdlOjpXb3JrZXI6OlYxYgZwcm90bzM", [file_google_api_field_behavior, file_google_api_field_info, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9jb252ZXJnZS93b3JrZXIvdjEvd29ya2VyLnByb3RvEhJjb252ZXJnZS53b3JrZXIudjEiPQoLS2luZFZlcnNpb24SEgoEa2luZBgBIAEoCUIE4kEBAhIaCgxraW5kX3ZlcnNpb24YAiABKAVCBOJBAQIiKQoLUmVzb3VyY2VSZWYSDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIsQECghSZXNvdXJjZRILCgN1aWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxraW5kX3ZlcnNpb24YAyABKAUSDAoEbmFtZRgEIAEoCRI4CgZsYWJlbHMYBSADKAsyKC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2UuTGFiZWxzRW50cnkSJQoEc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJwoGc3RhdHVzGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpnZW5lcmF0aW9uGAggASgDEhsKE29ic2VydmVkX2dlbmVyYXRpb24YCSABKAMSDQoFcmVhZHkYCiABKAgSDwoHaGVhbHRoeRgLIAEoCBIuCgVvd25lchgMIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZhItCgRyb290GA0gASgLMh8uY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlUmVmEhIKCmZpbmFsaXplcnMYDiADKAkSLwoLZGVsZXRlX3RpbWUYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjYKEm9ycGhhbl9leHBpcmVfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcXVhcmFudGluZWQYESABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKiAQoJQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSMwoGc3RhdHVzGAIgASgOMiMuY29udmVyZ2Uud29ya2VyLnYxLkNvbmRpdGlvblN0YXR1cxIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIxCghsaXZlbmVzcxgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIE4kEBASKiAQoLV29ya2VyRXZlbnQSEAoIY2F0ZWdvcnkYASABKAkSKwoEdHlwZRgCIAEoDjIdLmNvbnZlcmdlLndvcmtlci52MS5FdmVudFR5cGUSFAoGcmVhc29uGAMgASgJQgTiQQECEg8KB21lc3NhZ2UYBCABKAkSLQoGZGV0YWlsGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE4kEBASL/AQoJQ2hpbGRTcGVjEhIKBGtpbmQYASABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAIgASgFQgTiQQECEhIKBG5hbWUYAyABKAlCBOJBAQISOQoGbGFiZWxzGAQgAygLMikuY29udmVyZ2Uud29ya2VyLnYxLkNoaWxkU3BlYy5MYWJlbHNFbnRyeRIlCgRzcGVjGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIdCg9wcm92aWRlcl9jb25maWcYBiABKAlCBOJBAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJGCglWYWx1ZUZsb3cSHQoPZGVwZW5kZW50X2ZpZWxkGAEgASgJQgTiQQECEhoKDHNvdXJjZV9maWVsZBgCIAEoCUIE4kEBAiKyAQoHRGVwRWRnZRI4CglkZXBlbmRlbnQYASABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2VSZWZCBOJBAQISOQoKZGVwZW5kZW5jeRgCIAEoCzIfLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZVJlZkIE4kEBAhIyCgt2YWx1ZV9mbG93cxgDIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5WYWx1ZUZsb3cipwEKElByb3ZpZGVyQ29uZmlnU3BlYxISCgRuYW1lGAEgASgJQgTiQQECEhIKBGtpbmQYAiABKAlCBOJBAQISGgoMa2luZF92ZXJzaW9uGAMgASgFQgTiQQECEhIKCmlzX2RlZmF1bHQYBCABKAgSJQoEc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoEZGF0YRgGIAEoDEIE4kEBASJ2CglPcGVyYXRpb24SCwoDdWlkGAEgASgJEgwKBHZlcmIYAiABKAkSJgoFaW5wdXQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhAKCGF0dGVtcHRzGAQgASgFEhQKDHJlcXVlc3RlZF9ieRgFIAEoCSLzAQoRV29ya1N0cmVhbVJlcXVlc3QSMgoJc3Vic2NyaWJlGAEgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLlN1YnNjcmliZUgAEjUKCGNvbXBsZXRlGAIgASgLMiEuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlQ29tcGxldGVIABIwCghpbnRlcmVzdBgDIAEoCzIcLmNvbnZlcmdlLndvcmtlci52MS5JbnRlcmVzdEgAEjYKCWhlYXJ0YmVhdBgEIAEoCzIhLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrSGVhcnRiZWF0SABCCQoHcGF5bG9hZCLPAQoSV29ya1N0cmVhbVJlc3BvbnNlEi0KBHRhc2sYASABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VUYXNrSAASSgoWcHJvdmlkZXJfY29uZmlnX3VwZGF0ZRgCIAEoCzIoLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1VwZGF0ZUgAEjMKCnJlc3VsdF9hY2sYAyABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuUmVzdWx0QWNrSABCCQoHcGF5bG9hZCI5CglSZXN1bHRBY2sSLAoGbGVhc2VzGAEgAygLMhwuY29udmVyZ2Uud29ya2VyLnYxLkxlYXNlUmVmIp4BCglTdWJzY3JpYmUSNAoFa2luZHMYASADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuS2luZFZlcnNpb25CBOJBAQISFAoMbWF4X2luZmxpZ2h0GAIgASgFEjAKB3Jlc3VtZWQYAyADKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUmVzdW1lZFRhc2sSEwoFYWdlbnQYBCABKAlCBOJBAQEiQQoLUmVzdW1lZFRhc2sSHQoLbGVhc2VfdG9rZW4YASABKAlCCOKMz9cIAggBEhMKC2NsYWltX2Vwb2NoGAIgASgDIj4KCExlYXNlUmVmEh0KC2xlYXNlX3Rva2VuGAEgASgJQgjijM/XCAIIARITCgtjbGFpbV9lcG9jaBgCIAEoAyJJCghJbnRlcmVzdBISCgRraW5kGAEgASgJQgTiQQECEhoKDGtpbmRfdmVyc2lvbhgCIAEoBUIE4kEBAhINCgVyZWFkeRgDIAEoCCI9Cg1Xb3JrSGVhcnRiZWF0EiwKBmxlYXNlcxgBIAMoCzIcLmNvbnZlcmdlLndvcmtlci52MS5MZWFzZVJlZiKhBwoJU3RhZ2VUYXNrEigKBXN0YWdlGAEgASgOMhkuY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlEgwKBGtpbmQYAiABKAkSFAoMa2luZF92ZXJzaW9uGAMgASgFEi4KCHJlc291cmNlGAQgASgLMhwuY29udmVyZ2Uud29ya2VyLnYxLlJlc291cmNlEhIKCmdlbmVyYXRpb24YBSABKAMSEAoIcmVhY3Rpb24YBiABKAkSLAoHdHJpZ2dlchgHIAEoDjIbLmNvbnZlcmdlLndvcmtlci52MS5UcmlnZ2VyEh0KC2xlYXNlX3Rva2VuGAggASgJQgjijM/XCAIIARITCgtjbGFpbV9lcG9jaBgJIAEoAxIYChBtYW5pZmVzdF92ZXJzaW9uGAogASgDEjAKDXRhc2tfZGVhZGxpbmUYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHYXR0ZW1wdBgMIAEoBRIwCg9wcm92aWRlcl9jb25maWcYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhcKD3Byb3ZpZGVyX2J1bmRsZRgOIAEoDBJGCg10cmFjZV9jb250ZXh0GA8gAygLMi8uY29udmVyZ2Uud29ya2VyLnYxLlN0YWdlVGFzay5UcmFjZUNvbnRleHRFbnRyeRIMCgRwbGFuGBAgASgIEjkKDWNvbXBvc2VfaW5wdXQYFCABKAsyIC5jb252ZXJnZS53b3JrZXIudjEuQ29tcG9zZUlucHV0SAASMwoKd29ya19pbnB1dBgVIAEoCzIdLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrSW5wdXRIABI3Cgxyb2xsdXBfaW5wdXQYFiABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuUm9sbHVwSW5wdXRIABI3CgxkZWxldGVfaW5wdXQYFyABKAsyHy5jb252ZXJnZS53b3JrZXIudjEuRGVsZXRlSW5wdXRIABI5Cg1vcGVyYXRlX2lucHV0GBggASgLMiAuY29udmVyZ2Uud29ya2VyLnYxLk9wZXJhdGVJbnB1dEgAEjUKC3JlYWN0X2lucHV0GBkgASgLMh4uY29udmVyZ2Uud29ya2VyLnYxLlJlYWN0SW5wdXRIABozChFUcmFjZUNvbnRleHRFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgcKBWlucHV0ItMBCgxDb21wb3NlSW5wdXQSLgoIb2JzZXJ2ZWQYASADKAsyHC5jb252ZXJnZS53b3JrZXIudjEuUmVzb3VyY2USLgoHZGVzaXJlZBgCIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5DaGlsZFNwZWMSKgoFZWRnZXMYAyADKAsyGy5jb252ZXJnZS53b3JrZXIudjEuRGVwRWRnZRI3Cgdjb25maWdzGAQgAygLMiYuY29udmVyZ2Uud29ya2VyLnYxLlByb3ZpZGVyQ29uZmlnU3BlYyI0CglXb3JrSW5wdXQSJwoGc3RhdHVzGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJpCgtSb2xsdXBJbnB1dBIxCgtkZXNjZW5kYW50cxgBIAMoCzIcLmNvbnZlcmdlLndvcmtlci52MS5SZXNvdXJjZRInCgZzdGF0dXMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IiAKC0RlbGV0ZUlucHV0EhEKCWZpbmFsaXplchgBIAEoCSJACgxPcGVyYXRlSW5wdXQSMAoJb3BlcmF0aW9uGAEgASgLMh0uY29udmVyZ2Uud29ya2VyLnYxLk9wZXJhdGlvbiJmCgpSZWFjdElucHV0EjIKCnRyYW5zaXRpb24YASABKA4yHi5jb252ZXJnZS53b3JrZXIudjEuVHJhbnNpdGlvbhITCgtkZWR1cF90b2tlbhgCIAEoCRIPCgdiaW5kaW5nGAMgASgJIrQECg1TdGFnZUNvbXBsZXRlEiEKC2xlYXNlX3Rva2VuGAEgASgJQgziQQEC4ozP1wgCCAESGQoLY2xhaW1fZXBvY2gYAiABKANCBOJBAQISLgoFc3RhZ2UYAyABKA4yGS5jb252ZXJnZS53b3JrZXIudjEuU3RhZ2VCBOJBAQISGAoKZ2VuZXJhdGlvbhgEIAEoA0IE4kEBAhIeChBtYW5pZmVzdF92ZXJzaW9uGAUgASgDQgTiQQECEicKBnN0YXR1cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSMQoKY29uZGl0aW9ucxgHIAMoCzIdLmNvbnZlcmdlLndvcmtlci52MS5Db25kaXRpb24SOQoOY29tcG9zZV9yZXN1bHQYCCABKAsyIS5jb252ZXJnZS53b3JrZXIudjEuQ29tcG9zZVJlc3VsdBIxChBvcGVyYXRpb25fb3V0cHV0GAkgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIUCgdoZWFsdGh5GAogASgISACIAQESLAoFZXJyb3IYCyABKAsyHS5jb252ZXJnZS53b3JrZXIudjEuVGFza0Vycm9yEjAKDXJlcXVldWVfYWZ0ZXIYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoGZXZlbnRzGA0gAygLMh8uY29udmVyZ2Uud29ya2VyLnYxLldvcmtlckV2ZW50QgoKCF9oZWFsdGh5IqQBCg1Db21wb3NlUmVzdWx0Ei4KB2Rlc2lyZWQYASADKAsyHS5jb252ZXJnZS53b3JrZXIudjEuQ2hpbGRTcGVjEioKBWVkZ2VzGAIgAygLMhsuY29udmVyZ2Uud29ya2VyLnYxLkRlcEVkZ2USNwoHY29uZmlncxgDIAMoCzImLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ1NwZWMiSgoJVGFza0Vycm9yEhUKB21lc3NhZ2UYASABKAlCBOJBAQISEAoIdGVybWluYWwYAiABKAgSFAoGcmVhc29uGAMgASgJQgTiQQEBIoABChRQcm92aWRlckNvbmZpZ1VwZGF0ZRIMCgRraW5kGAEgASgJEhQKDGtpbmRfdmVyc2lvbhgCIAEoBRIlCgRzcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIMCgRkYXRhGAQgASgMEg8KB2RlbGV0ZWQYBSABKAgiUAoYR2V0UHJvdmlkZXJDb25maWdSZXF1ZXN0EjQKBWtpbmRzGAEgAygLMh8uY29udmVyZ2Uud29ya2VyLnYxLktpbmRWZXJzaW9uQgTiQQECIlUKGUdldFByb3ZpZGVyQ29uZmlnUmVzcG9uc2USOAoHZW50cmllcxgBIAMoCzInLmNvbnZlcmdlLndvcmtlci52MS5Qcm92aWRlckNvbmZpZ0VudHJ5Im4KE1Byb3ZpZGVyQ29uZmlnRW50cnkSDAoEa2luZBgBIAEoCRIUCgxraW5kX3ZlcnNpb24YAiABKAUSJQoEc3BlYxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDAoEZGF0YRgEIAEoDCqJAQoFU3RhZ2USFQoRU1RBR0VfVU5TUEVDSUZJRUQQABIRCg1TVEFHRV9DT01QT1NFEAESDgoKU1RBR0VfV09SSxACEhAKDFNUQUdFX1JPTExVUBADEhAKDFNUQUdFX0RFTEVURRAEEhEKDVNUQUdFX09QRVJBVEUQBRIPCgtTVEFHRV9SRUFDVBAGKtIBCgdUcmlnZ2VyEhcKE1RSSUdHRVJfVU5TUEVDSUZJRUQQABIXChNUUklHR0VSX1NQRUNfQ0hBTkdFEAESHAoYVFJJR0dFUl9DSElMRFJFTl9TRVRUTEVEEAISHAoYVFJJR0dFUl9ERUxFVEVfUkVRVUVTVEVEEAMSFQoRVFJJR0dFUl9PUEVSQVRJT04QBBITCg9UUklHR0VSX1JFQUNUT1IQBRISCg5UUklHR0VSX1JFU1lOQxAGEhkKFVRSSUdHRVJfQ09ORklHX0NIQU5HRRAHKp8BCgpUcmFuc2l0aW9uEhoKFlRSQU5TSVRJT05fVU5TUEVDSUZJRUQQABIWChJUUkFOU0lUSU9OX0NSRUFURUQQARIVChFUUkFOU0lUSU9OX1NZTkNFRBACEhcKE1RSQU5TSVRJT05fREVHUkFERUQQAxIVChFUUkFOU0lUSU9OX0ZBSUxFRBAEEhYKElRSQU5TSVRJT05fREVMRVRFRBAFKogBCg9Db25kaXRpb25TdGF0dXMSIAocQ09ORElUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEhkKFUNPTkRJVElPTl9TVEFUVVNfVFJVRRABEhoKFkNPTkRJVElPTl9TVEFUVVNfRkFMU0UQAhIcChhDT05ESVRJT05fU1RBVFVTX1VOS05PV04QAypWCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhUKEUVWRU5UX1RZUEVfTk9STUFMEAESFgoSRVZFTlRfVFlQRV9XQVJOSU5HEAIy4gEKDVdvcmtlclNlcnZpY2USXwoKV29ya1N0cmVhbRIlLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrU3RyZWFtUmVxdWVzdBomLmNvbnZlcmdlLndvcmtlci52MS5Xb3JrU3RyZWFtUmVzcG9uc2UoATABEnAKEUdldFByb3ZpZGVyQ29uZmlnEiwuY29udmVyZ2Uud29ya2VyLnYxLkdldFByb3ZpZGVyQ29uZmlnUmVxdWVzdBotLmNvbnZlcmdlLndvcmtlci52MS5HZXRQcm92aWRlckNvbmZpZ1Jlc3BvbnNlQsQBChZjb20uY29udmVyZ2Uud29ya2VyLnYxQgtXb3JrZXJQcm90b1ABWjNjb252ZXJnZS5kZXYvc2RrL2dvL2dlbi9jb252ZXJnZS93b3JrZXIvdjE7d29ya2VydjGiAgNDV1iqAhJDb252ZXJnZS5Xb3JrZXIuVjHKAhJDb252ZXJnZVxXb3JrZXJcVjHiAh5Db252ZXJnZVxXb3JrZXJcVjFcR1BCTWV0YWRhdGHqAhRDb252ZXJnZTo6V29ya2VyOjpWMWIGcHJvdG8z", [file_google_api_field_behavior, file_google_api_field_info, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A (kind, kind_version) pair. Routing is exact: a worker serving version 1
@@ -633,6 +633,14 @@ export type WorkStreamResponse = Message<"converge.worker.v1.WorkStreamResponse"
      */
     value: ProviderConfigUpdate;
     case: "providerConfigUpdate";
+  } | {
+    /**
+     * Completions the broker is done with.
+     *
+     * @generated from field: converge.worker.v1.ResultAck result_ack = 3;
+     */
+    value: ResultAck;
+    case: "resultAck";
   } | { case: undefined; value?: undefined };
 };
 
@@ -642,6 +650,38 @@ export type WorkStreamResponse = Message<"converge.worker.v1.WorkStreamResponse"
  */
 export const WorkStreamResponseSchema: GenMessage<WorkStreamResponse> = /*@__PURE__*/
   messageDesc(file_converge_worker_v1_worker, 11);
+
+/**
+ * The broker is done with these completions: it wrote their outcome
+ * durably (a final result committed, a stage's effects applied, a plan's
+ * answer recorded), found them stale, or gave up on them (the database
+ * failed while it applied a stage that is not the last one: the lease is
+ * left to lapse and the task runs again), so the worker may forget them
+ * and stops attesting their leases.
+ * Until a completion is acknowledged the worker keeps it and, after a
+ * reconnect, lists its lease in Subscribe.resumed and sends it again on the
+ * new stream (the fence makes a second copy harmless). A broker that cannot
+ * write a completion (the database is down) keeps it and writes it when it
+ * can, acknowledging it then. Completions are identified by the lease of
+ * the task they answer.
+ *
+ * @generated from message converge.worker.v1.ResultAck
+ */
+export type ResultAck = Message<"converge.worker.v1.ResultAck"> & {
+  /**
+   * The leases of the acknowledged completions.
+   *
+   * @generated from field: repeated converge.worker.v1.LeaseRef leases = 1;
+   */
+  leases: LeaseRef[];
+};
+
+/**
+ * Describes the message converge.worker.v1.ResultAck.
+ * Use `create(ResultAckSchema)` to create a new message.
+ */
+export const ResultAckSchema: GenMessage<ResultAck> = /*@__PURE__*/
+  messageDesc(file_converge_worker_v1_worker, 12);
 
 /**
  * Opens a worker session. The worker sends no identity: the broker takes it
@@ -670,8 +710,8 @@ export type Subscribe = Message<"converge.worker.v1.Subscribe"> & {
 
   /**
    * Tasks from a previous session that are still running or whose results
-   * are buffered for redelivery. The broker keeps their leases alive and
-   * counts them against max_inflight.
+   * are buffered for redelivery or not yet acknowledged (ResultAck). The
+   * broker keeps their leases alive and counts them against max_inflight.
    *
    * @generated from field: repeated converge.worker.v1.ResumedTask resumed = 3;
    */
@@ -691,7 +731,7 @@ export type Subscribe = Message<"converge.worker.v1.Subscribe"> & {
  * Use `create(SubscribeSchema)` to create a new message.
  */
 export const SubscribeSchema: GenMessage<Subscribe> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 12);
+  messageDesc(file_converge_worker_v1_worker, 13);
 
 /**
  * A task carried over from a previous session.
@@ -719,7 +759,7 @@ export type ResumedTask = Message<"converge.worker.v1.ResumedTask"> & {
  * Use `create(ResumedTaskSchema)` to create a new message.
  */
 export const ResumedTaskSchema: GenMessage<ResumedTask> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 13);
+  messageDesc(file_converge_worker_v1_worker, 14);
 
 /**
  * Identifies one leased task.
@@ -747,7 +787,7 @@ export type LeaseRef = Message<"converge.worker.v1.LeaseRef"> & {
  * Use `create(LeaseRefSchema)` to create a new message.
  */
 export const LeaseRefSchema: GenMessage<LeaseRef> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 14);
+  messageDesc(file_converge_worker_v1_worker, 15);
 
 /**
  * Per-pair readiness. Absolute, so a repeated or reordered message is
@@ -784,7 +824,7 @@ export type Interest = Message<"converge.worker.v1.Interest"> & {
  * Use `create(InterestSchema)` to create a new message.
  */
 export const InterestSchema: GenMessage<Interest> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 15);
+  messageDesc(file_converge_worker_v1_worker, 16);
 
 /**
  * Attests that the listed tasks' handlers are still making progress. One
@@ -796,7 +836,8 @@ export const InterestSchema: GenMessage<Interest> = /*@__PURE__*/
  */
 export type WorkHeartbeat = Message<"converge.worker.v1.WorkHeartbeat"> & {
   /**
-   * Leases whose handlers are running.
+   * Leases whose handlers are running, and those whose completions are not
+   * yet acknowledged.
    *
    * @generated from field: repeated converge.worker.v1.LeaseRef leases = 1;
    */
@@ -808,7 +849,7 @@ export type WorkHeartbeat = Message<"converge.worker.v1.WorkHeartbeat"> & {
  * Use `create(WorkHeartbeatSchema)` to create a new message.
  */
 export const WorkHeartbeatSchema: GenMessage<WorkHeartbeat> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 16);
+  messageDesc(file_converge_worker_v1_worker, 17);
 
 /**
  * A task: run reaction `reaction` of (kind, kind_version) for `resource`
@@ -1013,7 +1054,7 @@ export type StageTask = Message<"converge.worker.v1.StageTask"> & {
  * Use `create(StageTaskSchema)` to create a new message.
  */
 export const StageTaskSchema: GenMessage<StageTask> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 17);
+  messageDesc(file_converge_worker_v1_worker, 18);
 
 /**
  * Input of a COMPOSE task.
@@ -1055,7 +1096,7 @@ export type ComposeInput = Message<"converge.worker.v1.ComposeInput"> & {
  * Use `create(ComposeInputSchema)` to create a new message.
  */
 export const ComposeInputSchema: GenMessage<ComposeInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 18);
+  messageDesc(file_converge_worker_v1_worker, 19);
 
 /**
  * Input of a WORK task.
@@ -1077,7 +1118,7 @@ export type WorkInput = Message<"converge.worker.v1.WorkInput"> & {
  * Use `create(WorkInputSchema)` to create a new message.
  */
 export const WorkInputSchema: GenMessage<WorkInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 19);
+  messageDesc(file_converge_worker_v1_worker, 20);
 
 /**
  * Input of a ROLLUP task.
@@ -1106,7 +1147,7 @@ export type RollupInput = Message<"converge.worker.v1.RollupInput"> & {
  * Use `create(RollupInputSchema)` to create a new message.
  */
 export const RollupInputSchema: GenMessage<RollupInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 20);
+  messageDesc(file_converge_worker_v1_worker, 21);
 
 /**
  * Input of a DELETE task.
@@ -1127,7 +1168,7 @@ export type DeleteInput = Message<"converge.worker.v1.DeleteInput"> & {
  * Use `create(DeleteInputSchema)` to create a new message.
  */
 export const DeleteInputSchema: GenMessage<DeleteInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 21);
+  messageDesc(file_converge_worker_v1_worker, 22);
 
 /**
  * Input of an OPERATE task.
@@ -1148,7 +1189,7 @@ export type OperateInput = Message<"converge.worker.v1.OperateInput"> & {
  * Use `create(OperateInputSchema)` to create a new message.
  */
 export const OperateInputSchema: GenMessage<OperateInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 22);
+  messageDesc(file_converge_worker_v1_worker, 23);
 
 /**
  * Input of a REACT task.
@@ -1184,7 +1225,7 @@ export type ReactInput = Message<"converge.worker.v1.ReactInput"> & {
  * Use `create(ReactInputSchema)` to create a new message.
  */
 export const ReactInputSchema: GenMessage<ReactInput> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 23);
+  messageDesc(file_converge_worker_v1_worker, 24);
 
 /**
  * The outcome of a task. Only the parts the reaction's manifest entry
@@ -1303,7 +1344,7 @@ export type StageComplete = Message<"converge.worker.v1.StageComplete"> & {
  * Use `create(StageCompleteSchema)` to create a new message.
  */
 export const StageCompleteSchema: GenMessage<StageComplete> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 24);
+  messageDesc(file_converge_worker_v1_worker, 25);
 
 /**
  * The complete desired composition of a composer. It replaces the previous
@@ -1339,7 +1380,7 @@ export type ComposeResult = Message<"converge.worker.v1.ComposeResult"> & {
  * Use `create(ComposeResultSchema)` to create a new message.
  */
 export const ComposeResultSchema: GenMessage<ComposeResult> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 25);
+  messageDesc(file_converge_worker_v1_worker, 26);
 
 /**
  * A failed task.
@@ -1377,7 +1418,7 @@ export type TaskError = Message<"converge.worker.v1.TaskError"> & {
  * Use `create(TaskErrorSchema)` to create a new message.
  */
 export const TaskErrorSchema: GenMessage<TaskError> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 26);
+  messageDesc(file_converge_worker_v1_worker, 27);
 
 /**
  * A change of the default provider config of a served pair. Sent only to
@@ -1428,7 +1469,7 @@ export type ProviderConfigUpdate = Message<"converge.worker.v1.ProviderConfigUpd
  * Use `create(ProviderConfigUpdateSchema)` to create a new message.
  */
 export const ProviderConfigUpdateSchema: GenMessage<ProviderConfigUpdate> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 27);
+  messageDesc(file_converge_worker_v1_worker, 28);
 
 /**
  * Request message for WorkerService.GetProviderConfig.
@@ -1449,7 +1490,7 @@ export type GetProviderConfigRequest = Message<"converge.worker.v1.GetProviderCo
  * Use `create(GetProviderConfigRequestSchema)` to create a new message.
  */
 export const GetProviderConfigRequestSchema: GenMessage<GetProviderConfigRequest> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 28);
+  messageDesc(file_converge_worker_v1_worker, 29);
 
 /**
  * Response message for WorkerService.GetProviderConfig.
@@ -1471,7 +1512,7 @@ export type GetProviderConfigResponse = Message<"converge.worker.v1.GetProviderC
  * Use `create(GetProviderConfigResponseSchema)` to create a new message.
  */
 export const GetProviderConfigResponseSchema: GenMessage<GetProviderConfigResponse> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 29);
+  messageDesc(file_converge_worker_v1_worker, 30);
 
 /**
  * The default provider config of one pair.
@@ -1513,7 +1554,7 @@ export type ProviderConfigEntry = Message<"converge.worker.v1.ProviderConfigEntr
  * Use `create(ProviderConfigEntrySchema)` to create a new message.
  */
 export const ProviderConfigEntrySchema: GenMessage<ProviderConfigEntry> = /*@__PURE__*/
-  messageDesc(file_converge_worker_v1_worker, 30);
+  messageDesc(file_converge_worker_v1_worker, 31);
 
 /**
  * The stage of the reconcile pipeline a task runs, i.e. what the broker

@@ -258,12 +258,20 @@ class WorkStreamRequest(_message.Message):
     def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., complete: _Optional[_Union[StageComplete, _Mapping]] = ..., interest: _Optional[_Union[Interest, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkHeartbeat, _Mapping]] = ...) -> None: ...
 
 class WorkStreamResponse(_message.Message):
-    __slots__ = ("task", "provider_config_update")
+    __slots__ = ("task", "provider_config_update", "result_ack")
     TASK_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_CONFIG_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ACK_FIELD_NUMBER: _ClassVar[int]
     task: StageTask
     provider_config_update: ProviderConfigUpdate
-    def __init__(self, task: _Optional[_Union[StageTask, _Mapping]] = ..., provider_config_update: _Optional[_Union[ProviderConfigUpdate, _Mapping]] = ...) -> None: ...
+    result_ack: ResultAck
+    def __init__(self, task: _Optional[_Union[StageTask, _Mapping]] = ..., provider_config_update: _Optional[_Union[ProviderConfigUpdate, _Mapping]] = ..., result_ack: _Optional[_Union[ResultAck, _Mapping]] = ...) -> None: ...
+
+class ResultAck(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRef]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
 
 class Subscribe(_message.Message):
     __slots__ = ("kinds", "max_inflight", "resumed", "agent")
