@@ -246,11 +246,11 @@ def test_accept_runs_tracks_and_buffers_results():
         accept(state, tasks, _task("a"), draining=False)  # duplicate delivery: ignored
         accept(state, tasks, _task("b"), draining=False)
         await asyncio.sleep(0)
-        assert [l.lease_token for l in state.running_leases()] == ["a", "b"]
+        assert [l.lease_token for l in state.attested_leases()] == ["a", "b"]
         assert len(tasks) == 2
         provider.gate.set()
         await asyncio.gather(*tasks)
-        assert state.running_leases() == []
+        assert state.attested_leases() == []
         results = _results(state)
         assert sorted(c.lease_token for c in results) == ["a", "b"]
         assert all(c.claim_epoch == 3 and c.manifest_version == 5 and not c.HasField("error") for c in results)

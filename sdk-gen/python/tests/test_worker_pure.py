@@ -10,6 +10,7 @@ from converge_sdk.worker import KindVersion, TlsConfig, WorkerOptions, merge_jso
 from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.buffer import ResultBuffer
 from converge_sdk.worker.settings import parse_address
+from converge_sdk.worker.state import SharedState
 
 
 def test_backoff_grows_to_the_cap_with_jitter_and_resets():
@@ -65,6 +66,34 @@ def test_buffer_overflow_discards_the_oldest():
     assert refused is not None and refused.lease_token == "z"
     assert [t for t, _ in buffer.leases()] == ["b", "c"]
     assert [buffer.pop().lease_token, buffer.pop().lease_token, buffer.pop()] == ["b", "c", None]
+
+
+def test_unacknowledged_results_go_back_in_front_in_order_and_are_attested():
+    state = SharedState({}, WorkerOptions(result_buffer_capacity=3))
+
+    def results():
+        return [t for t, _ in state._results.leases()]
+
+    for lease in ("a", "b", "c", "d"):
+        state.sent(_complete(lease))
+    # Too many unacknowledged: the oldest is forgotten and counted.
+    assert [t for t, _ in state._unacked.leases()] == ["b", "c", "d"]
+    assert state.stats().buffered_dropped == 1
+    state.acknowledge([pb.LeaseRef(lease_token="c"), pb.LeaseRef(lease_token="unknown")])
+    assert state.begin("b", 1)  # both running and unacknowledged: attested once
+    assert [lease.lease_token for lease in state.attested_leases()] == ["b", "d"]
+    assert state.outstanding() == (1, 2) and state.stats().buffered == 2
+    # A result computed while disconnected waits behind the unacknowledged.
+    state._results.push(_complete("e"))
+    state.requeue_unacknowledged()
+    assert results() == ["b", "d", "e"] and len(state._unacked) == 0
+    # Requeued onto a full buffer, the oldest are discarded.
+    sent = state.pop_result()
+    assert sent is not None
+    state.sent(sent)
+    state._results.push(_complete("f"))
+    state.requeue_unacknowledged()
+    assert results() == ["d", "e", "f"] and state.stats().buffered_dropped == 2
 
 
 def test_settings_are_validated():

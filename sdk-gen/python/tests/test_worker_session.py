@@ -1,7 +1,8 @@
 """Tests of the worker's session protocol against an in-process fake broker
 (a grpc.aio WorkerService on loopback): Subscribe contents, heartbeats,
 config prime and push, results buffered across a reconnect and redelivered
-first with their leases resumed, and the drain."""
+first with their leases resumed, results kept until acknowledged, and the
+drain."""
 
 import asyncio
 
@@ -66,6 +67,9 @@ class FakeBroker(worker_pb2_grpc.WorkerServiceServicer):
         self.accepting.set()
         self.default = {"a": 1, "nested": {"x": 1}}
         self.config_calls = 0
+        #: Acknowledge no completion (a broker that cannot write them). By
+        #: default each completion is acknowledged as it arrives.
+        self.withhold_acks = False
 
     async def GetProviderConfig(self, request, context):
         self.config_calls += 1
@@ -87,6 +91,12 @@ class FakeBroker(worker_pb2_grpc.WorkerServiceServicer):
 
         async def pump():
             async for message in requests:
+                if message.WhichOneof("payload") == "complete" and not self.withhold_acks:
+                    # Acknowledged at once, as a broker does once written.
+                    lease = pb.LeaseRef(
+                        lease_token=message.complete.lease_token, claim_epoch=message.complete.claim_epoch
+                    )
+                    session.outbox.put_nowait(pb.WorkStreamResponse(result_ack=pb.ResultAck(leases=[lease])))
                 await session.inbox.put(message)
             await session.inbox.put(None)
 
@@ -379,6 +389,97 @@ def test_results_buffered_while_disconnected_are_redelivered_oldest_first():
         finally:
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
+            await server.stop(0)
+
+    asyncio.run(main())
+
+
+def test_a_result_is_kept_until_acknowledged_and_sent_again_on_the_next_stream():
+    async def main():
+        server, broker, addr = await _start_broker()
+        gates = {"A": asyncio.Event()}
+        gates["A"].set()
+        settings = WorkerOptions(
+            heartbeat_interval=0.1, backoff_base=0.05, backoff_max=0.1, drain_timeout=5.0, close_grace=2.0
+        )
+        worker = Worker([_provider(gates)], address=addr, options=settings)
+        run = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            s1 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+
+            # Sent, but the broker cannot write it (no acknowledgement).
+            broker.withhold_acks = True
+            s1.send_task("A")
+            complete = await s1.next("complete")
+            assert (complete.lease_token, complete.claim_epoch) == ("A", 7)
+            await _eventually(lambda: worker.stats().running == 0 and worker.stats().buffered == 1)
+            # Its lease is attested meanwhile.
+            while True:
+                heartbeat = await s1.next("heartbeat", skip=())
+                if [(l.lease_token, l.claim_epoch) for l in heartbeat.leases] == [("A", 7)]:
+                    break
+
+            # The stream goes: the next one resumes A and sends its result
+            # again, first.
+            broker.withhold_acks = False
+            s1.outbox.put_nowait(grpc.StatusCode.UNAVAILABLE)
+            s2 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            assert [(r.lease_token, r.claim_epoch) for r in s2.subscribe.resumed] == [("A", 7)]
+            again = await s2.next("complete", skip=())
+            assert (again.lease_token, again.claim_epoch) == ("A", 7)
+
+            # Acknowledged now: forgotten, and not sent on a third stream.
+            await _eventually(lambda: worker.stats().buffered == 0)
+            s2.outbox.put_nowait(grpc.StatusCode.UNAVAILABLE)
+            s3 = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            assert not s3.subscribe.resumed
+            await asyncio.sleep(0.3)
+            sent = _drain(s3.inbox)
+            assert all(m is None or m.WhichOneof("payload") != "complete" for m in sent), sent
+            stats = worker.stats()
+            assert (stats.completed, stats.buffered, stats.buffered_dropped) == (1, 0, 0)
+
+            # Nothing is left: the drain closes at once.
+            worker.shutdown()
+            while (message := await asyncio.wait_for(s3.inbox.get(), TIMEOUT)) is not None:
+                assert message.WhichOneof("payload") != "complete", message
+            s3.outbox.put_nowait(None)
+            await asyncio.wait_for(run, TIMEOUT)
+        finally:
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+            await server.stop(0)
+
+    asyncio.run(main())
+
+
+def test_the_drain_waits_for_the_acknowledgement():
+    async def main():
+        from converge_sdk.worker import DrainIncompleteError
+
+        server, broker, addr = await _start_broker()
+        gates = {"W1": asyncio.Event()}
+        gates["W1"].set()
+        settings = WorkerOptions(heartbeat_interval=0.1, drain_timeout=0.3, close_grace=0.5)
+        worker = Worker([_provider(gates)], address=addr, options=settings)
+        run = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            session = await asyncio.wait_for(broker.sessions.get(), TIMEOUT)
+            broker.withhold_acks = True
+            session.send_task("W1")
+            await session.next("complete")
+            worker.shutdown()
+            try:
+                await asyncio.wait_for(run, TIMEOUT)
+            except DrainIncompleteError as exc:
+                assert (exc.running, exc.undelivered) == (0, 1), exc
+            else:
+                raise AssertionError("run() returned cleanly with a result not acknowledged")
+        finally:
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
             await server.stop(0)
 
     asyncio.run(main())

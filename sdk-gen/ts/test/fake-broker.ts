@@ -13,6 +13,7 @@ import {
   GetProviderConfigRequestSchema,
   type GetProviderConfigResponse,
   GetProviderConfigResponseSchema,
+  ResultAckSchema,
   type WorkStreamRequest,
   WorkStreamRequestSchema,
   type WorkStreamResponse,
@@ -52,11 +53,20 @@ export class FakeStream {
   private waiters: Array<() => void> = [];
   private ended = false;
 
-  constructor(private readonly stream: http2.ServerHttp2Stream) {
+  constructor(
+    private readonly stream: http2.ServerHttp2Stream,
+    /** Whether to acknowledge a completion as it arrives (as a broker does once it is written). */
+    acking: () => boolean = () => true,
+  ) {
     const reader = new FrameReader();
     stream.on("data", (chunk: Buffer) => {
       for (const bytes of reader.push(chunk)) {
-        this.received.push(fromBinary(WorkStreamRequestSchema, bytes));
+        const message = fromBinary(WorkStreamRequestSchema, bytes);
+        this.received.push(message);
+        if (message.payload.case === "complete" && acking()) {
+          const { leaseToken, claimEpoch } = message.payload.value;
+          this.send({ case: "resultAck", value: create(ResultAckSchema, { leases: [{ leaseToken, claimEpoch }] }) });
+        }
       }
       for (const wake of this.waiters.splice(0)) {
         wake();
@@ -86,6 +96,9 @@ export class FakeStream {
   }
 
   send(payload: WorkStreamResponse["payload"]): void {
+    if (this.ended || this.stream.destroyed) {
+      return;
+    }
     this.stream.write(frame(toBinary(WorkStreamResponseSchema, create(WorkStreamResponseSchema, { payload }))));
   }
 
@@ -111,6 +124,8 @@ export class FakeStream {
 export class FakeBroker {
   /** When false, new WorkStreams are refused with UNAVAILABLE before any header. */
   accepting = true;
+  /** When true, no completion is acknowledged (a broker that cannot write them); by default each is, as it arrives. */
+  withholdAcks = false;
   configs: GetProviderConfigResponse["entries"] = [];
   readonly streams: FakeStream[] = [];
   configCalls = 0;
@@ -179,7 +194,7 @@ export class FakeBroker {
       return;
     }
     stream.respond(grpc, { waitForTrailers: true });
-    this.streams.push(new FakeStream(stream));
+    this.streams.push(new FakeStream(stream, () => !this.withholdAcks));
     for (const wake of this.streamWaiters.splice(0)) {
       wake();
     }

@@ -1,6 +1,7 @@
 // The session protocol against a scripted broker (test/fake-broker.ts):
 // the Subscribe burst, heartbeats, readiness, config pushes, redelivery with
-// resumed leases after a reconnect, and the drain.
+// resumed leases after a reconnect, results kept until acknowledged, and the
+// drain.
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
@@ -16,6 +17,17 @@ const is = (c: pb.WorkStreamRequest["payload"]["case"]) => (m: pb.WorkStreamRequ
 
 function task(init: Parameters<typeof workTask>[1] = {}): pb.StageTask {
   return workTask("k", init);
+}
+
+/** Polls `condition` until it holds (or fails after 5 s). */
+async function until(condition: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!condition()) {
+    if (Date.now() > deadline) {
+      throw new Error(`never happened: ${what}`);
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
 
 describe("worker sessions", () => {
@@ -124,6 +136,80 @@ describe("worker sessions", () => {
     assert.equal(next.payload.case, "complete", "the buffered result is the first message after Subscribe");
     assert.deepEqual((next.payload.value as pb.StageComplete).status, { late: true });
     assert.equal(worker?.stats().reconnects, 1);
+  });
+
+  it("keeps a result until acknowledged and sends it again on the next stream", async () => {
+    let runs = 0;
+    void start([
+      defineProvider({
+        kind,
+        reactions: {
+          work: () => {
+            runs += 1;
+            return { status: { once: true } };
+          },
+        },
+      }),
+    ]);
+    const first = await broker.stream(1);
+    await first.waitFor(is("subscribe"));
+
+    // Sent, but the broker cannot write it (no acknowledgement).
+    broker.withholdAcks = true;
+    const t = task();
+    t.claimEpoch = 7n;
+    first.send({ case: "task", value: t });
+    await first.waitFor(is("complete"));
+    await until(() => worker?.stats().running === 0 && worker.stats().buffered === 1, "kept until acknowledged");
+    // Its lease is attested meanwhile.
+    await first.waitFor(
+      (m) =>
+        m.payload.case === "heartbeat" &&
+        m.payload.value.leases.some((l) => l.leaseToken === t.leaseToken && l.claimEpoch === 7n),
+    );
+
+    // The stream goes: the next one resumes the lease and sends the result again, first.
+    broker.withholdAcks = false;
+    first.end(14, "broker restarting");
+    const second = await broker.stream(2);
+    const subscribe = await second.waitFor(() => true);
+    assert.equal(subscribe.payload.case, "subscribe");
+    assert.deepEqual(
+      (subscribe.payload.value as pb.Subscribe).resumed.map((r) => [r.leaseToken, r.claimEpoch]),
+      [[t.leaseToken, 7n]],
+    );
+    const again = await second.waitFor(() => true, 1);
+    assert.equal(again.payload.case, "complete", "the unacknowledged result is the first message after Subscribe");
+    assert.equal((again.payload.value as pb.StageComplete).leaseToken, t.leaseToken);
+    assert.equal((again.payload.value as pb.StageComplete).claimEpoch, 7n);
+
+    // Acknowledged now: forgotten, and not sent on a third stream.
+    await until(() => worker?.stats().buffered === 0, "the acknowledged result forgotten");
+    second.end(14, "broker restarting");
+    const third = await broker.stream(3);
+    const resubscribe = await third.waitFor(() => true);
+    assert.deepEqual((resubscribe.payload.value as pb.Subscribe).resumed, []);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(
+      third.received.filter((m) => m.payload.case === "complete"),
+      [],
+      "an acknowledged result was sent again",
+    );
+    assert.equal(runs, 1);
+    assert.equal(worker?.stats().completed, 1);
+    assert.equal(worker?.stats().bufferedDropped, 0);
+  });
+
+  it("does not finish the drain before the broker acknowledged every result", async () => {
+    const running = start([defineProvider({ kind, reactions: { work: () => ({}) } })], { drainTimeoutMs: 200 });
+    const stream = await broker.stream(1);
+    await stream.waitFor(is("subscribe"));
+    broker.withholdAcks = true;
+    stream.send({ case: "task", value: task() });
+    await stream.waitFor(is("complete"));
+    const stopped = worker?.shutdown();
+    await assert.rejects(running, { name: "DrainIncompleteError", running: 0, undelivered: 1 });
+    await assert.rejects(stopped ?? Promise.resolve(), { name: "DrainIncompleteError" });
   });
 
   it("announces a pair that requires its default config unready until a push brings one", async () => {

@@ -4,7 +4,7 @@ import { describe, it } from "node:test";
 
 import { create } from "@bufbuild/protobuf";
 
-import { StageCompleteSchema } from "../src/gen/converge/worker/v1/worker_pb.js";
+import { LeaseRefSchema, StageCompleteSchema } from "../src/gen/converge/worker/v1/worker_pb.js";
 import { DEFAULT_AGENT, type ProviderConfig, SDK_VERSION, WorkerConfigError, defineProvider } from "../src/worker/index.js";
 import { Worker } from "../src/worker/index.js";
 import { providersOf, settingsOf } from "../src/worker/options.js";
@@ -76,7 +76,7 @@ describe("WorkerState leases", () => {
     state.begin("c", 3n);
     state.finish(create(StageCompleteSchema, { leaseToken: "c", claimEpoch: 3n }));
     assert.deepEqual(
-      state.runningLeases().map((l) => [l.leaseToken, l.claimEpoch]),
+      state.attestedLeases().map((l) => [l.leaseToken, l.claimEpoch]),
       [
         ["a", 1n],
         ["b", 2n],
@@ -98,6 +98,38 @@ describe("WorkerState leases", () => {
       ["a", "b"],
     );
     assert.deepEqual(state.outstanding(), { running: 0, undelivered: 0 });
+  });
+});
+
+describe("WorkerState acknowledgements", () => {
+  const complete = (leaseToken: string, claimEpoch = 1n) => create(StageCompleteSchema, { leaseToken, claimEpoch });
+  const tokens = (list: Array<{ leaseToken: string }>) => list.map((c) => c.leaseToken);
+
+  it("keeps sent results until acknowledged, attests them, and requeues them in front, in order", () => {
+    const state = stateFor([defineProvider({ kind, reactions: {} })], { resultBufferCapacity: 3 });
+    state.sent(["a", "b", "c", "d"].map((t) => complete(t)));
+    assert.equal(state.stats().bufferedDropped, 1, "too many unacknowledged: the oldest is forgotten");
+    state.acknowledge([create(LeaseRefSchema, { leaseToken: "c" }), create(LeaseRefSchema, { leaseToken: "zz" })]);
+    state.begin("b", 1n); // running and unacknowledged: attested once
+    assert.deepEqual(tokens(state.attestedLeases()), ["b", "d"]);
+    assert.deepEqual(state.outstanding(), { running: 1, undelivered: 2 });
+    assert.equal(state.stats().buffered, 2);
+    // A result computed while disconnected waits behind the unacknowledged.
+    state.finish(complete("e"));
+    assert.deepEqual(tokens(state.resumed()), ["b", "e"], "not yet requeued");
+    state.requeueUnacknowledged();
+    assert.deepEqual(tokens(state.resumed()), ["b", "d", "e"]);
+    const taken = state.takeResults();
+    assert.deepEqual(tokens(taken), ["b", "d", "e"]);
+    // Requeued onto a full buffer, the oldest are discarded.
+    state.sent(taken.slice(0, 1));
+    state.finish(complete("f"));
+    state.finish(complete("g"));
+    state.finish(complete("h"));
+    state.requeueUnacknowledged();
+    assert.equal(state.stats().bufferedDropped, 2, "b no longer fits");
+    assert.deepEqual(tokens(state.takeResults()), ["f", "g", "h"]);
+    assert.deepEqual(state.outstanding(), { running: 1, undelivered: 0 }, "only b's handler");
   });
 });
 

@@ -162,7 +162,7 @@ describe("accept", () => {
     }
     await new Promise((r) => setImmediate(r));
     assert.equal(running, 2);
-    assert.equal(state.runningLeases().length, 5, "tasks waiting for a slot are attested too");
+    assert.equal(state.attestedLeases().length, 5, "tasks waiting for a slot are attested too");
     for (const gate of gates) {
       gate.resolve();
       await new Promise((r) => setImmediate(r));
@@ -195,7 +195,7 @@ describe("accept", () => {
       ],
     );
     assert.deepEqual(
-      state.runningLeases().map((l) => l.leaseToken),
+      state.attestedLeases().map((l) => l.leaseToken),
       [task.leaseToken],
     );
     gate.resolve();

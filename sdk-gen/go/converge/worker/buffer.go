@@ -1,10 +1,14 @@
 package worker
 
-import workerv1 "converge.dev/sdk/go/gen/converge/worker/v1"
+import (
+	"slices"
 
-// resultBuffer holds completions not yet handed to a stream, oldest first.
-// While connected it is drained at once; while disconnected it keeps results
-// for redelivery.
+	workerv1 "converge.dev/sdk/go/gen/converge/worker/v1"
+)
+
+// resultBuffer holds completions, oldest first: those not yet handed to a
+// stream (while connected drained at once; while disconnected kept for
+// redelivery), or those sent but not yet acknowledged by the broker.
 //
 // Overflow policy: when full, the OLDEST result is discarded. Its lease is the
 // likeliest to be past its deadline or already reclaimed by the broker (which
@@ -52,6 +56,23 @@ func (b *resultBuffer) pop() *workerv1.StageComplete {
 	b.items[0] = nil
 	b.items = b.items[1:]
 	return c
+}
+
+// popBack removes and returns the newest result, or nil.
+func (b *resultBuffer) popBack() *workerv1.StageComplete {
+	n := len(b.items)
+	if n == 0 {
+		return nil
+	}
+	c := b.items[n-1]
+	b.items[n-1] = nil
+	b.items = b.items[:n-1]
+	return c
+}
+
+// retain keeps only the results keep says yes to, in order.
+func (b *resultBuffer) retain(keep func(*workerv1.StageComplete) bool) {
+	b.items = slices.DeleteFunc(b.items, func(c *workerv1.StageComplete) bool { return !keep(c) })
 }
 
 func (b *resultBuffer) len() int { return len(b.items) }

@@ -24,7 +24,11 @@
 //   - opens WorkStream with Subscribe first (served pairs, max_inflight = max
 //     parallel, and the tasks it still runs or holds results for), followed
 //     by Interest{ready: false} for every unready provider;
-//   - redelivers buffered results first on every new stream;
+//   - keeps every result it sent until the broker acknowledges it
+//     (ResultAck: written durably or found stale), and on every new stream
+//     lists the unacknowledged ones in Subscribe.resumed and sends them again
+//     first, before anything else (the broker's fence makes a second copy
+//     harmless);
 //   - runs at most max-parallel handlers at once, each with a context bounded
 //     by its task deadline (expiry = a transient failure "deadline exceeded"
 //     with reason DeadlineExceeded), with panics turned into transient
@@ -34,7 +38,8 @@
 //   - answers each task with one StageComplete echoing its fence;
 //   - sends a WorkHeartbeat every interval listing the leases of accepted
 //     tasks whose handlers have not finished (including any waiting for a
-//     slot: they are the worker's responsibility until answered);
+//     slot: they are the worker's responsibility until answered) and of
+//     results not yet acknowledged;
 //   - polls Provider.Ready and sends Interest on every change; tasks for an
 //     unknown or unready pair fail transiently. A provider with
 //     RequiresDefaultConfig counts as unready until its kind's default config
@@ -48,9 +53,10 @@
 //     default, or one that received a task);
 //   - on shutdown (the Run context cancelled) announces every pair unready,
 //     fails tasks that still arrive (transiently), waits up to the drain
-//     timeout for in-flight handlers, sends their results (reconnecting if
-//     needed), closes the stream and returns; handlers still running then
-//     are cancelled and Run returns a *DrainIncompleteError.
+//     timeout for in-flight handlers and for the broker to acknowledge every
+//     result, sends their results (reconnecting if needed), closes the stream
+//     and returns; handlers still running then are cancelled and Run returns
+//     a *DrainIncompleteError.
 //
 // Errors: a handler's error is a transient failure unless it is marked with
 // Terminal (or is an *Error with Terminal set); WithReason, Terminalf and

@@ -146,12 +146,13 @@ func eventsOf(err error) []Event {
 }
 
 // DrainIncompleteError is returned by Run when the drain timeout passed before every
-// in-flight handler finished and every result was delivered. The broker
+// in-flight handler finished and the broker acknowledged every result. The broker
 // re-runs those tasks once their leases are released or go stale.
 type DrainIncompleteError struct {
 	// Running is the number of handlers still running (they were cancelled).
 	Running int
-	// Undelivered is the number of results computed but never sent.
+	// Undelivered is the number of results computed but not acknowledged by
+	// the broker (never sent, or sent without an acknowledgement).
 	Undelivered int
 }
 

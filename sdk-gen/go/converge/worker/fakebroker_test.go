@@ -28,6 +28,9 @@ type fakeBroker struct {
 	mu      sync.Mutex
 	configs []*workerv1.ProviderConfigEntry
 	reject  bool // refuse new streams (after reading their Subscribe)
+	// withholdAcks: acknowledge no completion (a broker that cannot write
+	// them). By default each completion is acknowledged as it arrives.
+	withholdAcks bool
 
 	sessions chan *fakeSession
 }
@@ -51,6 +54,18 @@ func (b *fakeBroker) setReject(v bool) {
 	b.mu.Lock()
 	b.reject = v
 	b.mu.Unlock()
+}
+
+func (b *fakeBroker) setWithholdAcks(v bool) {
+	b.mu.Lock()
+	b.withholdAcks = v
+	b.mu.Unlock()
+}
+
+func (b *fakeBroker) acking() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.withholdAcks
 }
 
 func (b *fakeBroker) WorkStream(stream grpc.BidiStreamingServer[workerv1.WorkStreamRequest, workerv1.WorkStreamResponse]) error {
@@ -78,6 +93,8 @@ func (b *fakeBroker) WorkStream(stream grpc.BidiStreamingServer[workerv1.WorkStr
 		end:       make(chan error, 1),
 	}
 	clientDone := make(chan struct{})
+	// Acknowledgements, sent by the loop below (one sender per stream).
+	acks := make(chan *workerv1.WorkStreamResponse, 1000)
 	go func() {
 		defer close(clientDone)
 		defer close(s.recv)
@@ -86,6 +103,12 @@ func (b *fakeBroker) WorkStream(stream grpc.BidiStreamingServer[workerv1.WorkStr
 			if err != nil {
 				return
 			}
+			// Acknowledged at once, as a broker does once written.
+			if c := m.GetComplete(); c != nil && b.acking() {
+				acks <- &workerv1.WorkStreamResponse{Payload: &workerv1.WorkStreamResponse_ResultAck{
+					ResultAck: &workerv1.ResultAck{Leases: []*workerv1.LeaseRef{{LeaseToken: c.GetLeaseToken(), ClaimEpoch: c.GetClaimEpoch()}}},
+				}}
+			}
 			s.recv <- m
 		}
 	}()
@@ -93,6 +116,10 @@ func (b *fakeBroker) WorkStream(stream grpc.BidiStreamingServer[workerv1.WorkStr
 	for {
 		select {
 		case m := <-s.send:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case m := <-acks:
 			if err := stream.Send(m); err != nil {
 				return err
 			}

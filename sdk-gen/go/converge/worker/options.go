@@ -146,7 +146,8 @@ func WithReconnectBackoff(base, maxDelay time.Duration) Option {
 }
 
 // WithResultBufferCapacity sets how many results are kept for redelivery while
-// disconnected (default 1024); on overflow the oldest is discarded.
+// disconnected, and how many sent results are kept until the broker
+// acknowledges them (default 1024 each); on overflow the oldest is discarded.
 func WithResultBufferCapacity(n int) Option {
 	return func(s *settings) { s.resultBufferCapacity = n }
 }

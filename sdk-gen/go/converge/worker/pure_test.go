@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -69,6 +70,49 @@ func TestBufferOverflowDiscardsTheOldest(t *testing.T) {
 	b.each(func(c *workerv1.StageComplete) { order = append(order, c.GetLeaseToken()) })
 	if !reflect.DeepEqual(order, []string{"b", "c"}) || b.len() != 2 {
 		t.Errorf("buffer = %v", order)
+	}
+}
+
+func TestUnacknowledgedResultsGoBackInFrontInOrderAndAreAttested(t *testing.T) {
+	st := defaultSettings()
+	st.resultBufferCapacity = 3
+	st.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	sh := newShared(&st, nil)
+	leases := func(b *resultBuffer) []string {
+		var out []string
+		b.each(func(c *workerv1.StageComplete) { out = append(out, c.GetLeaseToken()) })
+		return out
+	}
+	for _, l := range []string{"a", "b", "c", "d"} {
+		sh.sent(complete(l))
+	}
+	if got := leases(sh.unacked); !reflect.DeepEqual(got, []string{"b", "c", "d"}) || sh.bufferedDropped.Load() != 1 {
+		t.Fatalf("unacked = %v (dropped %d), want the oldest forgotten", got, sh.bufferedDropped.Load())
+	}
+	sh.acknowledge([]*workerv1.LeaseRef{{LeaseToken: "c"}, {LeaseToken: "unknown"}})
+	sh.begin("b", 0) // a lease both running and unacknowledged is attested once
+	var attested []string
+	for _, l := range sh.attestedLeases() {
+		attested = append(attested, l.GetLeaseToken())
+	}
+	if !reflect.DeepEqual(attested, []string{"b", "d"}) {
+		t.Errorf("attested = %v, want [b d]", attested)
+	}
+	if _, undelivered := sh.outstanding(); undelivered != 2 {
+		t.Errorf("undelivered = %d, want 2 (unacknowledged count)", undelivered)
+	}
+	// A result computed while disconnected waits behind the unacknowledged.
+	sh.results.push(complete("e"))
+	sh.requeueUnacknowledged()
+	if got := leases(sh.results); !reflect.DeepEqual(got, []string{"b", "d", "e"}) || sh.unacked.len() != 0 {
+		t.Errorf("results = %v, unacked %d; want [b d e] and none", got, sh.unacked.len())
+	}
+	// Requeued onto a full buffer, the oldest are discarded.
+	sh.sent(sh.results.pop())
+	sh.results.push(complete("f"))
+	sh.requeueUnacknowledged()
+	if got := leases(sh.results); !reflect.DeepEqual(got, []string{"d", "e", "f"}) || sh.bufferedDropped.Load() != 2 {
+		t.Errorf("results = %v (dropped %d), want [d e f] and b discarded", got, sh.bufferedDropped.Load())
 	}
 }
 

@@ -95,6 +95,86 @@ func TestResultsAreBufferedAcrossAReconnectAndRedeliveredFirst(t *testing.T) {
 	}
 }
 
+func TestAResultIsKeptUntilAcknowledgedAndSentAgainOnTheNextStream(t *testing.T) {
+	var runs atomic.Int32
+	h := HandlerFunc(func(context.Context, *ReactionRequest) (*Outcome, error) {
+		runs.Add(1)
+		return nil, nil
+	})
+	r := newRig(t, nil, WithHandler(testKind, h))
+	s0 := r.session()
+
+	// Sent, but the broker cannot write it (no acknowledgement).
+	r.broker.setWithholdAcks(true)
+	s0.task(t, workTask("A", "work"))
+	if c := s0.completion(t); c.GetLeaseToken() != "A" || c.GetClaimEpoch() != 7 {
+		t.Fatalf("completion = %v", c)
+	}
+	waitStats(t, r.w, func(st WorkerStats) bool { return st.Buffered == 1 && st.Running == 0 })
+	// Its lease is attested meanwhile.
+	s0.next(t, func(m *workerv1.WorkStreamRequest) bool {
+		l := m.GetHeartbeat().GetLeases()
+		return len(l) == 1 && l[0].GetLeaseToken() == "A" && l[0].GetClaimEpoch() == 7
+	})
+
+	// The stream goes: the next one resumes A and sends its result again.
+	r.broker.setWithholdAcks(false)
+	s0.end <- status.Error(codes.Unavailable, "broker restarting")
+	s1 := r.session()
+	if res := s1.subscribe.GetResumed(); len(res) != 1 || res[0].GetLeaseToken() != "A" || res[0].GetClaimEpoch() != 7 {
+		t.Errorf("Subscribe.resumed = %v, want A", res)
+	}
+	first := s1.next(t, func(m *workerv1.WorkStreamRequest) bool { return m.GetInterest() == nil })
+	if c := first.GetComplete(); c.GetLeaseToken() != "A" || c.GetClaimEpoch() != 7 {
+		t.Errorf("first message after Subscribe = %v, want A's completion again", first)
+	}
+
+	// Acknowledged now: forgotten, and not sent on a third stream.
+	waitStats(t, r.w, func(st WorkerStats) bool { return st.Buffered == 0 })
+	s1.end <- status.Error(codes.Unavailable, "broker restarting")
+	s2 := r.session()
+	if res := s2.subscribe.GetResumed(); len(res) != 0 {
+		t.Errorf("Subscribe.resumed = %v after the acknowledgement, want none", res)
+	}
+	quiet := time.After(200 * time.Millisecond)
+	for done := false; !done; {
+		select {
+		case m, ok := <-s2.recv:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if m.GetComplete() != nil {
+				t.Errorf("an acknowledged result was sent again: %v", m)
+			}
+		case <-quiet:
+			done = true
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+	if st := r.w.Stats(); st.Completed != 1 || st.BufferedDropped != 0 {
+		t.Errorf("stats = %+v", st)
+	}
+	if err := r.stop(); err != nil {
+		t.Errorf("Run = %v, want a clean drain", err)
+	}
+}
+
+func TestTheDrainWaitsForTheAcknowledgement(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *ReactionRequest) (*Outcome, error) { return nil, nil })
+	r := newRig(t, nil, WithHandler(testKind, h), WithDrainTimeout(200*time.Millisecond))
+	s := r.session()
+	r.broker.setWithholdAcks(true)
+	s.task(t, workTask("A", "work"))
+	s.completion(t)
+	err := r.stop()
+	var de *DrainIncompleteError
+	if !errors.As(err, &de) || de.Running != 0 || de.Undelivered != 1 {
+		t.Fatalf("Run = %v, want a DrainIncompleteError with 1 undelivered", err)
+	}
+}
+
 func TestDrainAnnouncesUnreadyRefusesNewTasksAndDeliversRunningResults(t *testing.T) {
 	g := newGate()
 	r := newRig(t, nil, WithHandler(testKind, g))

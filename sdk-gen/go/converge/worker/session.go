@@ -59,6 +59,9 @@ func (r *run) session() sessionEnd {
 		return sessionNotOpened
 	}
 	s := &session{r: r, stream: stream, readiness: make(map[KindVersion]bool, len(sh.kinds))}
+	// What the last stream did not acknowledge is sent again on this one
+	// (and listed in Subscribe.resumed).
+	sh.requeueUnacknowledged()
 	err = s.subscribe()
 	if err == nil {
 		// The broker sends its headers once it accepted the Subscribe. A
@@ -136,6 +139,8 @@ func (r *run) session() sessionEnd {
 				r.accept(p.Task, r.draining)
 			case *workerv1.WorkStreamResponse_ProviderConfigUpdate:
 				applyUpdate(sh, p.ProviderConfigUpdate)
+			case *workerv1.WorkStreamResponse_ResultAck:
+				sh.acknowledge(p.ResultAck.GetLeases())
 			}
 		case err := <-s.readErr:
 			if errors.Is(err, io.EOF) {
@@ -148,7 +153,7 @@ func (r *run) session() sessionEnd {
 			err = s.flush()
 		case <-heartbeat.C:
 			err = s.send(&workerv1.WorkStreamRequest{Payload: &workerv1.WorkStreamRequest_Heartbeat{
-				Heartbeat: &workerv1.WorkHeartbeat{Leases: sh.runningLeases()},
+				Heartbeat: &workerv1.WorkHeartbeat{Leases: sh.attestedLeases()},
 			}})
 		case <-pollC:
 			err = s.pollReadiness()
@@ -226,7 +231,8 @@ func (s *session) interest(k KindVersion, ready bool) error {
 }
 
 // flush hands every buffered result to the stream, oldest first. A result
-// that cannot be sent goes back to the buffer for the next stream.
+// that cannot be sent goes back to the buffer for the next stream; a sent
+// one is kept until the broker acknowledges it.
 func (s *session) flush() error {
 	sh := s.r.sh
 	for {
@@ -238,6 +244,7 @@ func (s *session) flush() error {
 			sh.unpopResult(c)
 			return err
 		}
+		sh.sent(c)
 	}
 }
 

@@ -25,13 +25,18 @@ type shared struct {
 	// slots holds one token per running handler.
 	slots chan struct{}
 
-	// mu guards running and results, so a task is always in exactly one of
-	// them until it is sent.
+	// mu guards running, results and unacked, so a task is always in exactly
+	// one of them until the broker acknowledges its completion.
 	mu sync.Mutex
 	// running maps the lease_token of each accepted task whose handler has
 	// not finished to its claim_epoch.
 	running map[string]int64
+	// results holds the completions not yet handed to a stream.
 	results *resultBuffer
+	// unacked holds the completions handed to a stream and not yet
+	// acknowledged by the broker (ResultAck), oldest first: they are sent
+	// again on the next stream.
+	unacked *resultBuffer
 
 	// configMu guards the config cache and serialises OnConfig calls.
 	configMu sync.Mutex
@@ -67,6 +72,7 @@ func newShared(s *settings, providers map[KindVersion]*Provider) *shared {
 		slots:          make(chan struct{}, s.maxParallel),
 		running:        make(map[string]int64),
 		results:        newResultBuffer(s.resultBufferCapacity),
+		unacked:        newResultBuffer(s.resultBufferCapacity),
 		configs:        make(map[KindVersion]*ProviderConfig),
 		pushedAt:       make(map[KindVersion]uint64),
 		resultsReady:   make(chan struct{}, 1),
@@ -130,17 +136,73 @@ func (sh *shared) unpopResult(c *workerv1.StageComplete) {
 	}
 }
 
-// runningLeases lists the accepted tasks whose handlers have not finished,
-// sorted by lease token.
-func (sh *shared) runningLeases() []*workerv1.LeaseRef {
+// sent keeps a completion handed to a stream until the broker acknowledges
+// it.
+func (sh *shared) sent(c *workerv1.StageComplete) {
 	sh.mu.Lock()
-	leases := make([]*workerv1.LeaseRef, 0, len(sh.running))
+	dropped := sh.unacked.push(c)
+	sh.mu.Unlock()
+	if dropped != nil {
+		sh.bufferedDropped.Add(1)
+		sh.log.Warn("too many unacknowledged results; forgot the oldest", "lease", dropped.GetLeaseToken())
+	}
+}
+
+// acknowledge forgets the completions the broker acknowledged.
+func (sh *shared) acknowledge(leases []*workerv1.LeaseRef) {
+	if len(leases) == 0 {
+		return
+	}
+	tokens := make(map[string]struct{}, len(leases))
+	for _, l := range leases {
+		tokens[l.GetLeaseToken()] = struct{}{}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.unacked.retain(func(c *workerv1.StageComplete) bool {
+		_, acked := tokens[c.GetLeaseToken()]
+		return !acked
+	})
+}
+
+// requeueUnacknowledged puts the unacknowledged completions back in front of
+// the result buffer, keeping their order, to be sent again on a new stream
+// (the fence drops a copy the broker had already written).
+func (sh *shared) requeueUnacknowledged() {
+	dropped := 0
+	sh.mu.Lock()
+	for c := sh.unacked.popBack(); c != nil; c = sh.unacked.popBack() {
+		if sh.results.pushFront(c) != nil {
+			dropped++
+		}
+	}
+	sh.mu.Unlock()
+	if dropped > 0 {
+		sh.bufferedDropped.Add(uint64(dropped))
+		sh.log.Warn("result buffer full; discarded the oldest unacknowledged results", "dropped", dropped)
+	}
+}
+
+// attestedLeases lists the leases to attest in a heartbeat, sorted by lease
+// token and without duplicates: those of accepted tasks whose handlers have
+// not finished, and of completions not yet acknowledged (the broker may be
+// waiting for the database to write them).
+func (sh *shared) attestedLeases() []*workerv1.LeaseRef {
+	sh.mu.Lock()
+	leases := make([]*workerv1.LeaseRef, 0, len(sh.running)+sh.unacked.len())
 	for token, epoch := range sh.running {
 		leases = append(leases, &workerv1.LeaseRef{LeaseToken: token, ClaimEpoch: epoch})
 	}
+	sh.unacked.each(func(c *workerv1.StageComplete) {
+		leases = append(leases, &workerv1.LeaseRef{LeaseToken: c.GetLeaseToken(), ClaimEpoch: c.GetClaimEpoch()})
+	})
 	sh.mu.Unlock()
-	slices.SortFunc(leases, func(a, b *workerv1.LeaseRef) int { return cmp.Compare(a.LeaseToken, b.LeaseToken) })
-	return leases
+	slices.SortFunc(leases, func(a, b *workerv1.LeaseRef) int {
+		return cmp.Or(cmp.Compare(a.LeaseToken, b.LeaseToken), cmp.Compare(a.ClaimEpoch, b.ClaimEpoch))
+	})
+	return slices.CompactFunc(leases, func(a, b *workerv1.LeaseRef) bool {
+		return a.LeaseToken == b.LeaseToken && a.ClaimEpoch == b.ClaimEpoch
+	})
 }
 
 // resumed lists the tasks for Subscribe.resumed: running or result-buffered,
@@ -170,11 +232,12 @@ func (sh *shared) resumed() []*workerv1.ResumedTask {
 	return out
 }
 
-// outstanding returns (running handlers, undelivered results).
+// outstanding returns (running handlers, results not yet acknowledged:
+// unsent or sent).
 func (sh *shared) outstanding() (running, undelivered int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return len(sh.running), sh.results.len()
+	return len(sh.running), sh.results.len() + sh.unacked.len()
 }
 
 func (sh *shared) idle() bool {
@@ -276,7 +339,8 @@ type WorkerStats struct {
 	// Failed counts tasks that failed for any reason (handler error, panic,
 	// deadline, unknown or unready provider, shutting down).
 	Failed uint64
-	// BufferedDropped counts results discarded because the buffer was full.
+	// BufferedDropped counts results discarded because the buffer (of unsent
+	// or of unacknowledged results) was full.
 	BufferedDropped uint64
 	// Reconnects counts times an established stream was lost.
 	Reconnects uint64
@@ -284,7 +348,8 @@ type WorkerStats struct {
 	Sessions uint64
 	// Running is the number of accepted tasks whose handler has not finished.
 	Running int
-	// Buffered is the number of results waiting to be sent.
+	// Buffered is the number of results not yet acknowledged by the broker:
+	// waiting to be sent, or sent and kept until acknowledged.
 	Buffered int
 }
 

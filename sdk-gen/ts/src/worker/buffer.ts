@@ -1,10 +1,11 @@
-// The bounded buffer of completions waiting to be sent.
+// The bounded buffer of completions waiting to be sent or acknowledged.
 
 import type { StageComplete } from "../gen/converge/worker/v1/worker_pb.js";
 
 /**
- * Completions not yet handed to a stream, oldest first. While connected it is
- * drained at once; while disconnected it holds results for redelivery.
+ * Completions, oldest first: those not yet handed to a stream (while connected
+ * drained at once; while disconnected held for redelivery), or those sent but
+ * not yet acknowledged by the broker.
  *
  * Overflow policy: when full, the OLDEST result is discarded. Its lease is the
  * likeliest to be past its deadline or already reclaimed by the broker (which
@@ -31,9 +32,9 @@ export class ResultBuffer {
   }
 
   /**
-   * Puts back results that could not be sent, in front and in their order.
-   * Returns those that no longer fit: the buffer filled up meanwhile, and
-   * these are the oldest, so the overflow policy discards them.
+   * Puts back results to be sent again (unacknowledged ones, before a new
+   * stream), in front and in their order. Returns those that no longer fit:
+   * they are the oldest, so the overflow policy discards them.
    */
   unshift(completes: readonly StageComplete[]): StageComplete[] {
     const room = Math.max(0, this.capacity - this.items.length);
@@ -45,6 +46,23 @@ export class ResultBuffer {
   /** Removes and returns the oldest result. */
   shift(): StageComplete | undefined {
     return this.items.shift();
+  }
+
+  /** Removes and returns every result, oldest first. */
+  takeAll(): StageComplete[] {
+    return this.items.splice(0);
+  }
+
+  /** Keeps only the results `keep` says yes to, in order. */
+  retain(keep: (complete: StageComplete) => boolean): void {
+    let kept = 0;
+    for (const c of this.items) {
+      if (keep(c)) {
+        this.items[kept] = c;
+        kept += 1;
+      }
+    }
+    this.items.length = kept;
   }
 
   /** Lease tokens and claim epochs of the buffered results, oldest first. */

@@ -86,8 +86,8 @@ export class WorkerConfigError extends Error {
 }
 
 /**
- * The drain timed out before every in-flight handler finished and every
- * result was delivered. The broker re-runs those tasks once their leases are
+ * The drain timed out before every in-flight handler finished and the broker
+ * acknowledged every result. The broker re-runs those tasks once their leases are
  * released or go stale.
  */
 export class DrainIncompleteError extends Error {
@@ -96,7 +96,7 @@ export class DrainIncompleteError extends Error {
   constructor(
     /** Handlers still running at the end (their signals were aborted). */
     readonly running: number,
-    /** Results computed but never sent. */
+    /** Results computed but not acknowledged by the broker (never sent, or sent without an acknowledgement). */
     readonly undelivered: number,
   ) {
     super(`drain timed out with ${running} handlers still running and ${undelivered} results undelivered`);

@@ -21,7 +21,7 @@ export const DEFAULT_CONFIG_REFRESH_INTERVAL_MS = 60_000;
 export const DEFAULT_BACKOFF_BASE_MS = 100;
 /** Default longest reconnect delay. */
 export const DEFAULT_BACKOFF_MAX_MS = 30_000;
-/** Default number of results kept for redelivery while disconnected. */
+/** Default number of results kept for redelivery while disconnected (and of sent results kept until acknowledged). */
 export const DEFAULT_RESULT_BUFFER_CAPACITY = 1024;
 /** Default time a session must last to count as healthy (resets the backoff). */
 export const DEFAULT_HEALTHY_SESSION_MS = 10_000;
@@ -100,7 +100,11 @@ export interface WorkerOptions {
   backoffBaseMs?: number;
   /** Longest reconnect delay (default 30 s). */
   backoffMaxMs?: number;
-  /** Results kept for redelivery while disconnected (default 1024; the oldest is dropped beyond). */
+  /**
+   * Results kept for redelivery while disconnected, and sent results kept
+   * until the broker acknowledges them (default 1024 each; the oldest is
+   * dropped beyond).
+   */
   resultBufferCapacity?: number;
   /**
    * How long a session must last to count as healthy and reset the backoff

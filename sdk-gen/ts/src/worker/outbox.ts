@@ -13,9 +13,9 @@ export type Up = WorkStreamRequest["payload"];
 
 /**
  * Messages queued for the stream, handed to the transport as it asks for
- * them. Because the transport pulls, a message still queued when the stream
- * ends was never written: {@link takeUnsent} returns the completions among
- * them so they can be redelivered on the next stream instead of being lost.
+ * them. A message still queued when the stream ends ({@link end}) is never
+ * written; the completions among them, like those written, stay kept until
+ * the broker acknowledges them, so the next stream sends them again.
  */
 export class Outbox implements AsyncIterable<WorkStreamRequest> {
   private readonly queue: WorkStreamRequest[] = [];
@@ -45,12 +45,11 @@ export class Outbox implements AsyncIterable<WorkStreamRequest> {
     this.notify();
   }
 
-  /** Stops handing out messages (the stream is gone) and returns the completions never pulled. */
-  takeUnsent(): StageComplete[] {
+  /** Stops handing out messages (the stream is gone) and drops those still queued. */
+  end(): void {
     this.ended = true;
     this.notify();
-    const unsent = this.queue.splice(0).flatMap((m) => (m.payload.case === "complete" ? [m.payload.value] : []));
-    return unsent;
+    this.queue.splice(0);
   }
 
   private notify(): void {

@@ -1,6 +1,6 @@
 // One WorkStream session: the Subscribe burst, redelivery, then tasks,
-// results, heartbeats, readiness and config pushes until the stream ends or
-// the drain completes.
+// results and their acknowledgements, heartbeats, readiness and config pushes
+// until the stream ends or the drain completes.
 
 import { create } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
@@ -88,6 +88,8 @@ class Session {
   async run(): Promise<SessionEnd> {
     const { state } = this;
     const settings = state.settings;
+    // What the last stream did not acknowledge is sent again on this one.
+    state.requeueUnacknowledged();
     // The opening burst is queued before the call starts, so Subscribe is
     // the first message and the Interest frames ride right behind it.
     const resumed = state.resumed();
@@ -127,8 +129,9 @@ class Session {
     for (const cleanup of this.cleanups) {
       cleanup();
     }
-    // Completions the transport never pulled were never sent: keep them.
-    state.putBack(this.outbox.takeUnsent());
+    // Completions the transport never pulled were never sent; like those it
+    // sent, they are kept until acknowledged, so the next stream sends them.
+    this.outbox.end();
     this.call.abort();
     return end;
   }
@@ -170,7 +173,7 @@ class Session {
     // Redeliver what was computed while disconnected before anything else.
     this.flush();
     const heartbeat = setInterval(() => {
-      this.outbox.send({ case: "heartbeat", value: create(WorkHeartbeatSchema, { leases: state.runningLeases() }) });
+      this.outbox.send({ case: "heartbeat", value: create(WorkHeartbeatSchema, { leases: state.attestedLeases() }) });
     }, settings.heartbeatIntervalMs);
     const poll = setInterval(() => {
       if (!this.draining()) {
@@ -234,6 +237,10 @@ class Session {
       case "providerConfigUpdate":
         this.applyUpdate(message.payload.value);
         return;
+      case "resultAck":
+        this.state.acknowledge(message.payload.value.leases);
+        this.closeIfDrained();
+        return;
       case undefined:
         return;
     }
@@ -245,12 +252,17 @@ class Session {
     this.state.applyPushedConfig(kind, config);
   }
 
-  /** Hands every buffered result to the stream, oldest first. */
+  /**
+   * Hands every buffered result to the stream, oldest first, and keeps each
+   * until the broker acknowledges it.
+   */
   private flush(): void {
     if (!this.opened || this.closing || this.ended) {
       return;
     }
-    this.outbox.sendCompletes(this.state.takeResults());
+    const completes = this.state.takeResults();
+    this.outbox.sendCompletes(completes);
+    this.state.sent(completes);
     this.closeIfDrained();
   }
 

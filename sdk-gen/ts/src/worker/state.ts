@@ -25,7 +25,7 @@ export interface WorkerStats {
   completed: number;
   /** Tasks that failed, for any reason (handler error, deadline, unknown or unready provider, shutting down). */
   failed: number;
-  /** Results discarded because the result buffer was full. */
+  /** Results discarded because the buffer (of unsent or of unacknowledged results) was full. */
   bufferedDropped: number;
   /** Times an established stream was lost and the worker reconnected. */
   reconnects: number;
@@ -33,8 +33,22 @@ export interface WorkerStats {
   sessions: number;
   /** Tasks accepted whose handler has not finished (now). */
   running: number;
-  /** Results waiting to be sent (now). */
+  /** Results not yet acknowledged by the broker (now): waiting to be sent, or sent and kept until acknowledged. */
   buffered: number;
+}
+
+/** A lease: its token and claim epoch. */
+interface Lease {
+  leaseToken: string;
+  claimEpoch: bigint;
+}
+
+/** Orders leases by token, then epoch. */
+function compareLeases(a: Lease, b: Lease): number {
+  if (a.leaseToken !== b.leaseToken) {
+    return a.leaseToken < b.leaseToken ? -1 : 1;
+  }
+  return a.claimEpoch < b.claimEpoch ? -1 : a.claimEpoch > b.claimEpoch ? 1 : 0;
 }
 
 /** A set of callbacks fired together. */
@@ -78,6 +92,11 @@ export class WorkerState {
   private readonly running = new Map<string, bigint>();
   /** Finished results not yet handed to a stream. */
   private readonly results: ResultBuffer;
+  /**
+   * Results handed to a stream and not yet acknowledged by the broker
+   * (ResultAck), oldest first: sent again on the next stream.
+   */
+  private readonly unacked: ResultBuffer;
   private readonly configs: ConfigCache = { current: new Map(), pushes: 0, pushedAt: new Map() };
   private readonly counters = { completed: 0, failed: 0, bufferedDropped: 0, reconnects: 0, sessions: 0 };
 
@@ -88,6 +107,7 @@ export class WorkerState {
   ) {
     this.slots = new Semaphore(settings.maxParallel);
     this.results = new ResultBuffer(settings.resultBufferCapacity);
+    this.unacked = new ResultBuffer(settings.resultBufferCapacity);
   }
 
   /** The provider of a pair, if served. */
@@ -128,10 +148,34 @@ export class WorkerState {
     return taken;
   }
 
-  /** Puts back results a stream did not transmit, in front of the buffer. */
-  putBack(completes: readonly StageComplete[]): void {
-    if (completes.length > 0) {
-      this.dropped(this.results.unshift(completes));
+  /** Keeps results handed to a stream until the broker acknowledges them. */
+  sent(completes: readonly StageComplete[]): void {
+    for (const c of completes) {
+      const dropped = this.unacked.push(c);
+      if (dropped !== undefined) {
+        this.counters.bufferedDropped += 1;
+        this.settings.logger.warn("too many unacknowledged results; forgot the oldest", { lease: dropped.leaseToken });
+      }
+    }
+  }
+
+  /** Forgets the results the broker acknowledged. */
+  acknowledge(leases: readonly LeaseRef[]): void {
+    if (leases.length > 0) {
+      const tokens = new Set(leases.map((l) => l.leaseToken));
+      this.unacked.retain((c) => !tokens.has(c.leaseToken));
+    }
+  }
+
+  /**
+   * Puts the unacknowledged results back in front of the buffer, in their
+   * order, to be sent again on a new stream (the fence drops a copy the
+   * broker had already written).
+   */
+  requeueUnacknowledged(): void {
+    const unacked = this.unacked.takeAll();
+    if (unacked.length > 0) {
+      this.dropped(this.results.unshift(unacked));
     }
   }
 
@@ -142,11 +186,24 @@ export class WorkerState {
     }
   }
 
-  /** Leases of accepted tasks whose handlers have not finished, sorted by token. */
-  runningLeases(): LeaseRef[] {
-    return [...this.running]
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-      .map(([leaseToken, claimEpoch]) => create(LeaseRefSchema, { leaseToken, claimEpoch }));
+  /**
+   * Leases to attest in a heartbeat, sorted by token and unique: those of
+   * accepted tasks whose handlers have not finished, and of results not yet
+   * acknowledged (the broker may be waiting for the database to write them).
+   */
+  attestedLeases(): LeaseRef[] {
+    const all = [...this.running].map(([leaseToken, claimEpoch]) => ({ leaseToken, claimEpoch }));
+    all.push(...this.unacked.leases());
+    all.sort(compareLeases);
+    const leases: LeaseRef[] = [];
+    let last: Lease | undefined;
+    for (const lease of all) {
+      if (last === undefined || compareLeases(last, lease) !== 0) {
+        leases.push(create(LeaseRefSchema, lease));
+      }
+      last = lease;
+    }
+    return leases;
   }
 
   /** Tasks to list in `Subscribe.resumed`: running or result-buffered, sorted and unique. */
@@ -160,9 +217,9 @@ export class WorkerState {
       .map(([leaseToken, claimEpoch]) => create(ResumedTaskSchema, { leaseToken, claimEpoch }));
   }
 
-  /** Handlers not finished and results not yet handed to a stream. */
+  /** Handlers not finished, and results not yet acknowledged (unsent or sent). */
   outstanding(): { running: number; undelivered: number } {
-    return { running: this.running.size, undelivered: this.results.length };
+    return { running: this.running.size, undelivered: this.results.length + this.unacked.length };
   }
 
   /**
@@ -242,6 +299,7 @@ export class WorkerState {
   }
 
   stats(): WorkerStats {
-    return { ...this.counters, running: this.running.size, buffered: this.results.length };
+    const { running, undelivered } = this.outstanding();
+    return { ...this.counters, running, buffered: undelivered };
   }
 }

@@ -83,7 +83,8 @@ export class Worker {
   /**
    * Serves until shut down (by {@link shutdown} or `signal`), then drains: stops
    * taking tasks, waits up to the drain timeout for in-flight handlers,
-   * sends their results, closes the stream. Broker failures never end it:
+   * sends their results and waits for the broker to acknowledge them, closes
+   * the stream. Broker failures never end it:
    * they are retried with backoff.
    *
    * Rejects with a {@link DrainIncompleteError} if the drain timed out with

@@ -29,7 +29,10 @@ What the runtime does (the same as the Rust SDK's ``converge_sdk::worker``):
   ``max_inflight`` = ``max_parallel``, and the tasks it still runs or holds
   results for), followed by ``Interest{ready: false}`` for every unready
   provider;
-- redelivers buffered results first on every new stream;
+- keeps every result it sent until the broker acknowledges it
+  (``ResultAck``: written durably or found stale), and on every new stream
+  lists the unacknowledged ones in ``Subscribe.resumed`` and sends them again
+  first (the broker's fence makes a second copy harmless);
 - runs at most ``max_parallel`` handlers at once, each bounded by its task
   deadline (expiry = transient failure with reason ``DeadlineExceeded``, the
   handler coroutine cancelled), with exceptions turned into transient
@@ -38,7 +41,8 @@ What the runtime does (the same as the Rust SDK's ``converge_sdk::worker``):
   oldest is discarded on overflow) for the next stream;
 - answers each task with one ``StageComplete`` echoing its fence;
 - sends a ``WorkHeartbeat`` every interval listing the leases of accepted
-  tasks whose handlers have not finished (including any waiting for a slot);
+  tasks whose handlers have not finished (including any waiting for a slot)
+  and of results not yet acknowledged;
 - polls :meth:`Provider.ready` and sends ``Interest`` on every change; tasks
   for an unknown or unready pair fail transiently. A provider whose
   :meth:`Provider.requires_default_config` is true counts as unready until
@@ -52,8 +56,9 @@ What the runtime does (the same as the Rust SDK's ``converge_sdk::worker``):
   after a healthy session (open for ``healthy_session``, 10 s by default, or
   one that received a task);
 - on shutdown announces every pair unready, fails tasks that still arrive
-  (transient), waits up to the drain timeout for in-flight handlers, sends
-  their results (reconnecting if needed), closes the stream and returns.
+  (transient), waits up to the drain timeout for in-flight handlers and for
+  the broker to acknowledge every result, sends their results (reconnecting
+  if needed), closes the stream and returns.
 """
 
 from converge_sdk import _deprecated

@@ -1,17 +1,17 @@
-"""The bounded buffer of completions waiting to be sent."""
+"""The bounded buffer of completions waiting to be sent or acknowledged."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Deque, Iterator, Optional, Tuple
+from typing import Callable, Deque, Iterator, Optional, Tuple
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 
 
 class ResultBuffer:
-    """Completions not yet handed to a stream, oldest first. While connected
-    it is drained at once; while disconnected it holds results for
-    redelivery.
+    """Completions, oldest first: those not yet handed to a stream (while
+    connected drained at once; while disconnected held for redelivery), or
+    those sent but not yet acknowledged by the broker.
 
     Overflow policy: when full, the OLDEST result is discarded. Its lease is
     the likeliest to be past its deadline or already reclaimed by the broker
@@ -41,6 +41,14 @@ class ResultBuffer:
     def pop(self) -> Optional[pb.StageComplete]:
         """The oldest result, removed; ``None`` when empty."""
         return self._items.popleft() if self._items else None
+
+    def pop_back(self) -> Optional[pb.StageComplete]:
+        """The newest result, removed; ``None`` when empty."""
+        return self._items.pop() if self._items else None
+
+    def retain(self, keep: Callable[[pb.StageComplete], bool]) -> None:
+        """Keeps only the results ``keep`` says yes to, in order."""
+        self._items = deque(c for c in self._items if keep(c))
 
     def __len__(self) -> int:
         return len(self._items)

@@ -13,6 +13,7 @@ import grpc
 from converge_sdk import _deprecated
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.gen.converge.worker.v1 import worker_pb2_grpc
+from converge_sdk.worker._wait import wait_event
 from converge_sdk.worker.backoff import Backoff
 from converge_sdk.worker.convert import kind_to_proto, provider_config
 from converge_sdk.worker.provider import Provider
@@ -26,7 +27,7 @@ log = logging.getLogger("converge_sdk.worker")
 
 class DrainIncompleteError(Exception):
     """Shutdown's drain timeout passed before every in-flight handler
-    finished and every result was delivered. The broker re-runs those tasks
+    finished and the broker acknowledged every result. The broker re-runs those tasks
     once their leases are released or go stale. Called ``DrainIncomplete``
     in 0.1 (still importable, deprecated)."""
 
@@ -34,7 +35,8 @@ class DrainIncompleteError(Exception):
         super().__init__(f"drain timed out with {running} handlers still running and {undelivered} results undelivered")
         #: Handlers still running at the end (they were cancelled).
         self.running = running
-        #: Results computed but never sent.
+        #: Results computed but not acknowledged by the broker (never sent,
+        #: or sent without an acknowledgement).
         self.undelivered = undelivered
 
 
@@ -288,10 +290,7 @@ class Worker:
                 return True
             except grpc.aio.AioRpcError as exc:
                 log.warning("cannot fetch provider configs (%s: %s); retrying", exc.code(), exc.details())
-            try:
-                await asyncio.wait_for(run.shutdown_requested.wait(), timeout=backoff.next_delay())
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(run.shutdown_requested, backoff.next_delay())
         return False
 
     async def _serve(self, run: Run) -> None:
@@ -331,21 +330,15 @@ class Worker:
         if run.drain_deadline is not None:
             await asyncio.sleep(max(0.0, min(delay, run.drain_deadline - time.monotonic())))
             return
-        try:
-            await asyncio.wait_for(run.shutdown_requested.wait(), timeout=delay)
+        if await wait_event(run.shutdown_requested, delay):
             run.start_drain()
-        except asyncio.TimeoutError:
-            pass
 
     async def _refresh_configs(self, run: Run) -> None:
         """The failsafe refresher: re-pulls configs periodically and whenever
         a session asks (on every (re)connect)."""
         repull = run.state.config_repull
         while True:
-            try:
-                await asyncio.wait_for(repull.wait(), timeout=self._settings.config_refresh_interval)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(repull, self._settings.config_refresh_interval)
             repull.clear()
             try:
                 await _fetch_configs(run)

@@ -1,6 +1,6 @@
 """One ``WorkStream`` session: the Subscribe burst, redelivery, then tasks,
-results, heartbeats, readiness and config pushes until the stream ends or
-the drain completes.
+results and their acknowledgements, heartbeats, readiness and config pushes
+until the stream ends or the drain completes.
 
 grpc.aio cancels the whole call when a coroutine blocked in ``read()`` or
 ``write()`` is cancelled, so exactly one reader task and one writer task own
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 import grpc
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
+from converge_sdk.worker._wait import wait_event
 from converge_sdk.worker.convert import kind_to_proto, provider_config
-from converge_sdk.worker.state import SharedState
 from converge_sdk.worker.task import accept
 from converge_sdk.worker.types import KindVersion
 
@@ -55,11 +55,11 @@ _CLOSE = _Close()
 class _Writer:
     """The only task that writes to the call, in queue order. A message that
     cannot be written ends the session; the completions among it and those
-    still queued go back to the result buffer for the next stream."""
+    still queued are already kept as unacknowledged (handed to the stream),
+    so the next stream sends them again."""
 
-    def __init__(self, call: Any, state: SharedState, on_failure: Callable[[], None]) -> None:
+    def __init__(self, call: Any, on_failure: Callable[[], None]) -> None:
         self._call = call
-        self._state = state
         self._on_failure = on_failure
         self._queue: "asyncio.Queue[Union[pb.WorkStreamRequest, _Close]]" = asyncio.Queue()
         self.failed = False
@@ -82,32 +82,11 @@ class _Writer:
                     await self._call.done_writing()
                     return
                 await self._call.write(item)
-            except asyncio.CancelledError:
-                self._rebuffer(item)
-                raise
             except Exception as exc:  # AioRpcError, or UsageError/InternalError on a finished call
                 log.debug("work stream write failed: %s", exc)
                 self.failed = True
-                self._rebuffer(item)
                 self._on_failure()
                 return
-
-    def _rebuffer(self, failed: Union[pb.WorkStreamRequest, _Close]) -> None:
-        unsent: List[pb.StageComplete] = []
-        for item in [failed, *self._drain_queue()]:
-            if isinstance(item, pb.WorkStreamRequest) and item.WhichOneof("payload") == "complete":
-                unsent.append(item.complete)
-        # push_front one by one from the newest, so the oldest ends up first.
-        for complete in reversed(unsent):
-            self._state.unpop_result(complete)
-        if unsent:
-            self._state.results_ready.set()
-
-    def _drain_queue(self) -> List[Union[pb.WorkStreamRequest, _Close]]:
-        items = []
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
-        return items
 
 
 def _interest(kind: KindVersion, ready: bool) -> pb.WorkStreamRequest:
@@ -131,8 +110,12 @@ class Session:
     async def run(self) -> SessionEnd:
         state, run = self._state, self._run
         call = run.stub.WorkStream()
-        writer = _Writer(call, state, self._lost)
+        writer = _Writer(call, self._lost)
         self._writer = writer
+
+        # What the last stream did not acknowledge is sent again on this one
+        # (and listed in Subscribe.resumed).
+        state.requeue_unacknowledged()
 
         # The opening burst is queued before anything else, so Subscribe is
         # the first message and the Interest frames ride right behind it.
@@ -243,12 +226,15 @@ class Session:
         self._writer.send(message)
 
     def _flush(self) -> None:
-        """Hands every buffered result to the writer, oldest first."""
+        """Hands every buffered result to the writer, oldest first. A result
+        handed to the writer is kept until the broker acknowledges it (and
+        sent again on the next stream if this one breaks first)."""
         while not self._writer.failed:
             complete = self._state.pop_result()
             if complete is None:
                 break
             self._writer.send(pb.WorkStreamRequest(complete=complete))
+            self._state.sent(complete)
         if self._writer.failed:
             self._lost()
 
@@ -281,6 +267,9 @@ class Session:
                 self._check_drained()
             elif which == "provider_config_update":
                 self._apply_update(message.provider_config_update)
+            elif which == "result_ack":
+                self._state.acknowledge(message.result_ack.leases)
+                self._check_drained()
 
     def _apply_update(self, update: pb.ProviderConfigUpdate) -> None:
         kind = KindVersion(update.kind, update.kind_version)
@@ -294,7 +283,7 @@ class Session:
         next_at = time.monotonic() + interval
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            self._send(pb.WorkStreamRequest(heartbeat=pb.WorkHeartbeat(leases=self._state.running_leases())))
+            self._send(pb.WorkStreamRequest(heartbeat=pb.WorkHeartbeat(leases=self._state.attested_leases())))
             # A late tick is not made up for: the next one comes a full
             # interval later.
             next_at = max(next_at + interval, time.monotonic())
@@ -302,10 +291,7 @@ class Session:
     async def _readiness_loop(self) -> None:
         changed = self._state.configs_changed
         while True:
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=self._settings.readiness_poll_interval)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(changed, self._settings.readiness_poll_interval)
             changed.clear()
             if not self._run.draining:
                 self._poll_readiness()

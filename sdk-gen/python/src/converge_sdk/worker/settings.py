@@ -26,7 +26,8 @@ DEFAULT_CONFIG_REFRESH_INTERVAL = 60.0
 DEFAULT_BACKOFF_BASE = 0.1
 #: Default longest reconnect delay, seconds.
 DEFAULT_BACKOFF_MAX = 30.0
-#: Default number of results kept for redelivery while disconnected.
+#: Default number of results kept for redelivery while disconnected (and of
+#: sent results kept until the broker acknowledges them).
 DEFAULT_RESULT_BUFFER_CAPACITY = 1024
 #: Default seconds a session must last to count as healthy (resets the
 #: reconnect backoff).

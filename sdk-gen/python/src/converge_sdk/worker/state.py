@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from converge_sdk.gen.converge.worker.v1 import worker_pb2 as pb
 from converge_sdk.worker.buffer import ResultBuffer
@@ -28,7 +28,8 @@ class WorkerStats:
     #: Tasks that failed, for any reason (handler error, deadline, unknown or
     #: unready provider, shutting down).
     failed: int = 0
-    #: Results discarded because the result buffer was full.
+    #: Results discarded because the buffer (of unsent or of unacknowledged
+    #: results) was full.
     buffered_dropped: int = 0
     #: Times an established stream was lost.
     reconnects: int = 0
@@ -36,7 +37,8 @@ class WorkerStats:
     sessions: int = 0
     #: Tasks accepted whose handler has not finished (now).
     running: int = 0
-    #: Results waiting to be sent (now).
+    #: Results not yet acknowledged by the broker (now): waiting to be sent,
+    #: or sent and kept until acknowledged.
     buffered: int = 0
 
 
@@ -52,8 +54,8 @@ class Counters:
 
 
 class SharedState:
-    """Tasks in flight, undelivered results, the config cache and the wake-up
-    signals between them."""
+    """Tasks in flight, unacknowledged results, the config cache and the
+    wake-up signals between them."""
 
     def __init__(self, providers: Mapping[KindVersion, Provider], settings: WorkerOptions) -> None:
         self.providers: Dict[KindVersion, Provider] = dict(sorted(providers.items()))
@@ -63,7 +65,11 @@ class SharedState:
         # lease_token -> claim_epoch of accepted tasks whose handler has not
         # finished (including those waiting for a slot).
         self._running: Dict[str, int] = {}
+        # Finished results not yet handed to a stream.
         self._results = ResultBuffer(settings.result_buffer_capacity)
+        # Results handed to a stream and not yet acknowledged by the broker
+        # (ResultAck), oldest first: sent again on the next stream.
+        self._unacked = ResultBuffer(settings.result_buffer_capacity)
         #: Set whenever a result lands in the buffer.
         self.results_ready = asyncio.Event()
         self._configs: Dict[KindVersion, Optional[ProviderConfig]] = {}
@@ -104,18 +110,45 @@ class SharedState:
         """The oldest undelivered result, removed."""
         return self._results.pop()
 
-    def unpop_result(self, complete: pb.StageComplete) -> None:
-        """Puts back a result that could not be sent."""
-        self._note_dropped(self._results.push_front(complete))
-
     def _note_dropped(self, dropped: Optional[pb.StageComplete]) -> None:
         if dropped is not None:
             self.counters.buffered_dropped += 1
             log.warning("result buffer full; discarded the oldest result (lease %s)", dropped.lease_token)
 
-    def running_leases(self) -> List[pb.LeaseRef]:
-        """Leases of accepted tasks whose handlers have not finished, sorted."""
-        return [pb.LeaseRef(lease_token=t, claim_epoch=e) for t, e in sorted(self._running.items())]
+    def sent(self, complete: pb.StageComplete) -> None:
+        """Keeps a result handed to a stream until the broker acknowledges
+        it."""
+        dropped = self._unacked.push(complete)
+        if dropped is not None:
+            self.counters.buffered_dropped += 1
+            log.warning("too many unacknowledged results; forgot the oldest (lease %s)", dropped.lease_token)
+
+    def acknowledge(self, leases: Iterable[pb.LeaseRef]) -> None:
+        """Forgets the results the broker acknowledged."""
+        tokens = {lease.lease_token for lease in leases}
+        if tokens:
+            self._unacked.retain(lambda c: c.lease_token not in tokens)
+
+    def requeue_unacknowledged(self) -> None:
+        """Puts the unacknowledged results back in front of the buffer,
+        keeping their order, to be sent again on a new stream (the fence
+        drops a copy the broker had already written)."""
+        dropped = 0
+        while (complete := self._unacked.pop_back()) is not None:
+            if self._results.push_front(complete) is not None:
+                dropped += 1
+        if dropped:
+            self.counters.buffered_dropped += dropped
+            log.warning("result buffer full; discarded the %d oldest unacknowledged results", dropped)
+
+    def attested_leases(self) -> List[pb.LeaseRef]:
+        """Leases to attest in a heartbeat, sorted: those of accepted tasks
+        whose handlers have not finished, and of results not yet
+        acknowledged (the broker may be waiting for the database to write
+        them)."""
+        leases = set(self._running.items())
+        leases.update(self._unacked.leases())
+        return [pb.LeaseRef(lease_token=t, claim_epoch=e) for t, e in sorted(leases)]
 
     def resumed(self) -> List[pb.ResumedTask]:
         """Tasks to list in ``Subscribe.resumed``: running or result-buffered."""
@@ -124,8 +157,9 @@ class SharedState:
         return [pb.ResumedTask(lease_token=t, claim_epoch=e) for t, e in sorted(leases.items())]
 
     def outstanding(self) -> Tuple[int, int]:
-        """(running handlers, undelivered results)."""
-        return len(self._running), len(self._results)
+        """(running handlers, results not yet acknowledged: unsent or
+        sent)."""
+        return len(self._running), len(self._results) + len(self._unacked)
 
     # ----------------------------------------------------------- configs
 
