@@ -187,11 +187,11 @@ func vcs(args []string) error {
 	if err := modzip.CreateFromVCS(&fromGit, m, abs, *rev, *subdir); err != nil {
 		return err
 	}
-	a, err := contents(wantFiles)
+	a, err := contents(wantFiles, m)
 	if err != nil {
 		return err
 	}
-	b, err := contents(fromGit.Bytes())
+	b, err := contents(fromGit.Bytes(), m)
 	if err != nil {
 		return err
 	}
@@ -236,14 +236,18 @@ func zipFiles(data []byte, m module.Version) ([]modzip.File, error) {
 
 // contents maps each file of a module zip (without the path@version/ prefix)
 // to a digest of its bytes.
-func contents(data []byte) (map[string]string, error) {
+func contents(data []byte, m module.Version) (map[string]string, error) {
 	r, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
+	prefix := m.Path + "@" + m.Version + "/"
 	out := make(map[string]string)
 	for _, f := range r.File {
-		_, name, _ := strings.Cut(f.Name, "/")
+		name, ok := strings.CutPrefix(f.Name, prefix)
+		if !ok {
+			return nil, fmt.Errorf("zip entry %q outside %s", f.Name, prefix)
+		}
 		rc, err := f.Open()
 		if err != nil {
 			return nil, err
