@@ -37,6 +37,7 @@ mod probes;
 mod provider_configs;
 mod quarantine;
 mod reactors;
+mod release;
 mod resources;
 mod resync;
 mod retry_policy;
