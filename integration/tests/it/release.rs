@@ -24,7 +24,7 @@ fn version() -> String {
     let section = manifest
         .split_once("[workspace.package]")
         .map(|(_, rest)| rest)
-        .expect("Cargo.toml has [workspace.package]");
+        .unwrap_or_else(|| panic!("Cargo.toml has no [workspace.package]"));
     let first = manifest.lines().find(|l| l.starts_with("version = \""));
     let ours = section
         .lines()
@@ -34,7 +34,7 @@ fn version() -> String {
         first, ours,
         "the first version line of Cargo.toml is [workspace.package]'s"
     );
-    let value = quoted(ours.expect("[workspace.package] has a version"));
+    let value = quoted(ours.unwrap_or_else(|| panic!("[workspace.package] has no version")));
     let parts: Vec<&str> = value.split('.').collect();
     assert!(
         parts.len() == 3
@@ -77,13 +77,13 @@ fn cargo_metadata() -> Value {
         .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
         .current_dir(repo())
         .output()
-        .expect("cargo metadata runs");
+        .unwrap_or_else(|e| panic!("cargo metadata: {e}"));
     assert!(
         out.status.success(),
         "cargo metadata: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("cargo metadata's output: {e}"))
 }
 
 /// Each mismatch as "where: found …", for one assertion listing them all.
