@@ -25,6 +25,12 @@
 //! workers and the tool present a client certificate) and reports the cost
 //! of a new connection either way (`connect_ms_p50`).
 //!
+//! `--brokers N` runs the cluster shape of a deployment instead of one
+//! process: one `control` process serving the API and N `broker` processes
+//! on the same database, the workers spread over the brokers round-robin;
+//! it reports the brokers' CPU and peak RSS (`brokers`). With `--workers 200
+//! --worker-parallel 8` that is 200 worker streams (issue 48).
+//!
 //! `--database-url` uses an existing database (converge migrates it) and
 //! `--target` an already running converge (then nothing is started and RSS
 //! is not reported). `--json FILE` writes the results for comparison across
@@ -84,9 +90,14 @@ struct Args {
     /// Teams per tree (bom mode): 3 children per team plus 2 shared.
     #[arg(long, default_value_t = 3)]
     teams: usize,
-    /// Worker processes.
+    /// Worker processes (one stream each).
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// Run one `control` process and this many `broker` processes instead
+    /// of one process of every role; the workers connect to the brokers
+    /// round-robin (0 = one process).
+    #[arg(long, default_value_t = 0, conflicts_with = "target")]
+    brokers: usize,
     /// Tasks each worker process runs at once.
     #[arg(long, default_value_t = 256)]
     worker_parallel: usize,
@@ -202,6 +213,8 @@ struct Args {
 /// Processes started for the run; killed when dropped.
 struct Fleet {
     server: Option<Child>,
+    /// With `--brokers`: the broker processes and their addresses.
+    brokers: Vec<(Child, String)>,
     workers: Vec<Child>,
     _database: Option<(EmbeddedPostgres, tempfile::TempDir)>,
 }
@@ -234,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut fleet = Fleet {
         server: None,
+        brokers: Vec::new(),
         workers: Vec::new(),
         _database: embedded,
     };
@@ -259,6 +273,9 @@ async fn main() -> anyhow::Result<()> {
                     .env("AUTHZ_POLICY_FILE", policy.path())
                     .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
             }
+            if args.brokers > 0 {
+                command.env("ROLE", "control");
+            }
             let child = command
                 .arg("serve")
                 .env("DATABASE_URL", &database_url)
@@ -272,6 +289,34 @@ async fn main() -> anyhow::Result<()> {
                 .context("starting converge (build it with --bin converge)")?;
             fleet.server = Some(child);
             let scheme = if pki.is_some() { "https" } else { "http" };
+            for _ in 0..args.brokers {
+                let broker_addr = free_addr()?;
+                let mut command = Command::new(bin_dir.join("converge"));
+                if let Some(pki) = &pki {
+                    command
+                        .env("TLS_CERT_FILE", pki.path("server.crt"))
+                        .env("TLS_KEY_FILE", pki.path("server.key"))
+                        .env("TLS_CLIENT_CA_FILE", pki.path("ca.pem"));
+                }
+                if let Some(policy) = &policy {
+                    command
+                        .env("AUTHZ_POLICY_FILE", policy.path())
+                        .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
+                }
+                let child = command
+                    .arg("serve")
+                    .env("ROLE", "broker")
+                    .env("DATABASE_URL", &database_url)
+                    .env("LISTEN_ADDR", &broker_addr)
+                    .env("HEALTH_ADDR", "127.0.0.1:0")
+                    .env("LOG_LEVEL", "warn")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .context("starting a converge broker")?;
+                fleet.brokers.push((child, format!("{scheme}://{broker_addr}")));
+            }
             format!("{scheme}://{addr}")
         }
     };
@@ -345,7 +390,11 @@ async fn main() -> anyhow::Result<()> {
         (Some(_), Mode::Bom) => anyhow::bail!("--worker-command serves the flat mode's noop kind only"),
         (None, _) => None,
     };
-    for _ in 0..args.workers {
+    let broker_addresses: Vec<String> = fleet.brokers.iter().map(|(_, a)| a.clone()).collect();
+    for i in 0..args.workers {
+        let address = broker_addresses
+            .get(i % broker_addresses.len().max(1))
+            .unwrap_or(&address);
         let mut command = match external.as_deref() {
             Some([program, rest @ ..]) => {
                 let mut command = Command::new(program);
@@ -362,8 +411,8 @@ async fn main() -> anyhow::Result<()> {
                 .env("WORKER_TLS_KEY_FILE", pki.path("client.key"));
         }
         let child = command
-            .env("CONVERGE_BROKER_ADDR", &address)
-            .env("BROKER_ADDR", &address)
+            .env("CONVERGE_BROKER_ADDR", address)
+            .env("BROKER_ADDR", address)
             .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
             .env(
                 "WORKER_KINDS",
@@ -545,6 +594,8 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let worker_usage = worker_usage(&fleet.workers);
+    let broker_children: Vec<&Child> = fleet.brokers.iter().map(|(c, _)| c).collect();
+    let broker_usage = worker_usage_of(&broker_children);
     let resources = match args.mode {
         Mode::Flat => total,
         // A root, a shared account and gateway, and an account, VPC and route per team.
@@ -589,6 +640,13 @@ async fn main() -> anyhow::Result<()> {
         "connect_ms_p50": connect_ms,
         "worker_cpu_secs": worker_usage.cpu_secs,
         "worker_rss_peak_mb": worker_usage.rss_peak_mb,
+        "brokers": (args.brokers > 0).then(|| json!({
+            "processes": args.brokers,
+            "streams": args.workers,
+            "cpu_secs": broker_usage.cpu_secs,
+            "rss_peak_mb": broker_usage.rss_peak_mb,
+            "rss_peak_mb_per_stream": broker_usage.rss_peak_mb / args.workers.max(1) as f64,
+        })),
     });
     let unit = match args.mode {
         Mode::Flat => "resources",
@@ -611,6 +669,12 @@ async fn main() -> anyhow::Result<()> {
         worker_usage.rss_peak_mb,
         fleet.workers.len()
     );
+    if args.brokers > 0 {
+        println!(
+            "brokers: {} processes, {} streams, {:.1} s of CPU, peak RSS {:.0} MB summed",
+            args.brokers, args.workers, broker_usage.cpu_secs, broker_usage.rss_peak_mb
+        );
+    }
     if let Some(c) = ceiling {
         println!(
             "{resources_per_sec:.0} resources/s; ratio to the single-row commit ceiling: {:.3}",
@@ -1384,11 +1448,16 @@ struct WorkerUsage {
 /// Reads the workers' user + system CPU time (/proc/<pid>/stat, in clock
 /// ticks of 1/100 s on Linux) and peak RSS (VmHWM) while they still run.
 fn worker_usage(workers: &[Child]) -> WorkerUsage {
+    worker_usage_of(&workers.iter().collect::<Vec<_>>())
+}
+
+/// [`worker_usage`] of any processes.
+fn worker_usage_of(processes: &[&Child]) -> WorkerUsage {
     let mut usage = WorkerUsage {
         cpu_secs: 0.0,
         rss_peak_mb: 0.0,
     };
-    for pid in workers.iter().filter_map(Child::id) {
+    for pid in processes.iter().filter_map(|c| c.id()) {
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             // Fields after the parenthesised command name; utime and stime
             // are fields 14 and 15 of the whole line.
