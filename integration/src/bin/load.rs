@@ -260,37 +260,8 @@ async fn main() -> anyhow::Result<()> {
     let address = match &args.target {
         Some(target) => target.clone(),
         None => {
-            let addr = free_addr()?;
-            let mut command = Command::new(bin_dir.join("converge"));
-            if let Some(pki) = &pki {
-                command
-                    .env("TLS_CERT_FILE", pki.path("server.crt"))
-                    .env("TLS_KEY_FILE", pki.path("server.key"))
-                    .env("TLS_CLIENT_CA_FILE", pki.path("ca.pem"));
-            }
-            if let Some(policy) = &policy {
-                command
-                    .env("AUTHZ_POLICY_FILE", policy.path())
-                    .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
-            }
-            if args.brokers > 0 {
-                command.env("ROLE", "control");
-            }
-            let child = command
-                .arg("serve")
-                .env("DATABASE_URL", &database_url)
-                .env("LISTEN_ADDR", &addr)
-                .env("HEALTH_ADDR", "127.0.0.1:0")
-                .env("LOG_LEVEL", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .context("starting converge (build it with --bin converge)")?;
-            fleet.server = Some(child);
-            let scheme = if pki.is_some() { "https" } else { "http" };
-            for _ in 0..args.brokers {
-                let broker_addr = free_addr()?;
+            // One converge process of `role` on `addr`, with the run's TLS and policy.
+            let serve = |role: &str, addr: &str| -> anyhow::Result<Child> {
                 let mut command = Command::new(bin_dir.join("converge"));
                 if let Some(pki) = &pki {
                     command
@@ -303,19 +274,27 @@ async fn main() -> anyhow::Result<()> {
                         .env("AUTHZ_POLICY_FILE", policy.path())
                         .env("AUTHZ_PLAINTEXT_IDENTITY", LOAD_IDENTITY);
                 }
-                let child = command
+                command
                     .arg("serve")
-                    .env("ROLE", "broker")
+                    .env("ROLE", role)
                     .env("DATABASE_URL", &database_url)
-                    .env("LISTEN_ADDR", &broker_addr)
+                    .env("LISTEN_ADDR", addr)
                     .env("HEALTH_ADDR", "127.0.0.1:0")
                     .env("LOG_LEVEL", "warn")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .kill_on_drop(true)
                     .spawn()
-                    .context("starting a converge broker")?;
-                fleet.brokers.push((child, format!("{scheme}://{broker_addr}")));
+                    .context("starting converge (build it with --bin converge)")
+            };
+            let addr = free_addr()?;
+            fleet.server = Some(serve(if args.brokers > 0 { "control" } else { "all" }, &addr)?);
+            let scheme = if pki.is_some() { "https" } else { "http" };
+            for _ in 0..args.brokers {
+                let broker_addr = free_addr()?;
+                fleet
+                    .brokers
+                    .push((serve("broker", &broker_addr)?, format!("{scheme}://{broker_addr}")));
             }
             format!("{scheme}://{addr}")
         }

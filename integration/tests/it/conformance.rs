@@ -223,6 +223,18 @@ impl Suite {
         .await
     }
 
+    /// Stops the server (a drain) and starts it again on the same address
+    /// and database.
+    async fn restart_server(&mut self) -> anyhow::Result<()> {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await?;
+        }
+        let server = serve(&self.database, self.listen).await?;
+        self.client = server.client().await?;
+        self.server = Some(server);
+        Ok(())
+    }
+
     async fn set_deadline(&self, secs: i32) -> anyhow::Result<()> {
         self.client
             .kinds()
@@ -801,12 +813,7 @@ async fn reconnect(s: &mut Suite) -> anyhow::Result<()> {
     // The server goes away mid-task and comes back on the same address and
     // database: the worker reconnects, resumes the lease and delivers the
     // result it buffered.
-    if let Some(server) = s.server.take() {
-        server.shutdown().await?;
-    }
-    let server = serve(&s.database, s.listen).await?;
-    s.client = server.client().await?;
-    s.server = Some(server);
+    s.restart_server().await?;
     let status = status_json(&s.ready("conf-leaf", &name).await?);
     anyhow::ensure!(status["attempt"] == 1, "the task ran again after the restart: {status}");
     let starts = s.lines("start", &name).len();
@@ -828,12 +835,7 @@ async fn broker_drain(s: &mut Suite) -> anyhow::Result<()> {
         Ok(names.iter().all(|n| !s.lines("start", n).is_empty()).then_some(()))
     })
     .await?;
-    if let Some(server) = s.server.take() {
-        server.shutdown().await?;
-    }
-    let server = serve(&s.database, s.listen).await?;
-    s.client = server.client().await?;
-    s.server = Some(server);
+    s.restart_server().await?;
     for name in &names {
         let status = status_json(&s.ready("conf-leaf", name).await?);
         anyhow::ensure!(status["attempt"] == 1, "{name} ran again after the drain: {status}");
