@@ -11,6 +11,7 @@
 //! those nobody resumed, ADR 37). A worker that hangs silently stops
 //! attesting its leases and the reaper frees them.
 
+mod claims;
 mod configs;
 mod registry;
 mod session;
@@ -134,6 +135,8 @@ pub struct Broker {
     due: Arc<DueTimes>,
     /// The default provider configs, pushed to sessions as they change.
     configs: Arc<configs::DefaultConfigs>,
+    /// Tasks claimed for the streams of a kind version and not yet taken.
+    claims: claims::Claims,
     stats: Arc<BrokerStats>,
     /// The open worker streams, for the heartbeat's listing.
     sessions: Arc<SessionRegistry>,
@@ -211,6 +214,7 @@ impl Broker {
             plan_wake: watch::channel(0).0,
             due: Arc::default(),
             configs: configs::DefaultConfigs::new(),
+            claims: claims::Claims::default(),
             stats: Arc::default(),
             sessions: Arc::default(),
             closing,
@@ -231,6 +235,10 @@ impl Broker {
             |broker| &broker.plan_wake,
         ));
         tokio::spawn(wake_when_due(Arc::downgrade(&broker), broker.due.clone()));
+        tokio::spawn(release_claims_when_closing(
+            Arc::downgrade(&broker),
+            broker.closing.clone(),
+        ));
         broker.start_server_sessions(notifications);
         broker
     }
@@ -361,6 +369,19 @@ async fn forward_wakes(
             return;
         };
         signal(&broker).send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Releases the tasks claimed for streams that none took, once the process
+/// closes (no worker will resume them).
+async fn release_claims_when_closing(broker: std::sync::Weak<Broker>, mut closing: watch::Receiver<bool>) {
+    while !*closing.borrow_and_update() {
+        if closing.changed().await.is_err() {
+            return;
+        }
+    }
+    if let Some(broker) = broker.upgrade() {
+        broker.claims.release_all(&broker.pool, &broker.member_id).await;
     }
 }
 

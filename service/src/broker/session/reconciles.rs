@@ -22,7 +22,7 @@ use crate::domain::violation::Violation;
 use crate::store::StoreError;
 use crate::store::pipeline::{self, Composed, Desired, TaskFence};
 use crate::store::provider_configs;
-use crate::store::work::{self, ClaimedTask, TaskResult};
+use crate::store::work::{ClaimedTask, TaskResult};
 use crate::telemetry;
 
 /// A task this stream holds, keyed by its current lease.
@@ -99,15 +99,11 @@ impl Session {
         shards: Option<ShardRange>,
     ) -> Result<Option<usize>, StoreError> {
         let mut sent = 0;
-        let claimed = work::claim(
-            &self.broker.pool,
-            &self.broker.member_id,
-            kind,
-            version,
-            i64::try_from(free).unwrap_or(i64::MAX),
-            shards,
-        )
-        .await?;
+        let claimed = self
+            .broker
+            .claims
+            .take(&self.broker.pool, &self.broker.member_id, kind, version, free, shards)
+            .await?;
         if claimed.is_empty() {
             return Ok(Some(0));
         }
