@@ -29,6 +29,10 @@ use crate::store::work::{self, ClaimedTask};
 /// Fewest tasks a claim asks for: what a stream's free slots do not take
 /// waits for the broker's next streams.
 pub const BATCH: usize = 64;
+/// Most worker streams on a broker for which each claim takes exactly its
+/// free slots: with few streams the claims are already large, and taking
+/// more would only leave tasks for the other streams to wait for.
+pub const FEW_STREAMS: usize = 8;
 /// How long a task left over by a claim may wait for a stream.
 const FRESH_FOR: Duration = Duration::from_millis(250);
 
@@ -49,9 +53,11 @@ impl Claims {
     }
 
     /// Up to `free` tasks of (kind, version) for a stream of broker
-    /// `member`: left over by an earlier claim if any, else claimed (at
-    /// least [`BATCH`]) with the rest kept for the next stream. One claim
-    /// per kind version at a time.
+    /// `member`, which has `streams` worker streams: left over by an earlier
+    /// claim if any, else claimed (with more than [`FEW_STREAMS`] streams,
+    /// at least [`BATCH`], the rest kept for the next stream; one claim per
+    /// kind version at a time).
+    #[allow(clippy::too_many_arguments)]
     pub async fn take(
         &self,
         pool: &PgPool,
@@ -60,6 +66,7 @@ impl Claims {
         version: i32,
         free: usize,
         shards: Option<ShardRange>,
+        streams: usize,
     ) -> StoreResult<Vec<ClaimedTask>> {
         if free == 0 {
             return Ok(Vec::new());
@@ -69,6 +76,19 @@ impl Claims {
         let stale = drain_stale(&mut left);
         if !stale.is_empty() {
             work::unclaim(pool, member, &stale).await?;
+        }
+        if left.is_empty() && streams <= FEW_STREAMS {
+            // As many claims at once as streams, each of its free slots.
+            drop(left);
+            return work::claim(
+                pool,
+                member,
+                kind,
+                version,
+                i64::try_from(free).unwrap_or(i64::MAX),
+                shards,
+            )
+            .await;
         }
         if left.is_empty() {
             let limit = i64::try_from(free.max(BATCH)).unwrap_or(i64::MAX);

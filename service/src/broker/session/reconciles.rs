@@ -102,7 +102,15 @@ impl Session {
         let claimed = self
             .broker
             .claims
-            .take(&self.broker.pool, &self.broker.member_id, kind, version, free, shards)
+            .take(
+                &self.broker.pool,
+                &self.broker.member_id,
+                kind,
+                version,
+                free,
+                shards,
+                usize::try_from(self.broker.stats.connected.load(Ordering::Relaxed)).unwrap_or(0),
+            )
             .await?;
         if claimed.is_empty() {
             return Ok(Some(0));
