@@ -78,6 +78,22 @@ async fn footprint(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
     Ok(out)
 }
 
+/// The footprint once the tree has stopped writing (a Ready root's last
+/// events and change-log rows may land just after it reads Ready), so that
+/// what a plan is compared with is not moving on its own.
+async fn settled_footprint(pool: &PgPool) -> anyhow::Result<Vec<i64>> {
+    let mut last = footprint(pool).await?;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = footprint(pool).await?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    anyhow::bail!("the footprint kept moving: {last:?}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow::Result<()> {
     let server = TestServer::start().await?;
@@ -229,7 +245,7 @@ async fn plans_show_exactly_what_a_change_would_do_and_write_nothing() -> anyhow
 async fn tree_plans(client: &Client, pool: &PgPool, kind: &str, composer: PlanComposer) -> anyhow::Result<()> {
     let name = if composer == PlanComposer::Server { "p" } else { "w" };
     // A new tree: everything created, nothing written.
-    let before = footprint(pool).await?;
+    let before = settled_footprint(pool).await?;
     let answer = plan(client, kind, name, bom(&["a", "b"])).await?;
     let root = answer.plan.clone().unwrap_or_default();
     assert!(answer.changes);
@@ -271,7 +287,7 @@ async fn tree_plans(client: &Client, pool: &PgPool, kind: &str, composer: PlanCo
     assert_eq!(same_root.unchanged_children, 8);
 
     // One team more: its account, VPC and route, and their three edges.
-    let before = footprint(pool).await?;
+    let before = settled_footprint(pool).await?;
     let more = plan(client, kind, name, bom(&["a", "b", "c"])).await?;
     let more_root = more.plan.clone().unwrap_or_default();
     assert_eq!(action(&more_root), PlanAction::Update);

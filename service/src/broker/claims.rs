@@ -10,7 +10,7 @@
 //! The tasks left over are leased to this broker and held by no stream:
 //! nobody attests them, and other brokers cannot claim them, so they are
 //! handed out only while young ([`FRESH_FOR`]) and put back otherwise, as
-//! if never claimed (`work::unclaim`: the attempt count does not move); a
+//! if never claimed (`leases::unclaim`: the attempt count does not move); a
 //! broker that dies with some leaves them to the reaper, like any lease it
 //! held.
 
@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::domain::shard::ShardRange;
 use crate::store::StoreResult;
+use crate::store::leases;
 use crate::store::work::{self, ClaimedTask};
 
 /// Fewest tasks a claim asks for: what a stream's free slots do not take
@@ -75,7 +76,7 @@ impl Claims {
         let mut left = left.lock().await;
         let stale = drain_stale(&mut left);
         if !stale.is_empty() {
-            work::unclaim(pool, member, &stale).await?;
+            leases::unclaim(pool, member, &stale).await?;
         }
         if left.is_empty() && streams <= FEW_STREAMS {
             // As many claims at once as streams, each of its free slots.
@@ -120,7 +121,7 @@ impl Claims {
         };
         for left in all {
             let tokens: Vec<Uuid> = left.lock().await.drain(..).map(|(t, _)| t.lease_token).collect();
-            if let Err(e) = work::unclaim(pool, member, &tokens).await {
+            if let Err(e) = leases::unclaim(pool, member, &tokens).await {
                 tracing::debug!(error = %e, "could not release claimed tasks no stream took; the reaper frees them");
             }
         }

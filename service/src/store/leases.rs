@@ -100,14 +100,45 @@ pub async fn release(pool: &PgPool, table: Leased, broker: &str, tokens: &[Uuid]
             .bind(tokens)
             .execute(pool)
             .await?;
-        if done.rows_affected() > 0 {
-            sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-                .execute(pool)
-                .await?;
-        }
+        wake_claimers(pool, done.rows_affected()).await?;
         Ok(done.rows_affected())
     })
     .await
+}
+
+/// Puts back reconcile and teardown tasks `broker` claimed and never
+/// dispatched (a claim's leftovers no stream took, `broker::claims`): as if
+/// never claimed, so their attempt count does not move; the new epoch
+/// fences anything of the old lease. Wakes the brokers when any went back.
+pub async fn unclaim(pool: &PgPool, broker: &str, tokens: &[Uuid]) -> StoreResult<u64> {
+    measured("leases.unclaim", async move {
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE work_queue
+             SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
+                 claim_epoch = claim_epoch + 1, attempts = greatest(attempts - 1, 0)
+             WHERE lease_token = ANY ($2) AND broker_id = $1 AND NOT outcome_pending",
+        )
+        .bind(broker)
+        .bind(tokens)
+        .execute(pool)
+        .await?;
+        wake_claimers(pool, done.rows_affected()).await?;
+        Ok(done.rows_affected())
+    })
+    .await
+}
+
+/// Tells the brokers that work became claimable, when `freed` leases did.
+async fn wake_claimers(pool: &PgPool, freed: u64) -> StoreResult<()> {
+    if freed > 0 {
+        sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Releases every lease of `table` held through one of `brokers` (members
@@ -134,11 +165,7 @@ pub async fn release_held_by(pool: &PgPool, table: Leased, brokers: &[String]) -
             table.table()
         );
         let done = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(brokers).execute(pool).await?;
-        if done.rows_affected() > 0 {
-            sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-                .execute(pool)
-                .await?;
-        }
+        wake_claimers(pool, done.rows_affected()).await?;
         Ok(done.rows_affected())
     })
     .await

@@ -201,34 +201,6 @@ pub async fn claim(
     .await
 }
 
-/// Puts back tasks `broker` claimed and never dispatched (a claim's
-/// leftovers no stream took): as if never claimed, so their attempt count
-/// does not move; the new epoch fences anything of the old lease.
-pub async fn unclaim(pool: &PgPool, broker: &str, leases: &[Uuid]) -> StoreResult<u64> {
-    if leases.is_empty() {
-        return Ok(0);
-    }
-    measured("work.unclaim", async move {
-        let done = sqlx::query(
-            "UPDATE work_queue
-             SET broker_id = NULL, lease_token = NULL, heartbeat_at = NULL, deadline_at = NULL,
-                 claim_epoch = claim_epoch + 1, attempts = greatest(attempts - 1, 0)
-             WHERE lease_token = ANY ($2) AND broker_id = $1 AND NOT outcome_pending",
-        )
-        .bind(broker)
-        .bind(leases)
-        .execute(pool)
-        .await?;
-        if done.rows_affected() > 0 {
-            sqlx::query("SELECT notify_throttled('work_ready', 'wake_work_ready')")
-                .execute(pool)
-                .await?;
-        }
-        Ok(done.rows_affected())
-    })
-    .await
-}
-
 /// The final result of one task's pipeline, bound for the outbox. Sent to
 /// the fence as JSON, an object of the SQL type `task_result`
 /// (migrations/0010_row_contracts.sql: its attributes are these keys); absent

@@ -86,7 +86,8 @@ async fn wait(
             PlanState::Running if now >= deadline => return Err(timed_out(request)),
             PlanState::Pending | PlanState::Running => {}
         }
-        let pause = tokio::time::sleep_until((now + POLL).min(deadline.max(now + Duration::from_millis(1))));
+        // Past the deadline it returns at once, and the state read decides.
+        let pause = tokio::time::sleep_until((now + POLL).min(deadline));
         match answered {
             Some(feed) => {
                 tokio::select! {
