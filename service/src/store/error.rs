@@ -102,7 +102,16 @@ impl StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         let code = match &error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+            // A connection that broke or never properly opened. `Protocol`
+            // is what a proxy in front of the database (a mesh sidecar, a
+            // pooler, a load balancer with no backend) produces when it
+            // accepts a connection and closes it: the startup reads garbage.
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed => {
                 return StoreError::Unavailable(error);
             }
             sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
@@ -146,6 +155,12 @@ mod tests {
         assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_unavailable());
         assert!(StoreError::from(sqlx::Error::PoolClosed).is_unavailable());
         assert!(StoreError::from(sqlx::Error::Io(std::io::Error::other("reset"))).is_unavailable());
+        assert!(
+            StoreError::from(sqlx::Error::Protocol(
+                "unexpected response from SSLRequest: 0x00".into()
+            ))
+            .is_unavailable()
+        );
         assert!(matches!(
             StoreError::from(sqlx::Error::RowNotFound),
             StoreError::Other(_)
