@@ -3,11 +3,14 @@
 //! through the Rust SDK.
 
 pub mod api;
+pub mod faultproxy;
 pub mod kinds;
+pub mod languages;
 pub mod otlp;
 pub mod pki;
 pub mod postgres;
 pub mod processes;
+pub mod soak;
 
 use std::time::Duration;
 

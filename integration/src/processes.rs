@@ -35,13 +35,17 @@ pub async fn run_checked(command: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A binary built next to the running test (by `cargo test --workspace`).
+/// A binary built next to the running test (by `cargo test --workspace`)
+/// or next to the running tool (`target/<profile>/converge-soak`).
 pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow::anyhow!("no target directory"))?;
+    let here = exe.parent().ok_or_else(|| anyhow::anyhow!("no target directory"))?;
+    // A test runs from target/<profile>/deps, a tool from target/<profile>.
+    let dir = if here.ends_with("deps") {
+        here.parent().ok_or_else(|| anyhow::anyhow!("no target directory"))?
+    } else {
+        here
+    };
     let path = dir.join(name);
     anyhow::ensure!(
         path.exists(),

@@ -17,11 +17,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use converge_integration::api::{self, apply, events, find, json, object, wait_phase};
+use converge_integration::languages::{Language, apply_conformance_kinds, command_like};
 use converge_integration::otlp::{Received, Receiver};
 use converge_integration::pki::{Leaf, TestCa, replace};
-use converge_integration::processes::{
-    binary, connect_when_up, converge_process_with, free_local_addr, repository_root, run_checked, signal, stop_cleanly,
-};
+use converge_integration::processes::{connect_when_up, converge_process_with, free_local_addr, signal, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::{
     ApplyProviderConfigRequest, Condition, DeleteResourceRequest, KindConfig, ListResourceEventsRequest, Phase,
@@ -54,78 +53,6 @@ const REFUSED_FOR: Duration = Duration::from_secs(2);
 /// SDKs read their files at every connection).
 const TLS_RELOAD_MS: u64 = 200;
 
-/// A language and how to start its conformance worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Language {
-    Rust,
-    Go,
-    Python,
-    TypeScript,
-}
-
-impl Language {
-    fn name(self) -> &'static str {
-        match self {
-            Language::Rust => "rust",
-            Language::Go => "go",
-            Language::Python => "python",
-            Language::TypeScript => "typescript",
-        }
-    }
-
-    /// Builds what the worker needs (once per test process) and returns the
-    /// command that starts it.
-    async fn command(self, scratch: &Path) -> anyhow::Result<Command> {
-        let root = repository_root();
-        Ok(match self {
-            Language::Rust => Command::new(binary("converge-conformance-worker")?),
-            Language::Go => {
-                let out = scratch.join("go-conformance-worker");
-                // A module of its own (sdk-gen/go/README.md).
-                run_checked(
-                    Command::new("go")
-                        .args(["build", "-o"])
-                        .arg(&out)
-                        .arg(".")
-                        .current_dir(root.join("sdk-gen/go/cmd/conformance-worker")),
-                )
-                .await?;
-                Command::new(out)
-            }
-            Language::Python => {
-                let python = root.join("sdk-gen/.venv/bin/python");
-                anyhow::ensure!(
-                    python.exists(),
-                    "{} is missing: run sdk-gen/generate --install-only",
-                    python.display()
-                );
-                let mut command = Command::new(python);
-                command
-                    .args(["-m", "converge_sdk.conformance"])
-                    .env("PYTHONPATH", root.join("sdk-gen/python/src"));
-                command
-            }
-            Language::TypeScript => {
-                let package = root.join("sdk-gen/ts");
-                anyhow::ensure!(
-                    package.join("node_modules").exists(),
-                    "{} is missing: run sdk-gen/generate --install-only",
-                    package.join("node_modules").display()
-                );
-                run_checked(
-                    Command::new("npm")
-                        .args(["run", "--silent", "build"])
-                        .current_dir(&package),
-                )
-                .await?;
-                let mut command = Command::new("node");
-                command.arg(package.join("dist/conformance/worker.js"));
-                command
-            }
-        })
-    }
-}
-
 /// One language's run: its server, worker and log.
 struct Suite {
     language: Language,
@@ -145,7 +72,7 @@ impl Suite {
         let listen: SocketAddr = free_local_addr()?.parse()?;
         let server = serve(&database, listen).await?;
         let client = server.client().await?;
-        apply_kinds(&client).await?;
+        apply_conformance_kinds(&client).await?;
         let mut command = language.command(scratch.path()).await?;
         command
             .env("CONVERGE_BROKER_ADDR", format!("http://{listen}"))
@@ -279,35 +206,6 @@ async fn serve(database: &TestDatabase, listen: SocketAddr) -> anyhow::Result<Te
         config.reaper.stale_after = STALE_AFTER;
     })
     .await
-}
-
-/// Applies the kinds of `conformance/kinds`.
-async fn apply_kinds(client: &Client) -> anyhow::Result<()> {
-    for file in ["leaf.json", "composite.json"] {
-        let path = repository_root().join("conformance/kinds").join(file);
-        let request = converge_examples::manifest::parse_apply_request(file, &std::fs::read_to_string(path)?)?;
-        client.kinds().apply_kind_manifest(request).await?;
-    }
-    Ok(())
-}
-
-/// A new command like `base`: its program, arguments, environment and
-/// directory.
-fn command_like(base: &Command) -> Command {
-    let base = base.as_std();
-    let mut command = Command::new(base.get_program());
-    command.args(base.get_args());
-    for (key, value) in base.get_envs() {
-        match value {
-            Some(value) => command.env(key, value),
-            None => command.env_remove(key),
-        };
-    }
-    if let Some(dir) = base.get_current_dir() {
-        command.current_dir(dir);
-    }
-    command.stdin(Stdio::null()).stdout(Stdio::null()).kill_on_drop(true);
-    command
 }
 
 fn spawn_worker(command: &mut Command, scratch: &Path) -> anyhow::Result<Child> {
@@ -991,7 +889,7 @@ async fn mtls(s: &mut Suite) -> anyhow::Result<()> {
 async fn mtls_on(s: &Suite, server: &TestServer, files: &MtlsFiles) -> anyhow::Result<()> {
     let address = https(server);
     let client = mtls_client(server, files).await?;
-    apply_kinds(&client).await?;
+    apply_conformance_kinds(&client).await?;
     let start = |identity| tls_worker(s, &address, files, identity, &[]);
 
     // Without a client certificate the server refuses the handshake: the
@@ -1076,7 +974,7 @@ async fn tls_reload_on(
     )?;
     let outcome = async {
         let first = server.as_ref().ok_or_else(|| anyhow::anyhow!("no server"))?;
-        apply_kinds(&mtls_client(first, files).await?).await?;
+        apply_conformance_kinds(&mtls_client(first, files).await?).await?;
         // Applies a resource with one spec event and returns the actors of
         // its worker events once it is ready.
         let served = |step: &'static str, client: Client| async move {
@@ -1170,7 +1068,7 @@ async fn trace(s: &mut Suite) -> anyhow::Result<()> {
 /// the server exported: same trace, its parent the server's reconcile span.
 async fn trace_on(s: &Suite, receiver: &Receiver, endpoint: &str, address: &str, dir: &Path) -> anyhow::Result<()> {
     let client = connect_when_up(address).await?;
-    apply_kinds(&client).await?;
+    apply_conformance_kinds(&client).await?;
     let mut command = command_like(&s.command);
     command
         .env("CONVERGE_BROKER_ADDR", address)

@@ -43,6 +43,7 @@ mod resync;
 mod retry_policy;
 mod revisions;
 mod sdk;
+mod soak;
 mod telemetry;
 mod tls;
 mod unserved;
