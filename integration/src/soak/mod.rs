@@ -13,7 +13,8 @@
 //! and of workers, a PostgreSQL fast restart and a postmaster SIGKILL,
 //! drops and stalls of the connections between converge and PostgreSQL and
 //! between the workers and converge (through [`crate::faultproxy`]). One
-//! at a time: each is undone before the next.
+//! at a time, each undone before the next, dealt in rounds of every kind
+//! once in a random order.
 //!
 //! The invariants ([`check`]): every acknowledged write is stored (checked
 //! while faults run, and at the end); no lease stays unattested past the
@@ -225,11 +226,12 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<Report> {
     // Faults, one at a time, with the live checks between them.
     let started = Instant::now();
     let mut violations = Vec::new();
+    let mut deck = site::Deck::default();
     while started.elapsed() < options.duration {
         let mean = options.fault_every.as_millis() as u64;
         let pause = Duration::from_millis(rng.random_range(mean / 2..=mean + mean / 2));
         live_checks(&mut site, &ledger, &mut report, &mut violations, pause).await;
-        let fault = site::draw(&mut rng);
+        let fault = deck.deal(&mut rng);
         let at = started.elapsed().as_secs_f64();
         let target = site
             .inject(fault, &mut rng)

@@ -57,31 +57,37 @@ pub enum Fault {
     WorkerLinkStall,
 }
 
-/// The faults and how often each is drawn (weights).
-const FAULTS: [(Fault, u32); 10] = [
-    (Fault::KillConverge, 3),
-    (Fault::TermConverge, 2),
-    (Fault::KillWorker, 3),
-    (Fault::TermWorker, 2),
-    (Fault::PostgresFastRestart, 1),
-    (Fault::PostgresCrash, 1),
-    (Fault::DatabaseDrop, 2),
-    (Fault::DatabaseStall, 2),
-    (Fault::WorkerLinkDrop, 2),
-    (Fault::WorkerLinkStall, 2),
+/// Every fault, in the order of their declaration.
+pub const FAULTS: [Fault; 10] = [
+    Fault::KillConverge,
+    Fault::TermConverge,
+    Fault::KillWorker,
+    Fault::TermWorker,
+    Fault::PostgresFastRestart,
+    Fault::PostgresCrash,
+    Fault::DatabaseDrop,
+    Fault::DatabaseStall,
+    Fault::WorkerLinkDrop,
+    Fault::WorkerLinkStall,
 ];
 
-/// Draws a fault by weight.
-pub fn draw(rng: &mut impl rand::Rng) -> Fault {
-    let total: u32 = FAULTS.iter().map(|(_, w)| w).sum();
-    let mut pick = rng.random_range(0..total);
-    for (fault, weight) in FAULTS {
-        if pick < weight {
-            return fault;
+/// Deals faults in rounds: each round is every fault once, shuffled, so a
+/// short run still injects every kind.
+#[derive(Debug, Default)]
+pub struct Deck(Vec<Fault>);
+
+impl Deck {
+    /// The next fault.
+    pub fn deal(&mut self, rng: &mut impl rand::Rng) -> Fault {
+        if self.0.is_empty() {
+            self.0 = FAULTS.to_vec();
+            // Fisher-Yates.
+            for i in (1..self.0.len()).rev() {
+                self.0.swap(i, rng.random_range(0..=i));
+            }
         }
-        pick -= weight;
+        self.0.pop().unwrap_or(Fault::KillWorker)
     }
-    Fault::KillWorker
 }
 
 /// The running system.

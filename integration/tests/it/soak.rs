@@ -20,11 +20,14 @@ async fn a_soak_with_faults_breaks_no_invariant() -> anyhow::Result<()> {
     };
     let report = soak::run(&options).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
-    assert!(
-        report.faults.values().sum::<u64>() >= secs / 12,
-        "too few faults: {:?}",
-        report.faults
-    );
+    if secs >= 120 {
+        assert_eq!(
+            report.faults.len(),
+            converge_integration::soak::site::FAULTS.len(),
+            "every kind of fault: {:?}",
+            report.faults
+        );
+    }
     assert!(report.applies.applied > 0 && report.watch.messages > 0, "{report:?}");
     assert!(report.violations.is_empty(), "violations: {:#?}", report.violations);
     Ok(())
