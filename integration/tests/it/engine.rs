@@ -646,3 +646,58 @@ async fn a_hung_handler_is_cancelled_at_its_deadline_and_retried() -> anyhow::Re
     assert_eq!(retried.failure_attempts, 0, "success resets the failure count");
     server.shutdown().await
 }
+
+/// With more streams on a broker than `broker::claims::FEW_STREAMS` (8),
+/// the streams share their claims (one claims for several, leftovers handed
+/// to the next) and their outbox appends (written together): every task is
+/// still worked exactly once and every result lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_streams_share_claims_and_result_writes_and_work_each_task_once() -> anyhow::Result<()> {
+    const STREAMS: usize = 12;
+    const RESOURCES: usize = 600;
+    let server = TestServer::start().await?;
+    let client = server.client().await?;
+    apply_manifest(&client, work_kind("job", 1, None)).await?;
+    let provider = Scripted::new(
+        Duration::from_millis(5),
+        Arc::new(|req, _| Ok(Outcome::new().with_status(json!({"seen": req.generation})))),
+    );
+    let _workers: Vec<_> = (0..STREAMS)
+        .map(|_| run_worker(server.address(), provider.clone(), 2))
+        .collect();
+    let pool = server.database().pool();
+    eventually(Duration::from_secs(30), || async {
+        let streams: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(sum(connected_workers), 0)::bigint FROM cluster_members",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok((streams == STREAMS as i64).then_some(()))
+    })
+    .await?;
+
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..4 {
+        let client = client.clone();
+        writers.spawn(async move {
+            for i in (w..RESOURCES).step_by(4) {
+                apply_ok(&client, apply("job", &format!("many-{i:03}"), json!({}))).await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(writer) = writers.join_next().await {
+        writer??;
+    }
+    eventually(Duration::from_secs(120), || async {
+        let ready = count(pool, "SELECT count(*) FROM resources WHERE kind = 'job' AND phase = 'Ready'").await?;
+        Ok((ready == RESOURCES as i64).then_some(()))
+    })
+    .await?;
+    let calls = provider.calls();
+    assert_eq!(calls.len(), RESOURCES, "every task was worked");
+    let twice: Vec<_> = calls.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "worked more than once: {twice:?}");
+    assert_eq!(count(pool, "SELECT count(*) FROM work_queue").await?, 0);
+    server.shutdown().await
+}

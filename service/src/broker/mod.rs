@@ -13,6 +13,7 @@
 
 mod claims;
 mod configs;
+mod outbox;
 mod registry;
 mod session;
 mod wire;
@@ -137,6 +138,8 @@ pub struct Broker {
     configs: Arc<configs::DefaultConfigs>,
     /// Tasks claimed for the streams of a kind version and not yet taken.
     claims: claims::Claims,
+    /// Results the streams append to the outbox, written together.
+    outbox: outbox::Outbox,
     stats: Arc<BrokerStats>,
     /// The open worker streams, for the heartbeat's listing.
     sessions: Arc<SessionRegistry>,
@@ -215,6 +218,7 @@ impl Broker {
             due: Arc::default(),
             configs: configs::DefaultConfigs::new(),
             claims: claims::Claims::default(),
+            outbox: outbox::Outbox::default(),
             stats: Arc::default(),
             sessions: Arc::default(),
             closing,

@@ -657,7 +657,7 @@ impl Session {
         let pool = &self.broker.pool;
         let in_flight = usize::try_from(self.broker.stats.in_flight.load(Ordering::Relaxed)).unwrap_or(0);
         if results.len() + in_flight > DIRECT_IN_FLIGHT {
-            return work::append_outbox(pool, results).await;
+            return self.append_outbox(results).await;
         }
         match work::complete(pool, results).await {
             Ok(accepted) => {
@@ -672,9 +672,20 @@ impl Session {
             // the fences still hold, so the outbox takes the same results.
             Err(e) => {
                 tracing::debug!(error = %e, "direct completion failed; using the outbox");
-                work::append_outbox(pool, results).await
+                self.append_outbox(results).await
             }
         }
+    }
+
+    /// Appends results to the outbox: with many streams on this broker,
+    /// together with the other streams' (`broker::outbox`); with a few,
+    /// directly, as their writes are already large.
+    async fn append_outbox(&self, results: &[TaskResult]) -> StoreResult<Vec<Uuid>> {
+        let streams = usize::try_from(self.broker.stats.connected.load(Ordering::Relaxed)).unwrap_or(0);
+        if streams <= crate::broker::claims::FEW_STREAMS {
+            return work::append_outbox(&self.broker.pool, results).await;
+        }
+        self.broker.outbox.append(&self.broker.pool, results.to_vec()).await
     }
 
     /// Claims and sends tasks while the worker has free slots; returns how
