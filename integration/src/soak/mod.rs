@@ -238,7 +238,10 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<Report> {
             .await
             .map_err(|e| anyhow::anyhow!("injecting {fault:?} at {at:.1} s: {e:#}"))?;
         *report.faults.entry(fault).or_default() += 1;
-        report.fault_log.push(format!("{at:.1}s {fault:?} {target}"));
+        let line = format!("{at:.1}s {fault:?} {target}");
+        // Progress for a long run's operator (the report has them all).
+        eprintln!("soak: {line}; {} violations so far", violations.len());
+        report.fault_log.push(line);
     }
     report.fault_secs = started.elapsed().as_secs_f64();
     let faults_over = Instant::now();
