@@ -3,6 +3,7 @@
 //! through the Rust SDK.
 
 pub mod api;
+pub mod bench;
 pub mod kinds;
 pub mod otlp;
 pub mod pki;
