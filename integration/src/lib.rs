@@ -3,6 +3,7 @@
 //! through the Rust SDK.
 
 pub mod api;
+pub mod bench;
 pub mod faultproxy;
 pub mod kinds;
 pub mod languages;

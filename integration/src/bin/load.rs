@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use converge_integration::bench::durable_postgres;
 use converge_integration::kinds::{apply_kind, work_manifest};
 use converge_proto::v1::wait::Cause as WaitCause;
 use converge_proto::v1::{
@@ -56,8 +57,7 @@ use converge_proto::v1::{
     ProviderConfig, Reaction, SpecConversion, StartKindMigrationRequest, Trigger,
 };
 use converge_sdk::Client;
-use converge_service::db::embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir};
-use converge_service::db::ensure_database;
+use converge_service::db::embedded::{EmbeddedPostgres, find_bindir};
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -234,15 +234,12 @@ async fn main() -> anyhow::Result<()> {
             let dir = tempfile::Builder::new().prefix("converge-load-").tempdir()?;
             // The server may run as another user (as root: `postgres`).
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-            let mut options = EmbeddedOptions::durable(dir.path().join("db"));
+            let mut settings = Vec::new();
             if args.profile.is_some() {
-                options
-                    .settings
-                    .push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
+                settings.push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
             }
-            let server = EmbeddedPostgres::start(&options)?;
-            ensure_database(&server.connect_options("postgres"), "converge_load").await?;
-            (server.tcp_url("converge_load"), Some((server, dir)))
+            let (server, url) = durable_postgres(&dir.path().join("db"), "converge_load", &settings).await?;
+            (url, Some((server, dir)))
         }
     };
     let mut fleet = Fleet {
