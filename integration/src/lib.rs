@@ -8,6 +8,7 @@ pub mod otlp;
 pub mod pki;
 pub mod postgres;
 pub mod processes;
+pub mod watchers;
 
 use std::time::Duration;
 
