@@ -12,6 +12,7 @@ pub mod pki;
 pub mod postgres;
 pub mod processes;
 pub mod soak;
+pub mod watchers;
 
 use std::time::Duration;
 

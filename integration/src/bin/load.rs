@@ -13,7 +13,32 @@
 //! cargo build --release --bin converge --bin converge-noop-worker --bin converge-demo-worker --bin converge-load
 //! target/release/converge-load --resources 100000
 //! target/release/converge-load --mode bom --trees 2000
+//! target/release/converge-load --mode stack --trees 10000 --children 100 --watchers 100
 //! ```
+//!
+//! `--mode stack` applies `--trees` roots of the kind `stack`, each composing
+//! `--children` `cell` children. The composition is declared as data in the
+//! kind's manifest (CEL, evaluated by the server, ADR 49), so the roots need
+//! no worker; the cells are served by the worker processes
+//! (converge-noop-worker serving `cell`). It reports, besides the usual
+//! figures, the rollup latency of every root (its Ready commit minus its last
+//! child's sync commit, database clock, as compose-bench measures it) and the
+//! database's size (`stack`).
+//!
+//! `--watchers W` (stack mode) opens W watch streams before the applies,
+//! each watching one label group of the trees (root i and its children carry
+//! `team=t{i % W}`), plus `--firehose-watchers` streams watching everything;
+//! they run during the whole run and report change→delivery latency (arrival
+//! minus the change's `update_time`, the same host clock), the messages
+//! delivered, and how far behind each was when the run's last change
+//! committed (`watch`). One more firehose watcher leaves once the applies are
+//! sent, stays away `--resume-after-secs` and resumes from its last position;
+//! once the trees are all Ready the tool changes one root a second (a new
+//! `rev` recomposes its children), at least `--churn-roots` of them and
+//! until the resuming watcher is back, and reports their rollup latency
+//! without a backlog (`watch.churned_rollup_ms`). The resuming watcher
+//! reports the catch-up time and whether it got every change of the log
+//! since its position exactly once (`watch.resume`).
 //!
 //! `--verb` declares a verb on the flat kind (unused: its cost when idle);
 //! `--operations N` also invokes it on N resources after the run;
@@ -50,14 +75,17 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use converge_integration::bench::durable_postgres;
 use converge_integration::kinds::{apply_kind, work_manifest};
+use converge_integration::watchers::{self, WatchLog, Watcher};
 use converge_proto::v1::wait::Cause as WaitCause;
 use converge_proto::v1::{
-    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, DeleteResourceRequest, Emit,
-    ExplainResourceRequest, FieldConversion, GetKindMigrationRequest, InvokeOperationRequest, KindManifest, KindPolicy,
-    ProviderConfig, Reaction, SpecConversion, StartKindMigrationRequest, Trigger,
+    ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, ComposedResource, Composition,
+    CompositionRollup, DeleteResourceRequest, Emit, ExplainResourceRequest, FieldConversion, GetKindMigrationRequest,
+    InvokeOperationRequest, KindManifest, KindPolicy, ProviderConfig, Reaction, SpecConversion,
+    StartKindMigrationRequest, Trigger, WatchResourcesRequest,
 };
 use converge_sdk::Client;
 use converge_service::db::embedded::{EmbeddedPostgres, find_bindir};
+use converge_service::domain::position::Position;
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -72,6 +100,9 @@ enum Mode {
     Flat,
     /// `bom` roots composing accounts, VPCs, a gateway and routes.
     Bom,
+    /// `stack` roots composing `--children` cells each (a composition
+    /// declared as data).
+    Stack,
 }
 
 /// Load converge and measure it.
@@ -84,9 +115,28 @@ struct Args {
     /// Resources to apply (flat mode).
     #[arg(long, default_value_t = 10_000)]
     resources: usize,
-    /// Trees to apply (bom mode).
+    /// Trees to apply (bom and stack modes).
     #[arg(long, default_value_t = 100)]
     trees: usize,
+    /// Children per tree (stack mode).
+    #[arg(long, default_value_t = 100)]
+    children: usize,
+    /// Stack mode: watch streams opened before the applies, each watching
+    /// one label group of the trees (0 = no watchers).
+    #[arg(long, default_value_t = 0)]
+    watchers: usize,
+    /// Stack mode, with --watchers: streams watching every change.
+    #[arg(long, default_value_t = 1)]
+    firehose_watchers: usize,
+    /// Stack mode, with --watchers: how long the resuming watcher stays
+    /// away (0 = no resuming watcher).
+    #[arg(long, default_value_t = 300)]
+    resume_after_secs: u64,
+    /// Stack mode, with --watchers: once all are Ready, change at least this
+    /// many roots, one a second (and more while the resuming watcher is
+    /// still away), to measure rollup latency without a backlog.
+    #[arg(long, default_value_t = 30)]
+    churn_roots: usize,
     /// Teams per tree (bom mode): 3 children per team plus 2 shared.
     #[arg(long, default_value_t = 3)]
     teams: usize,
@@ -360,10 +410,19 @@ async fn main() -> anyhow::Result<()> {
             }
             ("converge-demo-worker", args.trees)
         }
+        Mode::Stack => {
+            apply_kind(&client, work_manifest("cell")).await?;
+            apply_kind(&client, stack_manifest()?).await?;
+            ("converge-noop-worker", args.trees)
+        }
     };
+    anyhow::ensure!(
+        args.watchers == 0 || args.mode == Mode::Stack,
+        "--watchers needs --mode stack"
+    );
     let external: Option<Vec<&str>> = match (&args.worker_command, args.mode) {
         (Some(command), Mode::Flat) => Some(command.split_whitespace().collect()),
-        (Some(_), Mode::Bom) => anyhow::bail!("--worker-command serves the flat mode's noop kind only"),
+        (Some(_), _) => anyhow::bail!("--worker-command serves the flat mode's noop kind only"),
         (None, _) => None,
     };
     let broker_addresses: Vec<String> = fleet.brokers.iter().map(|(_, a)| a.clone()).collect();
@@ -392,11 +451,12 @@ async fn main() -> anyhow::Result<()> {
             .env("WORKER_MAX_PARALLEL", args.worker_parallel.to_string())
             .env(
                 "WORKER_KINDS",
-                match (args.binding, args.migrate) {
-                    (true, true) => "noop:1,noop:2,noop-sink:1",
-                    (true, false) => "noop:1,noop-sink:1",
-                    (false, true) => "noop:1,noop:2",
-                    (false, false) => "noop:1",
+                match (args.mode, args.binding, args.migrate) {
+                    (Mode::Stack, _, _) => "cell:1",
+                    (_, true, true) => "noop:1,noop:2,noop-sink:1",
+                    (_, true, false) => "noop:1,noop-sink:1",
+                    (_, false, true) => "noop:1,noop:2",
+                    (_, false, false) => "noop:1",
                 },
             )
             .env("NOOP_DELAY_MS", "0")
@@ -429,6 +489,23 @@ async fn main() -> anyhow::Result<()> {
             .ok(),
         _ => None,
     };
+    // Watchers: opened before the applies, so they see the whole run.
+    let groups = stack_groups(&args);
+    let mut watchers = if args.watchers > 0 {
+        Some(
+            Watchers::open(
+                &pool,
+                &address,
+                pki.as_ref(),
+                args.watchers,
+                args.firehose_watchers,
+                args.resume_after_secs,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let waits = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<String, i64>::new()));
     let wait_sampler = profiling.then(|| tokio::spawn(sample_waits(pool.clone(), waits.clone())));
     let applied = Arc::new(AtomicI64::new(0));
@@ -459,7 +536,11 @@ async fn main() -> anyhow::Result<()> {
         let client = client.clone();
         let applied = applied.clone();
         let (mode, teams, step, users) = (args.mode, args.teams, args.writers.max(1), args.config_users);
-        let labels = args.labels;
+        let (labels, children) = if mode == Mode::Stack {
+            (groups, args.children)
+        } else {
+            (args.labels, 0)
+        };
         writers.push(tokio::spawn(async move {
             for chunk in (w..chunks).step_by(step) {
                 let items = chunk * batch..((chunk + 1) * batch).min(total);
@@ -467,10 +548,12 @@ async fn main() -> anyhow::Result<()> {
                 if batch == 1 {
                     client
                         .resources()
-                        .apply_resource(request(mode, items.start, teams, users, labels))
+                        .apply_resource(request(mode, items.start, teams, users, labels, children))
                         .await?;
                 } else {
-                    let requests = items.map(|i| request(mode, i, teams, users, labels)).collect();
+                    let requests = items
+                        .map(|i| request(mode, i, teams, users, labels, children))
+                        .collect();
                     client
                         .resources()
                         .batch_apply_resources(BatchApplyResourcesRequest {
@@ -488,6 +571,10 @@ async fn main() -> anyhow::Result<()> {
         writer.await??;
     }
     let apply_secs = started.elapsed().as_secs_f64();
+    if let Some(watchers) = &mut watchers {
+        // The run goes on (the trees compose and settle) while it is away.
+        watchers.leave();
+    }
 
     // Wait for Ready.
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
@@ -525,6 +612,31 @@ async fn main() -> anyhow::Result<()> {
     let rss_end = server_pid.and_then(rss_bytes);
 
     let (p50, p95, p99) = latency_percentiles(&pool, args.mode).await?;
+    let stack = if args.mode == Mode::Stack {
+        Some(measure_stack(&pool).await?)
+    } else {
+        None
+    };
+    let peak_rss_at_ready = peak_rss.load(Ordering::Relaxed);
+    let watch = match watchers {
+        Some(watchers) => Some(
+            watchers
+                .finish(
+                    &client,
+                    &pool,
+                    total,
+                    groups,
+                    args.children,
+                    args.churn_roots,
+                    deadline,
+                    server_pid,
+                    &peak_rss,
+                )
+                .await?,
+        ),
+        None => None,
+    };
+    let rss_after_watch = server_pid.and_then(rss_bytes);
     let deliveries = if args.mode == Mode::Flat && args.binding {
         Some(measure_deliveries(&pool, total, db_started, deadline).await?)
     } else {
@@ -576,11 +688,12 @@ async fn main() -> anyhow::Result<()> {
         Mode::Flat => total,
         // A root, a shared account and gateway, and an account, VPC and route per team.
         Mode::Bom => total * (3 + 3 * args.teams),
+        Mode::Stack => total * (1 + args.children),
     };
     // The ceiling compares commits of single rows: count resources, not trees.
     let resources_per_sec = resources as f64 / ready_secs;
     let results = json!({
-        "mode": match args.mode { Mode::Flat => "flat", Mode::Bom => "bom" },
+        "mode": match args.mode { Mode::Flat => "flat", Mode::Bom => "bom", Mode::Stack => "stack" },
         "count": total,
         "resources": resources,
         "resources_per_sec": resources_per_sec,
@@ -624,9 +737,25 @@ async fn main() -> anyhow::Result<()> {
             "rss_peak_mb_per_stream": broker_usage.rss_peak_mb / args.workers.max(1) as f64,
         })),
     });
+    let mut results = results;
+    if let (Some(stack), Some(object)) = (stack, results.as_object_mut()) {
+        object.insert("children".into(), json!(args.children));
+        object.insert("stack".into(), stack);
+        object.insert("watch".into(), json!(watch));
+        // The peak until all were Ready, and after the watch phase (the
+        // resuming watcher and the changes made while it was away).
+        object.insert(
+            "server_rss_mb_stack".into(),
+            json!({
+                "peak_until_ready": peak_rss_at_ready as f64 / 1048576.0,
+                "peak_overall": peak_rss.load(Ordering::Relaxed) as f64 / 1048576.0,
+                "after_watch": rss_after_watch.map(|b| b as f64 / 1048576.0),
+            }),
+        );
+    }
     let unit = match args.mode {
         Mode::Flat => "resources",
-        Mode::Bom => "trees",
+        Mode::Bom | Mode::Stack => "trees",
     };
     println!(
         "{total} {unit}: applied in {apply_secs:.1} s ({:.0}/s); all Ready after {ready_secs:.1} s ({throughput:.0}/s)",
@@ -1332,7 +1461,14 @@ async fn measure_explain(
     Ok(serde_json::Value::Object(shapes))
 }
 
-fn request(mode: Mode, i: usize, teams: usize, config_users: usize, labels: usize) -> ApplyResourceRequest {
+fn request(
+    mode: Mode,
+    i: usize,
+    teams: usize,
+    config_users: usize,
+    labels: usize,
+    children: usize,
+) -> ApplyResourceRequest {
     match mode {
         Mode::Flat => ApplyResourceRequest {
             kind: "noop".into(),
@@ -1359,6 +1495,7 @@ fn request(mode: Mode, i: usize, teams: usize, config_users: usize, labels: usiz
                 ..Default::default()
             }
         }
+        Mode::Stack => stack_request(i, labels, children, 0),
     }
 }
 
@@ -1366,6 +1503,7 @@ fn kind_of(mode: Mode) -> &'static str {
     match mode {
         Mode::Flat => "noop",
         Mode::Bom => "bom",
+        Mode::Stack => "stack",
     }
 }
 
@@ -1497,7 +1635,7 @@ async fn sample(
         // time in a 100k run).
         let lagging = match mode {
             Mode::Flat => queue,
-            Mode::Bom => lagging_count(&pool).await.unwrap_or(i64::MAX),
+            Mode::Bom | Mode::Stack => lagging_count(&pool).await.unwrap_or(i64::MAX),
         };
         lagging_now.store(lagging, Ordering::Relaxed);
         let pause = (probe.elapsed() * 19).max(Duration::from_secs(1));
@@ -1601,4 +1739,482 @@ async fn print_profile(
         println!("  {:>5.1}%  {event}", *n as f64 * 100.0 / total.max(1) as f64);
     }
     Ok(())
+}
+
+/// Label groups of stack mode: root i and its children carry
+/// `team=t{i % groups}`, one group per watcher.
+fn stack_groups(args: &Args) -> usize {
+    if args.mode == Mode::Stack {
+        args.watchers.max(1)
+    } else {
+        0
+    }
+}
+
+/// `stack`: one `cell` child per entry of `spec.cells`, named after the root,
+/// carrying the root's `team` label and its `rev`; Ready when every child is
+/// (a composition declared as data, evaluated by the server).
+fn stack_manifest() -> anyhow::Result<KindManifest> {
+    let object = |value: serde_json::Value| {
+        converge_sdk::worker::convert::json_to_struct(value, "/spec").map_err(|e| anyhow::anyhow!("{e:?}"))
+    };
+    Ok(KindManifest {
+        kind: "stack".into(),
+        kind_version: 1,
+        description: "converge-load: a root composing cells (composition as data)".into(),
+        composition: Some(Composition {
+            resources: vec![ComposedResource {
+                id: "cells".into(),
+                kind: "cell".into(),
+                kind_version: 1,
+                name: "${metadata.name}-${each}".into(),
+                for_each: "spec.cells".into(),
+                labels: BTreeMap::from([("team".to_owned(), "${metadata.labels.team}".to_owned())]),
+                spec: Some(object(json!({"rev": "${spec.rev}"}))?),
+                ..Default::default()
+            }],
+            rollup: Some(CompositionRollup {
+                status: Some(object(json!({
+                    "ready": "${cells.filter(c, c.ready).size()}",
+                    "total": "${size(cells)}"
+                }))?),
+                ready: "cells.all(c, c.ready)".into(),
+                message: String::new(),
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+/// Root `load-{i}` of stack mode, composing `children` cells, at `rev`.
+fn stack_request(i: usize, groups: usize, children: usize, rev: u64) -> ApplyResourceRequest {
+    let cells: Vec<String> = (0..children).map(|c| format!("c{c}")).collect();
+    let spec =
+        converge_sdk::worker::convert::json_to_struct(json!({"cells": cells, "rev": rev}), "/spec").unwrap_or_default();
+    ApplyResourceRequest {
+        kind: "stack".into(),
+        kind_version: 1,
+        name: format!("load-{i}"),
+        labels: BTreeMap::from([("team".to_owned(), format!("t{}", i % groups.max(1)))]),
+        spec: Some(spec),
+        ..Default::default()
+    }
+}
+
+/// Stack mode, once every root is Ready: rollup latency per root (its
+/// Ready commit minus its last child's sync commit, database clock, as
+/// compose-bench measures it), the children counted, and the database's size.
+async fn measure_stack(pool: &PgPool) -> anyhow::Result<serde_json::Value> {
+    let row = rollup_latency(pool, 1).await?;
+    let sizes: (i64, i64, i64) = sqlx::query_as(
+        "SELECT pg_database_size(current_database()), pg_total_relation_size('resources'),
+                pg_total_relation_size('resource_changes')",
+    )
+    .fetch_one(pool)
+    .await?;
+    let mb = |b: i64| b as f64 / 1048576.0;
+    println!(
+        "rollup latency after the last child settles ({} roots, {} children): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        row.3,
+        row.4,
+        row.0.unwrap_or(0.0),
+        row.1.unwrap_or(0.0),
+        row.2.unwrap_or(0.0)
+    );
+    println!(
+        "database {:.0} MB (resources {:.0} MB, change log {:.0} MB)",
+        mb(sizes.0),
+        mb(sizes.1),
+        mb(sizes.2)
+    );
+    Ok(json!({
+        "roots_ready": row.3,
+        "children": row.4,
+        "rollup_ms": {"p50": row.0, "p99": row.1, "max": row.2},
+        "database_mb": mb(sizes.0),
+        "resources_table_mb": mb(sizes.1),
+        "change_log_mb": mb(sizes.2),
+    }))
+}
+
+/// Rollup latency of the Ready roots at `generation` or above, in ms (p50,
+/// p99, max), with the roots and their children counted: a root's Ready
+/// commit (the rollup's drain) minus its last child's sync commit.
+async fn rollup_latency(
+    pool: &PgPool,
+    generation: i64,
+) -> anyhow::Result<(Option<f64>, Option<f64>, Option<f64>, i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
+                percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),
+                max(ms), count(*), coalesce(sum(children), 0)::bigint
+         FROM (SELECT (extract(epoch FROM r.last_reconciled_at - c.last) * 1000)::float8 AS ms, c.children
+               FROM resources r
+               JOIN (SELECT owner_id, max(last_reconciled_at) AS last, count(*) AS children
+                     FROM resources WHERE owner_id IS NOT NULL GROUP BY owner_id) c ON c.owner_id = r.id
+               WHERE r.kind = 'stack' AND r.phase = 'Ready' AND r.generation >= $1) l",
+    )
+    .bind(generation)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// The newest change-log position.
+async fn log_head(pool: &PgPool) -> anyhow::Result<Position> {
+    let head: Option<(i64, i64)> =
+        sqlx::query_as("SELECT txid, seq FROM resource_changes ORDER BY txid DESC, seq DESC LIMIT 1")
+            .fetch_optional(pool)
+            .await?;
+    Ok(head.map(|(txid, seq)| Position { txid, seq }).unwrap_or_default())
+}
+
+/// Per label group, the position of its newest change (rv_* is the
+/// position of a resource's latest change).
+async fn group_heads(pool: &PgPool) -> anyhow::Result<BTreeMap<String, Position>> {
+    let rows: Vec<(Option<String>, i64, i64)> = sqlx::query_as(
+        "SELECT DISTINCT ON (labels->>'team') labels->>'team', rv_txid, rv_seq
+         FROM resources ORDER BY labels->>'team', rv_txid DESC, rv_seq DESC",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(g, txid, seq)| Some((g?, Position { txid, seq })))
+        .collect())
+}
+
+/// The resuming watcher, once back.
+struct Resumed {
+    /// Where it left.
+    from: Position,
+    /// When it left and came back (seconds since the epoch).
+    left: f64,
+    returned: f64,
+    /// The log's head when it came back.
+    head: Position,
+    watcher: Watcher,
+}
+
+/// The watchers of a stack run (see `--watchers`).
+struct Watchers {
+    groups: Vec<Watcher>,
+    firehose: Vec<Watcher>,
+    leave: Option<tokio::sync::oneshot::Sender<()>>,
+    resumed: Option<tokio::task::JoinHandle<anyhow::Result<Resumed>>>,
+    back: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Watchers {
+    async fn open(
+        pool: &PgPool,
+        address: &str,
+        pki: Option<&LoadPki>,
+        groups: usize,
+        firehose: usize,
+        away_secs: u64,
+    ) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let mut group_watchers = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let filter = WatchResourcesRequest {
+                label_selector: format!("team=t{g}"),
+                ..Default::default()
+            };
+            group_watchers.push(Watcher::start(connect(address, pki).await?, filter, None, false).await?);
+        }
+        let mut firehose_watchers = Vec::with_capacity(firehose);
+        for _ in 0..firehose {
+            firehose_watchers
+                .push(Watcher::start(connect(address, pki).await?, Default::default(), None, false).await?);
+        }
+        let (leave, left) = tokio::sync::oneshot::channel();
+        let (back_tx, back) = tokio::sync::watch::channel(away_secs == 0);
+        let resumed = if away_secs > 0 {
+            let client = connect(address, pki).await?;
+            let first = Watcher::start(client.clone(), Default::default(), None, false).await?;
+            let probe = pool.clone();
+            Some(tokio::spawn(async move {
+                let _ = left.await;
+                let from = first.position();
+                first.stop().await?;
+                let left = watchers::now_epoch();
+                eprintln!("\nresuming watcher: left at {from}, back in {away_secs} s");
+                tokio::time::sleep(Duration::from_secs(away_secs)).await;
+                let head = log_head(&probe).await?;
+                let returned = watchers::now_epoch();
+                let watcher = Watcher::start(client, Default::default(), Some(from), true).await?;
+                let _ = back_tx.send(true);
+                eprintln!("\nresuming watcher: back from {from}, head {head}");
+                anyhow::Ok(Resumed {
+                    from,
+                    left,
+                    returned,
+                    head,
+                    watcher,
+                })
+            }))
+        } else {
+            None
+        };
+        eprintln!(
+            "{} watchers open ({groups} label groups, {firehose} firehose{}) in {:.1} s",
+            groups + firehose + usize::from(away_secs > 0),
+            if away_secs > 0 { ", 1 resuming" } else { "" },
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Self {
+            groups: group_watchers,
+            firehose: firehose_watchers,
+            leave: Some(leave),
+            resumed,
+            back,
+        })
+    }
+
+    /// The resuming watcher leaves now.
+    fn leave(&mut self) {
+        if let Some(leave) = self.leave.take() {
+            let _ = leave.send(());
+        }
+    }
+
+    /// Once every root is Ready: notes how far behind each watcher is when
+    /// the run's last change commits; keeps changing one root a second while
+    /// the resuming watcher is still away; waits until it is back and has
+    /// caught up, and until the trees are Ready again and every watcher has
+    /// received its last change; then closes them all and reports.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        mut self,
+        client: &Client,
+        pool: &PgPool,
+        trees: usize,
+        groups: usize,
+        children: usize,
+        churn_roots: usize,
+        deadline: Instant,
+        server_pid: Option<u32>,
+        peak_rss: &AtomicI64,
+    ) -> anyhow::Result<serde_json::Value> {
+        self.leave();
+        // The run's last change: the newest update, and what each watcher is due.
+        let last_change: f64 = sqlx::query_scalar("SELECT extract(epoch FROM max(updated_at))::float8 FROM resources")
+            .fetch_one(pool)
+            .await?;
+        let run_head = log_head(pool).await?;
+        let run_group_heads = group_heads(pool).await?;
+        let run_entries: i64 = sqlx::query_scalar("SELECT count(*) FROM resource_changes")
+            .fetch_one(pool)
+            .await?;
+
+        // While the resuming watcher is away, keep changing things.
+        let mut churned = 0usize;
+        let mut rev = 0u64;
+        while !*self.back.borrow() || churned < churn_roots {
+            if churned.is_multiple_of(trees.max(1)) {
+                rev += 1;
+            }
+            client
+                .resources()
+                .apply_resource(stack_request(churned % trees.max(1), groups, children, rev))
+                .await?;
+            churned += 1;
+            if let Some(rss) = server_pid.and_then(rss_bytes) {
+                peak_rss.fetch_max(rss, Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if churned > 0 {
+            eprintln!("changed {churned} roots, one a second, after all were Ready");
+        }
+        let resumed = match self.resumed.take() {
+            Some(task) => Some(task.await??),
+            None => None,
+        };
+        // Settle: the changed trees Ready again, every watcher at its last change.
+        loop {
+            if let Some(rss) = server_pid.and_then(rss_bytes) {
+                peak_rss.fetch_max(rss, Ordering::Relaxed);
+            }
+            if lagging_count(pool).await? == 0 && ready_count(pool, Mode::Stack).await? >= trees as i64 {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the changed trees were not Ready within the timeout"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        // The roots changed while the watcher was away settled one at a
+        // time on a loaded system: their rollup latency without a backlog.
+        let churn_rollup = if churned > 0 {
+            let (p50, p99, max, roots, _) = rollup_latency(pool, 2).await?;
+            println!(
+                "rollup latency of the {roots} roots changed one a second: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                p50.unwrap_or(0.0),
+                p99.unwrap_or(0.0),
+                max.unwrap_or(0.0)
+            );
+            Some(json!({"roots": roots, "p50": p50, "p99": p99, "max": max}))
+        } else {
+            None
+        };
+        let final_head = log_head(pool).await?;
+        let final_group_heads = group_heads(pool).await?;
+        let settle_deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let mut behind = 0;
+            for (g, w) in self.groups.iter().enumerate() {
+                let due = final_group_heads.get(&format!("t{g}")).copied().unwrap_or_default();
+                behind += usize::from(w.position() < due);
+            }
+            behind += self.firehose.iter().filter(|w| w.position() < final_head).count();
+            if let Some(r) = &resumed {
+                behind += usize::from(r.watcher.position() < final_head);
+            }
+            if behind == 0 {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < settle_deadline,
+                "{behind} watchers never received their last change"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // Close and report.
+        let mut group_logs = Vec::with_capacity(self.groups.len());
+        for w in self.groups {
+            group_logs.push(w.stop().await?);
+        }
+        let mut firehose_logs = Vec::with_capacity(self.firehose.len());
+        for w in self.firehose {
+            firehose_logs.push(w.stop().await?);
+        }
+        let summarize = |logs: &[WatchLog], due: &dyn Fn(usize) -> Position| {
+            let mut latencies: Vec<f32> = Vec::new();
+            let mut lags: Vec<f32> = Vec::new();
+            let mut behind: Vec<f32> = Vec::new();
+            let mut resumes = 0u32;
+            let mut messages = 0usize;
+            for (i, log) in logs.iter().enumerate() {
+                let due = due(i);
+                messages += log.seen.len();
+                resumes += log.resumes;
+                latencies.extend(log.seen.iter().filter(|s| s.position <= due).map(|s| s.latency_ms));
+                let reached = log.reached_at(due).unwrap_or(f64::INFINITY);
+                lags.push((((reached - last_change) * 1000.0).max(0.0)) as f32);
+                behind.push(log.behind_at(last_change, due) as f32);
+            }
+            latencies.sort_by(f32::total_cmp);
+            lags.sort_by(f32::total_cmp);
+            behind.sort_by(f32::total_cmp);
+            json!({
+                "watchers": logs.len(),
+                "messages": messages,
+                "messages_in_run": latencies.len(),
+                "resumes_after_cutoff": resumes,
+                "latency_ms": {
+                    "p50": watchers::percentile(&latencies, 0.5),
+                    "p99": watchers::percentile(&latencies, 0.99),
+                    "max": watchers::percentile(&latencies, 1.0),
+                },
+                "end_lag_ms": {
+                    "p50": watchers::percentile(&lags, 0.5),
+                    "max": watchers::percentile(&lags, 1.0),
+                },
+                "behind_at_end": {
+                    "p50": watchers::percentile(&behind, 0.5),
+                    "max": watchers::percentile(&behind, 1.0),
+                },
+            })
+        };
+        let group_due = |g: usize| run_group_heads.get(&format!("t{g}")).copied().unwrap_or_default();
+        let groups_summary = summarize(&group_logs, &group_due);
+        let firehose_summary = summarize(&firehose_logs, &|_| run_head);
+
+        let resume = match resumed {
+            Some(r) => {
+                let (from, left, returned, head) = (r.from, r.left, r.returned, r.head);
+                let log = r.watcher.stop().await?;
+                let entries: Vec<(i64, i64, uuid::Uuid)> = sqlx::query_as(
+                    "SELECT txid, seq, resource_id FROM resource_changes
+                     WHERE (txid, seq) > ($1, $2) AND (txid, seq) <= ($3, $4) ORDER BY txid, seq",
+                )
+                .bind(from.txid)
+                .bind(from.seq)
+                .bind(final_head.txid)
+                .bind(final_head.seq)
+                .fetch_all(pool)
+                .await?;
+                let entries: Vec<(Position, uuid::Uuid)> = entries
+                    .into_iter()
+                    .map(|(txid, seq, id)| (Position { txid, seq }, id))
+                    .collect();
+                let received: Vec<(Position, uuid::Uuid)> = log
+                    .seen
+                    .iter()
+                    .zip(&log.ids)
+                    .filter(|(s, _)| s.position <= final_head)
+                    .map(|(s, id)| (s.position, *id))
+                    .collect();
+                let check = watchers::exactly_once(&entries, &received);
+                let caught_up = log.reached_at(head).map(|t| t - returned);
+                let caught_up_messages = log.seen.iter().filter(|s| s.position <= head).count();
+                println!(
+                    "resumed watcher: away {:.0} s from {from}; caught up to the head at its return ({head}, {caught_up_messages} changes) in {}; {} changes received for {} log entries of {} resources: duplicated {}, unknown {}, missed {}; {} cut-offs",
+                    returned - left,
+                    caught_up.map_or_else(|| "never".to_owned(), |s| format!("{s:.1} s")),
+                    check.received,
+                    check.entries,
+                    check.resources,
+                    check.duplicated,
+                    check.unknown,
+                    check.missed,
+                    log.resumes
+                );
+                Some(json!({
+                    "away_secs": returned - left,
+                    "from": from.to_string(),
+                    "head_at_return": head.to_string(),
+                    "catch_up_secs": caught_up,
+                    "catch_up_messages": caught_up_messages,
+                    "exactly_once": check.holds(),
+                    "check": check,
+                    "resumes_after_cutoff": log.resumes,
+                }))
+            }
+            None => None,
+        };
+        let field = |v: &serde_json::Value, path: &str| match v.pointer(path) {
+            Some(serde_json::Value::Number(n)) if n.is_f64() => format!("{:.1}", n.as_f64().unwrap_or_default()),
+            Some(other) => other.to_string(),
+            None => "n/a".to_owned(),
+        };
+        for (name, summary) in [("label-group", &groups_summary), ("firehose", &firehose_summary)] {
+            println!(
+                "{} {name} watchers: {} changes delivered ({} in the run); change->delivery p50 {} ms, p99 {} ms, max {} ms; at the run's last change: lag p50 {} ms, max {} ms, behind p50 {}, max {} changes; {} cut-offs resumed",
+                field(summary, "/watchers"),
+                field(summary, "/messages"),
+                field(summary, "/messages_in_run"),
+                field(summary, "/latency_ms/p50"),
+                field(summary, "/latency_ms/p99"),
+                field(summary, "/latency_ms/max"),
+                field(summary, "/end_lag_ms/p50"),
+                field(summary, "/end_lag_ms/max"),
+                field(summary, "/behind_at_end/p50"),
+                field(summary, "/behind_at_end/max"),
+                field(summary, "/resumes_after_cutoff"),
+            );
+        }
+        Ok(json!({
+            "log_entries_in_run": run_entries,
+            "run_head": run_head.to_string(),
+            "churned_roots": churned,
+            "churned_rollup_ms": churn_rollup,
+            "groups": groups_summary,
+            "firehose": firehose_summary,
+            "resume": resume,
+        }))
+    }
 }

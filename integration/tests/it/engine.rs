@@ -667,11 +667,10 @@ async fn many_streams_share_claims_and_result_writes_and_work_each_task_once() -
         .collect();
     let pool = server.database().pool();
     eventually(Duration::from_secs(30), || async {
-        let streams: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(sum(connected_workers), 0)::bigint FROM cluster_members",
-        )
-        .fetch_one(pool)
-        .await?;
+        let streams: i64 =
+            sqlx::query_scalar("SELECT COALESCE(sum(connected_workers), 0)::bigint FROM cluster_members")
+                .fetch_one(pool)
+                .await?;
         Ok((streams == STREAMS as i64).then_some(()))
     })
     .await?;
@@ -690,7 +689,11 @@ async fn many_streams_share_claims_and_result_writes_and_work_each_task_once() -
         writer??;
     }
     eventually(Duration::from_secs(120), || async {
-        let ready = count(pool, "SELECT count(*) FROM resources WHERE kind = 'job' AND phase = 'Ready'").await?;
+        let ready = count(
+            pool,
+            "SELECT count(*) FROM resources WHERE kind = 'job' AND phase = 'Ready'",
+        )
+        .await?;
         Ok((ready == RESOURCES as i64).then_some(()))
     })
     .await?;
