@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use converge_proto::v1::{Emit, KindManifest, Reaction, Trigger};
+use converge_proto::v1::{
+    ApplyReactorBindingRequest, CompositionRollup, Emit, KindManifest, Reaction, ReactorBinding, Transition, Trigger,
+};
 use converge_sdk::worker::{
     ChildSpec, Condition, ConditionStatus, DepEdge, HandlerError, KindVersion, Outcome, Provider, ProviderConfigSpec,
     ReactionRequest, ResourceRef, Stage, StageInput, ValueFlow, async_trait,
@@ -276,4 +278,56 @@ pub fn layered(layers: usize, width: usize) -> (Vec<Cell>, Vec<EdgeNames>) {
         }
     }
     (cells, edges)
+}
+
+/// The rollup of a composition declared as data whose children are the
+/// `cells` template's: ready when every cell is, with their counts.
+pub fn cells_rollup() -> CompositionRollup {
+    CompositionRollup {
+        status: Some(crate::api::object(json!({
+            "ready": "${cells.filter(c, c.ready).size()}",
+            "total": "${size(cells)}"
+        }))),
+        ready: "cells.all(c, c.ready)".into(),
+        message: String::new(),
+    }
+}
+
+/// Declares the reactor kind `sink` (a side-effect reaction) and binds it,
+/// as `binding`, to the Synced transitions of `watch_kind`.
+pub async fn bind_synced_sink(
+    client: &converge_sdk::Client,
+    sink: &str,
+    binding: &str,
+    watch_kind: &str,
+) -> anyhow::Result<()> {
+    apply_kind(
+        client,
+        KindManifest {
+            kind: sink.into(),
+            kind_version: 1,
+            reactions: vec![Reaction {
+                name: "react".into(),
+                trigger: Trigger::Reactor.into(),
+                emits: vec![Emit::SideEffect.into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    )
+    .await?;
+    client
+        .reactor_bindings()
+        .apply_reactor_binding(ApplyReactorBindingRequest {
+            reactor_binding: Some(ReactorBinding {
+                name: binding.into(),
+                watch_kind: watch_kind.into(),
+                transition: Transition::Synced.into(),
+                reactor: sink.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?;
+    Ok(())
 }

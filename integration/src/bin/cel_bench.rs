@@ -30,8 +30,7 @@ use converge_integration::kinds::{Cells, Stacks, apply_kind, cell_manifest, stac
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::plan_resource_request::Change;
 use converge_proto::v1::{
-    ApplyResourceRequest, BatchApplyResourcesRequest, ComposedResource, Composition, CompositionRollup, KindManifest,
-    PlanResourceRequest,
+    ApplyResourceRequest, BatchApplyResourcesRequest, ComposedResource, Composition, KindManifest, PlanResourceRequest,
 };
 use converge_sdk::Client;
 use converge_sdk::worker::Worker;
@@ -64,14 +63,7 @@ fn stack_cel() -> anyhow::Result<KindManifest> {
                 spec: Some(object(json!({}))?),
                 ..Default::default()
             }],
-            rollup: Some(CompositionRollup {
-                status: Some(object(json!({
-                    "ready": "${cells.filter(c, c.ready).size()}",
-                    "total": "${size(cells)}"
-                }))?),
-                ready: "cells.all(c, c.ready)".into(),
-                message: String::new(),
-            }),
+            rollup: Some(converge_integration::kinds::cells_rollup()),
         }),
         ..Default::default()
     })

@@ -79,7 +79,7 @@ use converge_integration::watchers::{self, WatchLog, Watcher};
 use converge_proto::v1::wait::Cause as WaitCause;
 use converge_proto::v1::{
     ApplyProviderConfigRequest, ApplyResourceRequest, BatchApplyResourcesRequest, ComposedResource, Composition,
-    CompositionRollup, DeleteResourceRequest, Emit, ExplainResourceRequest, FieldConversion, GetKindMigrationRequest,
+    DeleteResourceRequest, Emit, ExplainResourceRequest, FieldConversion, GetKindMigrationRequest,
     InvokeOperationRequest, KindManifest, KindPolicy, ProviderConfig, Reaction, SpecConversion,
     StartKindMigrationRequest, Trigger, WatchResourcesRequest,
 };
@@ -898,36 +898,7 @@ async fn connect_cost(address: &str, pki: Option<&LoadPki>) -> anyhow::Result<f6
 
 /// Applies the reactor kind `noop-sink` and one binding on noop's SYNCED.
 async fn apply_binding(client: &Client) -> anyhow::Result<()> {
-    use converge_proto::v1::{ApplyReactorBindingRequest, KindManifest, ReactorBinding, Transition};
-    apply_kind(
-        client,
-        KindManifest {
-            kind: "noop-sink".into(),
-            kind_version: 1,
-            reactions: vec![Reaction {
-                name: "react".into(),
-                trigger: Trigger::Reactor.into(),
-                emits: vec![Emit::SideEffect.into()],
-                ..Default::default()
-            }],
-            ..Default::default()
-        },
-    )
-    .await?;
-    client
-        .reactor_bindings()
-        .apply_reactor_binding(ApplyReactorBindingRequest {
-            reactor_binding: Some(ReactorBinding {
-                name: "load-synced".into(),
-                watch_kind: "noop".into(),
-                transition: Transition::Synced.into(),
-                reactor: "noop-sink".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?;
-    Ok(())
+    converge_integration::kinds::bind_synced_sink(client, "noop-sink", "load-synced", "noop").await
 }
 
 /// Polls the counting query `sql` every 20 ms until it counts nothing;
@@ -1773,14 +1744,7 @@ fn stack_manifest() -> anyhow::Result<KindManifest> {
                 spec: Some(object(json!({"rev": "${spec.rev}"}))?),
                 ..Default::default()
             }],
-            rollup: Some(CompositionRollup {
-                status: Some(object(json!({
-                    "ready": "${cells.filter(c, c.ready).size()}",
-                    "total": "${size(cells)}"
-                }))?),
-                ready: "cells.all(c, c.ready)".into(),
-                message: String::new(),
-            }),
+            rollup: Some(converge_integration::kinds::cells_rollup()),
         }),
         ..Default::default()
     })

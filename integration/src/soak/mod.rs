@@ -32,15 +32,13 @@ pub mod workload;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use converge_proto::v1::{
-    ApplyReactorBindingRequest, Emit, KindManifest, Reaction, ReactorBinding, Transition, Trigger,
-};
+use converge_proto::v1::{Emit, KindManifest, Reaction, Trigger};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::api::{apply_ok, reaction};
+use crate::api::apply_ok;
 use crate::kinds::{apply_kind, work_manifest};
 use crate::languages::{Language, apply_conformance_kinds};
 use site::{Fault, Site};
@@ -130,29 +128,7 @@ async fn prepare(site: &mut Site, options: &SoakOptions, endpoints: &Endpoints) 
     let client = endpoints.pick();
     apply_conformance_kinds(&client).await?;
     apply_kind(&client, op_manifest()).await?;
-    apply_kind(
-        &client,
-        KindManifest {
-            kind: "soak-sink".into(),
-            kind_version: 1,
-            reactions: vec![reaction("react", Trigger::Reactor, &[Emit::SideEffect])],
-            ..Default::default()
-        },
-    )
-    .await?;
-    client
-        .reactor_bindings()
-        .apply_reactor_binding(ApplyReactorBindingRequest {
-            reactor_binding: Some(ReactorBinding {
-                name: "soak-synced".into(),
-                watch_kind: "conf-leaf".into(),
-                transition: Transition::Synced.into(),
-                reactor: "soak-sink".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?;
+    crate::kinds::bind_synced_sink(&client, "soak-sink", "soak-synced", "conf-leaf").await?;
     let log = site.scratch().join("workers.log");
     for (i, language) in options.languages.iter().enumerate() {
         let command = site.conformance_worker(*language, i, &log).await?;
