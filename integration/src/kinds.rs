@@ -293,6 +293,21 @@ pub fn cells_rollup() -> CompositionRollup {
     }
 }
 
+/// A reactor kind: one reaction, `react`, with a side effect.
+pub fn sink_manifest(kind: &str) -> KindManifest {
+    KindManifest {
+        kind: kind.into(),
+        kind_version: 1,
+        reactions: vec![Reaction {
+            name: "react".into(),
+            trigger: Trigger::Reactor.into(),
+            emits: vec![Emit::SideEffect.into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 /// Declares the reactor kind `sink` (a side-effect reaction) and binds it,
 /// as `binding`, to the Synced transitions of `watch_kind`.
 pub async fn bind_synced_sink(
@@ -301,21 +316,7 @@ pub async fn bind_synced_sink(
     binding: &str,
     watch_kind: &str,
 ) -> anyhow::Result<()> {
-    apply_kind(
-        client,
-        KindManifest {
-            kind: sink.into(),
-            kind_version: 1,
-            reactions: vec![Reaction {
-                name: "react".into(),
-                trigger: Trigger::Reactor.into(),
-                emits: vec![Emit::SideEffect.into()],
-                ..Default::default()
-            }],
-            ..Default::default()
-        },
-    )
-    .await?;
+    apply_kind(client, sink_manifest(sink)).await?;
     client
         .reactor_bindings()
         .apply_reactor_binding(ApplyReactorBindingRequest {

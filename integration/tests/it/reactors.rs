@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use converge_integration::api::{self, apply, apply_manifest, apply_ok, expect_error, fields, find, spawn_worker};
+use converge_integration::kinds::sink_manifest;
 use converge_integration::processes::{ProcessSite, crash_postgres_state, signal, stdworker, stop_cleanly};
 use converge_integration::{TestDatabase, TestServer, eventually};
 use converge_proto::v1::redrive_reactor_deliveries_request::Target as RedriveTarget;
@@ -49,21 +50,6 @@ fn app_manifest() -> KindManifest {
             },
         ],
         finalizer_name: FINALIZER.into(),
-        ..Default::default()
-    }
-}
-
-/// A reactor kind.
-fn sink_manifest(kind: &str) -> KindManifest {
-    KindManifest {
-        kind: kind.into(),
-        kind_version: 1,
-        reactions: vec![Reaction {
-            name: "react".into(),
-            trigger: Trigger::Reactor.into(),
-            emits: vec![Emit::SideEffect.into()],
-            ..Default::default()
-        }],
         ..Default::default()
     }
 }
