@@ -38,6 +38,21 @@ AS $function$
         retry_delay(p_attempts))
 $function$;
 
+-- A task id ordered where p_resource was created: the time-ordered prefix
+-- of the resource's id (resources.id defaults to time_ordered_uuid) with
+-- fresh random bits, so it sorts among the tasks queued at that moment.
+CREATE OR REPLACE FUNCTION queue_id_at(p_resource uuid)
+ RETURNS uuid
+ LANGUAGE sql
+ PARALLEL RESTRICTED
+AS $function$
+    SELECT encode(
+        substring(uuid_send(p_resource) FROM 1 FOR 8)
+        || int8send(((random() * 2147483647)::bigint << 31) | (random() * 2147483647)::bigint
+                    | (-9223372036854775808)::bigint),
+        'hex')::uuid
+$function$;
+
 -- The one writer of new work_queue rows. p_tasks are the resources to queue,
 -- with the columns the caller read when it chose them; p_task_type is
 -- 'reconcile' or 'delete'; p_cause the task's cause (NULL for the stage's own
@@ -52,6 +67,12 @@ $function$;
 --             of the older one is fenced off;
 --   'hurry'   a task that is not leased and has no result pending runs now
 --             (past its retry delay), keeping its cause when it has one.
+-- With p_by_age a newly inserted task takes its resource's place in the
+-- claim order (an id ordered at the resource's creation, queue_id_at)
+-- instead of the back of the queue: pend_owners queues a tree's rollup so,
+-- and claims take a kind's tasks oldest id first, so the trees of a burst
+-- finish one after another instead of all at its end. A task that exists
+-- keeps its id.
 -- A task queued or advanced carries the calling transaction's trace context
 -- when the call is traced (api/write.rs sets converge.trace_context; unset
 -- reads as NULL). Rows go in resource-id order, as every queue writer takes
@@ -60,7 +81,7 @@ $function$;
 -- The four INSERTs differ only in their ON CONFLICT clause, which SQL cannot
 -- take as a value; dynamic SQL would give up the cached plans.
 CREATE OR REPLACE FUNCTION enqueue_tasks(p_tasks task_candidate[], p_task_type text, p_cause text,
-                                         p_on_conflict text)
+                                         p_on_conflict text, p_by_age boolean DEFAULT false)
  RETURNS integer
  LANGUAGE plpgsql
 AS $function$
@@ -98,17 +119,19 @@ BEGIN
         FROM unnest(p_tasks) t
         ORDER BY t.resource_id;
     WHEN 'keep' THEN
-        INSERT INTO work_queue (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+        INSERT INTO work_queue (id, resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
                                 cause, trace_context)
-        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+        SELECT CASE WHEN p_by_age THEN queue_id_at(t.resource_id) ELSE time_ordered_uuid() END,
+               t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
                p_cause, v_trace
         FROM unnest(p_tasks) t
         ORDER BY t.resource_id
         ON CONFLICT (resource_id, task_type, shard_id) DO NOTHING;
     WHEN 'advance' THEN
-        INSERT INTO work_queue AS w (resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
+        INSERT INTO work_queue AS w (id, resource_id, task_type, kind, kind_version, generation, manifest_version, shard_id,
                                      cause, trace_context)
-        SELECT t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
+        SELECT CASE WHEN p_by_age THEN queue_id_at(t.resource_id) ELSE time_ordered_uuid() END,
+               t.resource_id, p_task_type, t.kind, t.kind_version, t.generation, t.manifest_version, t.shard_id,
                p_cause, v_trace
         FROM unnest(p_tasks) t
         ORDER BY t.resource_id
@@ -185,7 +208,7 @@ $function$;
 -- types off: the settings last for the statements it calls, where a scan
 -- with no alternative (enqueue_tasks' probe of kind_config) is then costed
 -- at 10^10, past jit_above_cost, and each call compiled for ~90 ms.
-CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[])
+CREATE OR REPLACE FUNCTION schedule_eligible(p_ids uuid[], p_by_age boolean DEFAULT false)
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'off'
@@ -225,7 +248,7 @@ BEGIN
     )
     SELECT enqueue_tasks(array_agg(ROW(id, kind, kind_version, generation, manifest_version, shard_id)::task_candidate
                                    ORDER BY id),
-                         'reconcile', NULL, 'advance')
+                         'reconcile', NULL, 'advance', p_by_age)
     INTO queued FROM candidates;
     RETURN queued;
 END
@@ -233,7 +256,10 @@ $function$;
 
 -- Re-pends owners whose children changed: a lagging owner goes through the
 -- gate; a settled owner that rolls up is queued again at its current
--- generation so its rollup folds the new state of its children. With p_arm,
+-- generation so its rollup folds the new state of its children. Either task
+-- keeps the owner's place in the claim order (p_by_age of enqueue_tasks): a
+-- rollup finishes work begun, so it goes ahead of the later roots'
+-- compositions of a burst instead of behind all of them. With p_arm,
 -- owners still blocked by a progressing child are armed for a recheck.
 -- Returns how many tasks were queued.
 CREATE OR REPLACE FUNCTION pend_owners(p_ids uuid[], p_arm boolean)
@@ -247,7 +273,7 @@ BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
         RETURN 0;
     END IF;
-    queued := schedule_eligible(p_ids);
+    queued := schedule_eligible(p_ids, true);
     WITH candidates AS (
         SELECT r.id, r.kind, r.kind_version, r.generation, r.shard_id, c.manifest_version
         FROM resources r
@@ -263,7 +289,7 @@ BEGIN
     )
     SELECT enqueue_tasks(array_agg(ROW(id, kind, kind_version, generation, manifest_version, shard_id)::task_candidate
                                    ORDER BY id),
-                         'reconcile', NULL, 'keep')
+                         'reconcile', NULL, 'keep', true)
     INTO settled_queued FROM candidates;
     IF NOT p_arm THEN
         RETURN queued + settled_queued;

@@ -117,15 +117,16 @@ async fn top_failures(conn: &mut PgConnection, filter: &SummaryFilter, top: usiz
         .collect())
 }
 
-/// One indexed probe per phase: the oldest queued reconcile task (the
-/// queue's key is time-ordered), the oldest deletion request and orphan mark
+/// One indexed probe per phase: the longest queued of the reconcile tasks
+/// at the head of the claim order (the queue's key is time-ordered), the oldest deletion request and orphan mark
 /// and the unhealthy resource changed longest ago (partial indexes).
 async fn oldest(conn: &mut PgConnection, filter: &SummaryFilter) -> StoreResult<Vec<OldestInPhase>> {
     let mut found = Vec::new();
     for phase in UNSETTLED {
         let mut query = match phase {
             Phase::Reconciling => QueryBuilder::new(
-                "SELECT r.kind, r.name, w.created_at AS since
+                "SELECT kind, name, since FROM (
+                 SELECT r.kind, r.name, w.created_at AS since
                  FROM work_queue w JOIN resources r ON r.id = w.resource_id
                  WHERE w.task_type = 'reconcile' AND r.phase = 'Reconciling'",
             ),
@@ -144,7 +145,10 @@ async fn oldest(conn: &mut PgConnection, filter: &SummaryFilter) -> StoreResult<
         };
         filter.push(&mut query);
         query.push(match phase {
-            Phase::Reconciling => " ORDER BY w.id LIMIT 1",
+            // The claim order's head, of which the longest queued: a
+            // rollup's id is ordered at its owner's creation, not when it
+            // was queued (queue_id_at), and rollups go first.
+            Phase::Reconciling => " ORDER BY w.id LIMIT 32) head ORDER BY since LIMIT 1",
             Phase::Deleting => " ORDER BY r.deletion_requested_at LIMIT 1",
             Phase::Orphaned => " ORDER BY r.frozen_until LIMIT 1",
             _ => " ORDER BY r.updated_at LIMIT 1",

@@ -132,8 +132,8 @@ pub struct Batch {
 /// Examines up to `limit` unclaimed tasks of `pair` queued more than its
 /// wait ago, after the task id `after`, and marks their resources with
 /// `WorkerAvailable=False` (reason `NoWorker`) unless already marked. The
-/// task ids are time-ordered, so "queued before" is a bound on the claim
-/// index. Marked resources get a new change-log position, so watchers see
+/// task ids are time-ordered (a rollup's at its owner's creation, which is
+/// earlier still), so "queued before" is a bound on the claim index. Marked resources get a new change-log position, so watchers see
 /// the condition.
 pub async fn mark(pool: &PgPool, pair: &MarkingPair, after: Option<Uuid>, limit: i64) -> StoreResult<Batch> {
     measured("unserved.mark", async move {
@@ -152,6 +152,8 @@ pub async fn mark(pool: &PgPool, pair: &MarkingPair, after: Option<Uuid>, limit:
                  SELECT w.id, w.resource_id FROM work_queue w, bound b
                  WHERE w.kind = $1 AND w.kind_version = $2 AND w.broker_id IS NULL
                    AND w.id < b.id AND ($4::uuid IS NULL OR w.id > $4)
+                   -- A rollup's id is ordered at its owner's creation (queue_id_at).
+                   AND w.created_at < now() - make_interval(secs => $3)
                  ORDER BY w.id LIMIT $5
              ),
              marked AS (

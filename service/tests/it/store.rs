@@ -911,3 +911,61 @@ async fn retry_delays_follow_the_policy_and_default_to_the_fixed_schedule() -> a
     );
     Ok(())
 }
+
+/// The name of the one task `claim` hands out next for `kind`.
+async fn claim_next(pool: &PgPool, kind: &str) -> anyhow::Result<ClaimedTask> {
+    let mut tasks = work::claim(pool, "broker-a", kind, 1, 1, None).await?;
+    tasks.pop().ok_or_else(|| anyhow::anyhow!("nothing to claim"))
+}
+
+#[tokio::test]
+async fn a_rollup_keeps_its_owners_place_in_the_claim_order() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    sqlx::query(
+        "INSERT INTO kind_manifest (kind, kind_version, reactions, manifest_version)
+         VALUES ('tree', 1, '[{\"name\":\"compose\",\"trigger\":\"specChange\",\"emits\":[\"children\",\"edges\",\"status\"]},
+                             {\"name\":\"rollup\",\"trigger\":\"childrenSettled\",\"emits\":[\"status\"]}]', 1)",
+    )
+    .execute(pool)
+    .await?;
+    // A burst: three roots queued, the first composed first.
+    let first = create(pool, "tree", "first").await?;
+    create(pool, "tree", "second").await?;
+    create(pool, "tree", "third").await?;
+    let composing = claim_next(pool, "tree").await?;
+    assert_eq!(composing.resource_id, first);
+
+    // Its composition is a partial result; with no child left to wait for,
+    // the rollup is queued at once, ahead of the later roots' compositions
+    // (behind them before: a new task took the back of the queue).
+    let partial = TaskResult {
+        advance: false,
+        ..success(&composing, composing.claim_epoch)
+    };
+    assert_eq!(work::complete(pool, &[partial]).await?.len(), 1);
+    let rollup = claim_next(pool, "tree").await?;
+    assert_eq!(rollup.name, "first", "the lagging root's rollup goes first");
+    let done = success(&rollup, rollup.claim_epoch);
+    assert_eq!(work::complete(pool, &[done]).await?.len(), 1);
+
+    // A settled root whose children changed is queued again to fold them,
+    // also in its place.
+    let queued: i32 = sqlx::query_scalar("SELECT pend_owners(ARRAY[$1::uuid], false)")
+        .bind(first)
+        .fetch_one(pool)
+        .await?;
+    assert_eq!(queued, 1);
+    assert_eq!(
+        claim_next(pool, "tree").await?.name,
+        "first",
+        "the settled root's rollup goes first"
+    );
+    assert_eq!(
+        claim_next(pool, "tree").await?.name,
+        "second",
+        "then the burst goes on in order"
+    );
+
+    Ok(())
+}
