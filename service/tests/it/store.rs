@@ -969,3 +969,67 @@ async fn a_rollup_keeps_its_owners_place_in_the_claim_order() -> anyhow::Result<
 
     Ok(())
 }
+
+/// Every page of `selector` over the kind `thing`, `size` at a time.
+async fn label_pages(pool: &PgPool, selector: &str, size: usize) -> anyhow::Result<Vec<String>> {
+    let filter = resources::ResourceFilter {
+        kind: Some("thing".into()),
+        selector: selector.parse()?,
+        ..Default::default()
+    };
+    let mut names = Vec::new();
+    let mut after = None;
+    loop {
+        let page = resources::list(pool, &filter, after, size).await?;
+        names.extend(page.iter().map(|r| r.name.clone()));
+        match page.last() {
+            Some(last) if page.len() == size => {
+                after = Some(resources::ListCursor {
+                    created_at: last.created_at,
+                    id: last.id,
+                })
+            }
+            _ => return Ok(names),
+        }
+    }
+}
+
+#[tokio::test]
+async fn label_pages_are_the_same_whether_the_walk_fills_them_or_the_label_index_does() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pool = db.pool();
+    seed_kind(pool, "thing").await?;
+    // 3,000 resources, newest first by number; every third is `common`, and
+    // three are `rare`: one near the newest end, two past the walk's budget
+    // of 2,000 rows (so the label index serves the rest of their page).
+    sqlx::query(
+        "INSERT INTO resources (kind, kind_version, name, labels, spec, created_at)
+         SELECT 'thing', 1, 'n-' || i,
+                jsonb_build_object('team', CASE WHEN i % 3 = 0 THEN 'common' ELSE 'other' END)
+                || CASE WHEN i IN (2990, 600, 100) THEN '{\"rare\":\"yes\"}'::jsonb ELSE '{}' END,
+                '{}', now() - interval '1 hour' + i * interval '1 ms'
+         FROM generate_series(1, 3000) AS i",
+    )
+    .execute(pool)
+    .await?;
+    let expected = |selector: &'static str| async move {
+        let sql = match selector {
+            "rare=yes" => "SELECT name FROM resources WHERE labels ? 'rare' ORDER BY created_at DESC, id DESC",
+            _ => "SELECT name FROM resources WHERE labels->>'team' = 'common' ORDER BY created_at DESC, id DESC",
+        };
+        sqlx::query_scalar::<_, String>(sql).fetch_all(pool).await
+    };
+    let rare = expected("rare=yes").await?;
+    assert_eq!(rare, ["n-2990", "n-600", "n-100"]);
+    for size in [1, 2, 3, 10] {
+        assert_eq!(label_pages(pool, "rare=yes", size).await?, rare, "pages of {size}");
+    }
+    let common = expected("team=common").await?;
+    assert_eq!(common.len(), 1000);
+    for size in [7, 100, 1000] {
+        assert_eq!(label_pages(pool, "team=common", size).await?, common, "pages of {size}");
+    }
+    // Another requirement along: the walk matches all of them.
+    assert_eq!(label_pages(pool, "team=common,rare=yes", 2).await?, ["n-600"]);
+    Ok(())
+}
