@@ -2,7 +2,8 @@
 //! resources of one kind straight into the database with SQL, then times,
 //! through the gRPC API of a `converge serve` process, the reads an
 //! operator makes: GetResource, ListResources (first page, a deep keyset
-//! page, a label-selected page, first and deep), GetFleetSummary (from the
+//! page, a label-selected page, first and deep, and a first page of a rarer
+//! label), GetFleetSummary (from the
 //! snapshot and counted fresh) and ExplainResource (a Ready, a queued and a
 //! Failed resource): p50, p99, mean and max of each. It then runs the same
 //! reads once more through the store layer's own functions on a connection
@@ -61,6 +62,8 @@ use tracing_subscriber::layer::SubscriberExt as _;
 const KIND: &str = "stored";
 /// The label selector of the label-selected pages (1% of the resources).
 const SELECTOR: &str = "team=t42";
+/// A rarer label (0.1%: 1,000 values of `app`).
+const RARE_SELECTOR: &str = "app=app-42";
 /// The cluster liveness window the server runs with (its default).
 const LIVENESS_SECS: i32 = 15;
 /// The failure reasons a summary lists by default.
@@ -300,6 +303,7 @@ async fn main() -> anyhow::Result<()> {
         ("list_deep_1000", "", 1000, Some(deep)),
         ("list_label_first_100", SELECTOR, 0, None),
         ("list_label_deep_100", SELECTOR, 0, Some(selected)),
+        ("list_rare_label_first_100", RARE_SELECTOR, 0, None),
     ] {
         let (token, expected) = match offset {
             Some(offset) => {
@@ -330,12 +334,12 @@ async fn main() -> anyhow::Result<()> {
                         let first = &page.resources[0].name;
                         anyhow::ensure!(*first == expected, "the deep page starts at {first}, not {expected}");
                     }
-                    if !selector.is_empty() {
+                    if let Some((key, value)) = selector.split_once('=') {
                         anyhow::ensure!(
                             page.resources
                                 .iter()
-                                .all(|r| r.labels.get("team").map(String::as_str) == Some("t42")),
-                            "a resource outside {SELECTOR}"
+                                .all(|r| r.labels.get(key).map(String::as_str) == Some(value)),
+                            "a resource outside {selector}"
                         );
                     }
                     Ok(())
@@ -476,6 +480,15 @@ async fn main() -> anyhow::Result<()> {
         capture(
             "list_label_deep_100",
             format!("store::resources::list(kind, {SELECTOR}, after match {selected}, 100 + 1)"),
+        );
+        let rare = ResourceFilter {
+            selector: LabelSelector::from_str(RARE_SELECTOR)?,
+            ..all.clone()
+        };
+        resources::list(p, &rare, None, 101).await?;
+        capture(
+            "list_rare_label_first_100",
+            format!("store::resources::list(kind, {RARE_SELECTOR}, first page, 100 + 1)"),
         );
         summary::count(p, &SummaryFilter::default(), TOP_FAILURES).await?;
         capture("summary_fresh", "store::summary::count(everything, top 10)".into());

@@ -508,15 +508,15 @@ pub async fn list(
 
 /// [`list`] on a given connection (e.g. inside a snapshot transaction).
 ///
-/// A page selected by label equality first walks the rows in page order,
-/// at most [`walk_budget`] of them, and keeps those that match. PostgreSQL
-/// has no statistics of single labels: its estimate of `labels @> …` comes
-/// from a histogram of whole label sets, so a label on 1% of 10M resources
-/// can be estimated at 0.01%, and the planner then fetches and sorts every
-/// match through the label index for one page (1.1 s instead of a few ms).
-/// The walk fills the page of any label that common; when it does not, the
-/// label is rare, and the planner's own plan (the label index) reads what
-/// the walk did not.
+/// A page selected by label equality is first looked for by walking the
+/// rows in page order and matching their labels, because PostgreSQL has no
+/// statistics of single labels: it estimates `labels @> …` from a histogram
+/// of whole label sets, so a label on 1% of 10M resources can be estimated
+/// at 0.01%, and the planner then fetches and sorts every match through the
+/// label index for one page (1.1 s instead of milliseconds). The walk starts
+/// small and goes on only while the matches it sees say the page fills
+/// within [`WALK_BUDGET`] rows; a rarer label is left to the planner's plan
+/// (the label index), from where the walk stopped.
 pub async fn list_in(
     conn: &mut PgConnection,
     filter: &ResourceFilter,
@@ -524,43 +524,67 @@ pub async fn list_in(
     limit: usize,
 ) -> StoreResult<Vec<Resource>> {
     measured("resources.list_in", async move {
-        let budget = walk_budget(&filter.selector, limit);
-        if budget > 0 {
-            let walk = walk_page(conn, filter, after, limit, budget).await?;
-            if walk.hits.len() >= limit || walk.walked < budget {
-                return fetch_in_page_order(conn, &walk.hits).await;
+        let by_equality = filter
+            .selector
+            .requirements
+            .iter()
+            .any(|r| matches!(r, Requirement::Equals { .. }));
+        if !by_equality || limit == 0 {
+            return planned_page(conn, filter, after, limit).await;
+        }
+        let mut found: Vec<Uuid> = Vec::new();
+        let mut cursor = after;
+        let mut walked = 0;
+        let mut rows = first_walk(limit);
+        loop {
+            let walk = walk_page(conn, filter, cursor, limit - found.len(), rows).await?;
+            found.extend(walk.hits);
+            if found.len() >= limit || walk.walked < rows {
+                return fetch_in_page_order(conn, &found).await;
             }
-            if let Some(last) = walk.last {
-                let mut page = fetch_in_page_order(conn, &walk.hits).await?;
-                let rest = planned_page(conn, filter, Some(last), limit - walk.hits.len()).await?;
-                page.extend(rest);
-                return Ok(page);
+            walked += walk.walked;
+            cursor = walk.last;
+            match further_walk(found.len(), walked, limit) {
+                Some(next) => rows = next,
+                None => break,
             }
         }
-        planned_page(conn, filter, after, limit).await
+        let mut page = fetch_in_page_order(conn, &found).await?;
+        page.extend(planned_page(conn, filter, cursor, limit - found.len()).await?);
+        Ok(page)
     })
     .await
 }
 
-/// The most rows a label-selected page walks before the label index is
-/// used: 200 per row wanted (a label on 0.5% of the rows fills the page),
-/// between 2,000 and 20,000 (a bounded cost, about 2,000 heap pages, for a
-/// label rarer than that). 0 when nothing is selected by label equality,
-/// which the planner serves well on its own.
-fn walk_budget(selector: &LabelSelector, limit: usize) -> i64 {
-    let by_equality = selector
-        .requirements
-        .iter()
-        .any(|r| matches!(r, Requirement::Equals { .. }));
-    if !by_equality || limit == 0 {
-        return 0;
-    }
-    i64::try_from(limit.saturating_mul(200))
+/// The most rows one label-selected page walks before the label index
+/// reads the rest: a label on 0.5% of the rows still fills a page of 100
+/// by walking; what is rarer has at most `limit` / 0.5% matches for the
+/// index to fetch (about 2,000 heap pages either way).
+const WALK_BUDGET: i64 = 20_000;
+
+/// The first walk of a label-selected page: 10 rows per row wanted, at
+/// least 500 and at most 2,000, which is all a rare label costs extra.
+fn first_walk(limit: usize) -> i64 {
+    i64::try_from(limit.saturating_mul(10))
         .unwrap_or(i64::MAX)
-        .clamp(2_000, 20_000)
+        .clamp(500, 2_000)
 }
 
-/// What a bounded walk found: the matching ids in page order, how many
+/// How many rows to walk next, having found `found` matches in `walked`
+/// rows of a page of `limit`: enough for the rest at the rate seen, with a
+/// margin, if that stays within [`WALK_BUDGET`]; `None` to leave the rest
+/// to the label index (no match seen, or too rare to walk for).
+fn further_walk(found: usize, walked: i64, limit: usize) -> Option<i64> {
+    if found == 0 {
+        return None;
+    }
+    let found = i64::try_from(found).unwrap_or(i64::MAX);
+    let wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_sub(found);
+    let rows = wanted.saturating_mul(walked).saturating_mul(3) / found.saturating_mul(2);
+    (walked.saturating_add(rows) <= WALK_BUDGET).then_some(rows.max(1))
+}
+
+/// What one walk found: the first matching ids in page order, how many
 /// rows it walked and the position of the last one.
 struct Walk {
     hits: Vec<Uuid>,
@@ -568,39 +592,52 @@ struct Walk {
     last: Option<ListCursor>,
 }
 
-/// Walks at most `budget` rows of `filter` (labels aside) after `after` in
-/// page order and returns the first `limit` that match its labels.
+/// Walks at most `rows` rows of `filter` (labels aside) after `after` in
+/// page order and returns the first `limit` that match its labels. The walk
+/// stops at the `limit`-th match; only when it finds fewer does a second,
+/// index-only statement count the rows and find the last.
 async fn walk_page(
     conn: &mut PgConnection,
     filter: &ResourceFilter,
     after: Option<ListCursor>,
     limit: usize,
-    budget: i64,
+    rows: i64,
 ) -> StoreResult<Walk> {
     // The walk carries no label condition, so only an index in page order
-    // can serve its ORDER BY … LIMIT; the labels are matched on its rows.
+    // serves its ORDER BY … LIMIT, and the outer ORDER BY is that order
+    // (no sort): the outer LIMIT stops it at the last match wanted.
     let mut query: QueryBuilder<Postgres> =
-        QueryBuilder::new("WITH walk AS MATERIALIZED (SELECT r.id, r.created_at, r.labels FROM resources r WHERE true");
+        QueryBuilder::new("SELECT r.id FROM (SELECT r.id, r.created_at, r.labels FROM resources r WHERE true");
     push_filter(&mut query, filter, after);
     query
         .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(budget)
-        .push(
-            ") SELECT (SELECT count(*) FROM walk),
-                      (SELECT w.created_at FROM walk w ORDER BY w.created_at, w.id LIMIT 1),
-                      (SELECT w.id FROM walk w ORDER BY w.created_at, w.id LIMIT 1),
-                      ARRAY(SELECT r.id FROM walk r WHERE true",
-        );
+        .push_bind(rows)
+        .push(") r WHERE true");
     push_selector(&mut query, &filter.selector);
     query
         .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .push(")");
-    let (walked, last_created, last_id, hits): (i64, Option<DateTime<Utc>>, Option<Uuid>, Vec<Uuid>) =
-        query.build_query_as().fetch_one(conn).await?;
-    let last = last_created
-        .zip(last_id)
-        .map(|(created_at, id)| ListCursor { created_at, id });
+        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    let hits: Vec<Uuid> = query.build_query_scalar().fetch_all(&mut *conn).await?;
+    if hits.len() >= limit {
+        return Ok(Walk {
+            hits,
+            walked: rows,
+            last: None,
+        });
+    }
+    let mut query: QueryBuilder<Postgres> =
+        QueryBuilder::new("WITH walk AS MATERIALIZED (SELECT r.created_at, r.id FROM resources r WHERE true");
+    push_filter(&mut query, filter, after);
+    query
+        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
+        .push_bind(rows)
+        .push(
+            ") SELECT (SELECT count(*) FROM walk), w.created_at, w.id
+               FROM (SELECT 1) one LEFT JOIN (SELECT * FROM walk ORDER BY created_at, id LIMIT 1) w ON true",
+        );
+    let (walked, created_at, id): (i64, Option<DateTime<Utc>>, Option<Uuid>) =
+        query.build_query_as().fetch_one(&mut *conn).await?;
+    let last = created_at.zip(id).map(|(created_at, id)| ListCursor { created_at, id });
     Ok(Walk { hits, walked, last })
 }
 
@@ -882,6 +919,19 @@ pub async fn specs_of_kind(
 mod tests {
     use super::*;
     use crate::testing::TestDatabase;
+
+    #[test]
+    fn a_walk_goes_on_only_while_the_page_fills_within_the_budget() {
+        assert_eq!(first_walk(1), 500);
+        assert_eq!(first_walk(100), 1_000);
+        assert_eq!(first_walk(1_000), 2_000);
+        assert_eq!(further_walk(0, 1_000, 100), None, "no match seen: the label index");
+        // 1% seen: the other 90 take about 9,000 rows, walked with a margin.
+        assert_eq!(further_walk(10, 1_000, 100), Some(13_500));
+        // 0.1% seen: 99 more would take about 99,000 rows, past the budget.
+        assert_eq!(further_walk(1, 1_000, 100), None);
+        assert_eq!(further_walk(99, 19_999, 100), None, "the budget is spent");
+    }
 
     /// An equality selector's SQL names the label index's predicate, so the
     /// planner can read the partial index (migration 37). With sequential

@@ -1000,8 +1000,9 @@ async fn label_pages_are_the_same_whether_the_walk_fills_them_or_the_label_index
     let pool = db.pool();
     seed_kind(pool, "thing").await?;
     // 3,000 resources, newest first by number; every third is `common`, and
-    // three are `rare`: one near the newest end, two past the walk's budget
-    // of 2,000 rows (so the label index serves the rest of their page).
+    // three are `rare`: one near the newest end, two far past the first walk
+    // (500 rows for small pages), which finds none of them, so the label
+    // index serves the rest of their page; pages of 1,000 `common` walk on.
     sqlx::query(
         "INSERT INTO resources (kind, kind_version, name, labels, spec, created_at)
          SELECT 'thing', 1, 'n-' || i,
