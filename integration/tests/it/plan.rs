@@ -67,8 +67,9 @@ fn edge_names(plan: &ResourcePlan, added: bool) -> BTreeSet<String> {
 /// are left out: its root is written once more about 0.5 s after it reads
 /// Ready. The rollup recheck its composition armed re-pends it
 /// (`drain_rollup_rechecks` → `pend_owners`, whose settled-owner path
-/// queues a second rollup) before the recheck is dropped, and the wake-up
-/// of that task falls in a throttled window, so it runs at the next poll.
+/// queues a second rollup) before the recheck is dropped; why that task
+/// waits about 0.5 s (a wake-up lost in a throttled window, then the next
+/// poll?) was not checked.
 /// Gating only lagging owners there removes the write (seen 3 of 3 runs)
 /// but would drop the re-rollup a synced owner needs when two children
 /// settle in concurrent transactions; not changed yet. The plan test is
