@@ -565,9 +565,7 @@ const WALK_BUDGET: i64 = 20_000;
 /// The first walk of a label-selected page: 10 rows per row wanted, at
 /// least 500 and at most 2,000, which is all a rare label costs extra.
 fn first_walk(limit: usize) -> i64 {
-    i64::try_from(limit.saturating_mul(10))
-        .unwrap_or(i64::MAX)
-        .clamp(500, 2_000)
+    rows_wanted(limit.saturating_mul(10)).clamp(500, 2_000)
 }
 
 /// How many rows to walk next, having found `found` matches in `walked`
@@ -578,8 +576,8 @@ fn further_walk(found: usize, walked: i64, limit: usize) -> Option<i64> {
     if found == 0 {
         return None;
     }
-    let found = i64::try_from(found).unwrap_or(i64::MAX);
-    let wanted = i64::try_from(limit).unwrap_or(i64::MAX).saturating_sub(found);
+    let found = rows_wanted(found);
+    let wanted = rows_wanted(limit).saturating_sub(found);
     let rows = wanted.saturating_mul(walked).saturating_mul(3) / found.saturating_mul(2);
     (walked.saturating_add(rows) <= WALK_BUDGET).then_some(rows.max(1))
 }
@@ -609,14 +607,10 @@ async fn walk_page(
     let mut query: QueryBuilder<Postgres> =
         QueryBuilder::new("SELECT r.id FROM (SELECT r.id, r.created_at, r.labels FROM resources r WHERE true");
     push_filter(&mut query, filter, after);
-    query
-        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(rows)
-        .push(") r WHERE true");
+    push_page_order(&mut query, rows);
+    query.push(") r WHERE true");
     push_selector(&mut query, &filter.selector);
-    query
-        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    push_page_order(&mut query, rows_wanted(limit));
     let hits: Vec<Uuid> = query.build_query_scalar().fetch_all(&mut *conn).await?;
     if hits.len() >= limit {
         return Ok(Walk {
@@ -628,13 +622,11 @@ async fn walk_page(
     let mut query: QueryBuilder<Postgres> =
         QueryBuilder::new("WITH walk AS MATERIALIZED (SELECT r.created_at, r.id FROM resources r WHERE true");
     push_filter(&mut query, filter, after);
-    query
-        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(rows)
-        .push(
-            ") SELECT (SELECT count(*) FROM walk), w.created_at, w.id
+    push_page_order(&mut query, rows);
+    query.push(
+        ") SELECT (SELECT count(*) FROM walk), w.created_at, w.id
                FROM (SELECT 1) one LEFT JOIN (SELECT * FROM walk ORDER BY created_at, id LIMIT 1) w ON true",
-        );
+    );
     let (walked, created_at, id): (i64, Option<DateTime<Utc>>, Option<Uuid>) =
         query.build_query_as().fetch_one(&mut *conn).await?;
     let last = created_at.zip(id).map(|(created_at, id)| ListCursor { created_at, id });
@@ -664,11 +656,21 @@ async fn planned_page(
     let mut query: QueryBuilder<Postgres> = QueryBuilder::new(format!("{SELECT} WHERE true"));
     push_filter(&mut query, filter, after);
     push_selector(&mut query, &filter.selector);
-    query
-        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
-        .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    push_page_order(&mut query, rows_wanted(limit));
     let rows: Vec<ResourceRow> = query.build_query_as().fetch_all(conn).await?;
     Ok(rows.into_iter().map(ResourceRow::into_resource).collect())
+}
+
+/// Orders `query` (over `r`) in page order, newest first, and keeps `limit` rows.
+fn push_page_order(query: &mut QueryBuilder<Postgres>, limit: i64) {
+    query
+        .push(" ORDER BY r.created_at DESC, r.id DESC LIMIT ")
+        .push_bind(limit);
+}
+
+/// A row count as SQL takes it.
+fn rows_wanted(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// Restricts `query` (over `resources r`) to `filter` without its labels,
